@@ -259,3 +259,16 @@ func configure(ifName string, addrs []string) error {
 	}
 	return netlink.LinkSetUp(link)
 }
+
+// Eventually polls cond until it holds, failing t with msg after timeout.
+// Tests wait on conditions this way, never with a fixed sleep.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
