@@ -1,19 +1,33 @@
-# sluice — see README.md. Targets run as root on a Debian machine.
-GO          ?= go
-BIN         := bin
-CACHE       ?= $(HOME)/.cache/sluice
-VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS     := -s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=$(VERSION)
-# Bounded fuzzing inside `make test`; `make fuzz FUZZTIME=10m` for longer runs.
-FUZZTIME    ?= 10s
+# sluice — see README.md. Everything here runs as root on a Debian machine.
+GO        ?= go
+BIN       := bin
+# Helper binaries (reference CNI plugins) are cached outside the tree.
+CACHE     ?= $(HOME)/.cache/sluice
+PLUGINS   := $(CACHE)/cni-plugins/$(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=$(VERSION)
+# `make test` fuzzes each target briefly; `make fuzz FUZZTIME=10m` digs deeper.
+FUZZTIME  ?= 5s
+FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve ./installer:FuzzInsertEntry
 
-.PHONY: all build proto verify lint test demo fuzz clean
+export SLUICE_CNI_PLUGINS_DIR := $(PLUGINS)
+
+.PHONY: all build plugins proto verify lint test unit fuzz demo clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice ./plugin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice-agent ./daemon
+
+# The reference plugins the demo and the chain tests run before sluice.
+plugins: $(PLUGINS)/bridge
+$(PLUGINS)/bridge:
+	mkdir -p $(PLUGINS)
+	CGO_ENABLED=0 $(GO) build -o $(PLUGINS)/ \
+		github.com/containernetworking/plugins/plugins/main/bridge \
+		github.com/containernetworking/plugins/plugins/ipam/host-local \
+		github.com/containernetworking/plugins/plugins/main/loopback
 
 proto:
 	protoc -I api \
@@ -22,3 +36,32 @@ proto:
 		--go_out=api --go_opt=paths=source_relative \
 		--go-grpc_out=api --go-grpc_opt=paths=source_relative \
 		sluice/v1/agent.proto
+
+# Fails when generated code is stale or the tree is not formatted and vetted.
+verify: lint
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && cp -r api $$tmp/ && \
+	$(MAKE) -s proto && \
+	if ! diff -r $$tmp/api api >/dev/null; then \
+		echo "generated code under api/ is stale: run 'make proto' and commit" >&2; \
+		rm -rf api && cp -r $$tmp/api api; exit 1; fi
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:\n$$out" >&2; exit 1; fi
+	$(GO) vet ./...
+
+test: build plugins verify
+	$(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) -s fuzz
+
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+demo: build plugins
+	$(GO) run ./hack/demo --bin $(CURDIR)/$(BIN) --plugins $(PLUGINS)
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+)
+
+// call is what every verb starts with: the parsed config and CNI_ARGS, a
+// logger, a request id and a deadline.
+type call struct {
+	conf *NetConf
+	pod  podArgs
+	log  *slog.Logger
+	id   string
+}
+
+func newCall(args *skel.CmdArgs, verb string) (*call, error) {
+	conf, err := parseConfig(args.StdinData)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	pod, err := parseArgs(args.Args)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	id := newRequestID()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: conf.logLevel})).With(
+		"verb", verb, "request_id", id, "container_id", args.ContainerID,
+		"pod", pod.Namespace+"/"+pod.Name)
+	return &call{conf: conf, pod: pod, log: log, id: id}, nil
+}
+
+func (c *call) context() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), c.conf.timeout)
+}
+
+func (c *call) pluginConfig() *sluicev1.PluginConfig {
+	return &sluicev1.PluginConfig{CniVersion: c.conf.CNIVersion, NetworkName: c.conf.Name, Raw: c.conf.raw}
+}
+
+func (c *call) podRef() *sluicev1.PodRef {
+	return &sluicev1.PodRef{Namespace: c.pod.Namespace, Name: c.pod.Name, Uid: c.pod.UID}
+}
+
+func cmdAdd(args *skel.CmdArgs) error {
+	c, err := newCall(args, "ADD")
+	if err != nil {
+		return err
+	}
+	if c.conf.PrevResult == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			"sluice is a chained plugin: it must follow the primary CNI in a conflist (no prevResult)", "")
+	}
+	prev := c.conf.PrevResult.(*current.Result)
+	if c.conf.excluded(c.pod.Namespace) {
+		c.log.Info("namespace excluded in plugin config; not asking the agent")
+		return types.PrintResult(prev, c.conf.CNIVersion)
+	}
+	a, err := dial(c.conf.Socket)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ctx, cancel := c.context()
+	defer cancel()
+	resp, err := a.cni.Add(ctx, &sluicev1.AddRequest{
+		ApiVersion:  apiVersion,
+		ContainerId: args.ContainerID,
+		Netns:       args.Netns,
+		IfName:      args.IfName,
+		Pod:         c.podRef(),
+		Ips:         ipConfigs(prev),
+		Config:      c.pluginConfig(),
+		RequestId:   c.id,
+	})
+	if err != nil {
+		c.log.Error("agent refused or unreachable", "err", err)
+		return a.callError(ctx, "ADD", err)
+	}
+	c.log.Info("done", "enrolled", resp.Enrolled, "mode", resp.Mode, "reason", resp.Reason)
+	return types.PrintResult(prev, c.conf.CNIVersion)
+}
+
+// cmdDel never fails because the agent is down or the netns is gone: a
+// failing DEL would wedge pod teardown. The agent catches up from its
+// journal and GC.
+func cmdDel(args *skel.CmdArgs) error {
+	c, err := newCall(args, "DEL")
+	if err != nil {
+		return err
+	}
+	if c.conf.excluded(c.pod.Namespace) {
+		return nil
+	}
+	a, err := dial(c.conf.Socket)
+	if err != nil {
+		c.log.Warn("agent unreachable; DEL left to the agent's GC", "err", err)
+		return nil
+	}
+	defer a.Close()
+	ctx, cancel := c.context()
+	defer cancel()
+	_, err = a.cni.Del(ctx, &sluicev1.DelRequest{
+		ApiVersion:  apiVersion,
+		ContainerId: args.ContainerID,
+		Netns:       args.Netns,
+		IfName:      args.IfName,
+		Pod:         c.podRef(),
+		Config:      c.pluginConfig(),
+		RequestId:   c.id,
+	})
+	if err != nil {
+		c.log.Warn("agent DEL failed; left to the agent's GC", "err", err)
+	}
+	return nil
+}
+
+func cmdCheck(args *skel.CmdArgs) error {
+	c, err := newCall(args, "CHECK")
+	if err != nil {
+		return err
+	}
+	if c.conf.PrevResult == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "sluice CHECK: no prevResult", "")
+	}
+	if c.conf.excluded(c.pod.Namespace) {
+		return nil
+	}
+	a, err := dial(c.conf.Socket)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ctx, cancel := c.context()
+	defer cancel()
+	resp, err := a.cni.Check(ctx, &sluicev1.CheckRequest{
+		ApiVersion:  apiVersion,
+		ContainerId: args.ContainerID,
+		Netns:       args.Netns,
+		IfName:      args.IfName,
+		Pod:         c.podRef(),
+		Ips:         ipConfigs(c.conf.PrevResult.(*current.Result)),
+		Config:      c.pluginConfig(),
+		RequestId:   c.id,
+	})
+	if err != nil {
+		return a.callError(ctx, "CHECK", err)
+	}
+	if len(resp.Drift) > 0 {
+		return types.NewError(types.ErrInternal, "sluice CHECK: capture rules drifted: "+strings.Join(resp.Drift, "; "), "")
+	}
+	return nil
+}
+
+// cmdStatus answers the runtime's "can you take pods?" with the spec's
+// code 50 when the agent cannot.
+func cmdStatus(args *skel.CmdArgs) error {
+	c, err := newCall(args, "STATUS")
+	if err != nil {
+		return err
+	}
+	a, err := dial(c.conf.Socket)
+	if err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
+	}
+	defer a.Close()
+	ctx, cancel := c.context()
+	defer cancel()
+	resp, err := a.cni.Status(ctx, &sluicev1.StatusRequest{ApiVersion: apiVersion, Config: c.pluginConfig(), RequestId: c.id})
+	if err != nil {
+		if !reachable(err) {
+			return types.NewError(types.ErrPluginNotAvailable, a.callError(ctx, "STATUS", err).Msg, "")
+		}
+		return a.callError(ctx, "STATUS", err)
+	}
+	if !resp.Ready {
+		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("sluice-agent at %s is not ready: %s", a.socket, resp.Reason), "")
+	}
+	return nil
+}
+
+func cmdGC(args *skel.CmdArgs) error {
+	c, err := newCall(args, "GC")
+	if err != nil {
+		return err
+	}
+	valid := make([]*sluicev1.Attachment, 0, len(c.conf.ValidAttachments))
+	for _, v := range c.conf.ValidAttachments {
+		valid = append(valid, &sluicev1.Attachment{ContainerId: v.ContainerID, IfName: v.IfName})
+	}
+	a, err := dial(c.conf.Socket)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ctx, cancel := c.context()
+	defer cancel()
+	resp, err := a.cni.GC(ctx, &sluicev1.GCRequest{ApiVersion: apiVersion, ValidAttachments: valid, Config: c.pluginConfig(), RequestId: c.id})
+	if err != nil {
+		return a.callError(ctx, "GC", err)
+	}
+	c.log.Info("done", "removed", len(resp.Removed))
+	return nil
+}
+
+func ipConfigs(r *current.Result) []*sluicev1.IPConfig {
+	out := make([]*sluicev1.IPConfig, 0, len(r.IPs))
+	for _, ip := range r.IPs {
+		cfg := &sluicev1.IPConfig{Address: ip.Address.String()}
+		if ip.Gateway != nil {
+			cfg.Gateway = ip.Gateway.String()
+		}
+		if ip.Interface != nil && *ip.Interface >= 0 && *ip.Interface < len(r.Interfaces) {
+			cfg.Interface = r.Interfaces[*ip.Interface].Name
+		}
+		out = append(out, cfg)
+	}
+	return out
+}
