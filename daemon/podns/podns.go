@@ -120,7 +120,7 @@ func (o *Opener) resolve(path string) (string, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", fmt.Errorf("resolve netns %q: %w", path, ErrNotExist)
 		}
-		return "", fmt.Errorf("resolve netns %q: %w", path, err)
+		return "", &RuleError{path, fmt.Sprintf("cannot be resolved: %v", err)}
 	}
 	for _, r := range o.Roots {
 		if r != "/proc" && strings.HasPrefix(resolved, r+"/") {

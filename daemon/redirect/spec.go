@@ -34,6 +34,15 @@ type Spec struct {
 
 	OutboundPort uint16 // Envoy's virtualOutbound listener (15001)
 	InboundPort  uint16 // Envoy's virtualInbound listener (15006)
+	// HBONEPort (15008) is never sent back to the inbound listener when the
+	// proxy dials its own pod over loopback: that is the proxy's tunnel.
+	HBONEPort uint16
+
+	// Envoy's inbound passthrough cluster binds these sources (127.0.0.6,
+	// ::6) when it forwards to the app over loopback; such traffic is
+	// already proxied and must not be captured again.
+	InboundPassthroughIPv4 netip.Addr
+	InboundPassthroughIPv6 netip.Addr
 
 	// Inbound TCP to these ports always passes (HBONE 15008, 15020 merged
 	// metrics, 15021 health, 15090 Envoy stats).
@@ -46,6 +55,8 @@ type Spec struct {
 	IncludeOutboundPorts []uint16
 	ExcludeOutboundPorts []uint16
 	// Outbound destinations: IncludeOutboundCIDRs empty means every address.
+	// When it is not empty, a family with no prefix in it is not captured at
+	// all, as istio-iptables does with its separate v4 and v6 lists.
 	IncludeOutboundCIDRs []netip.Prefix
 	ExcludeOutboundCIDRs []netip.Prefix
 	// Traffic entering or leaving these interfaces is never captured.
@@ -68,9 +79,13 @@ func DefaultSpec() Spec {
 		ProxyGID:         1337,
 		OutboundPort:     15001,
 		InboundPort:      15006,
+		HBONEPort:        15008,
 		InboundPassPorts: []uint16{15008, 15020, 15021, 15090},
 		DNSPort:          15053,
-		IPv4:             true,
-		IPv6:             true,
+
+		InboundPassthroughIPv4: netip.MustParseAddr("127.0.0.6"),
+		InboundPassthroughIPv6: netip.MustParseAddr("::6"),
+		IPv4:                   true,
+		IPv6:                   true,
 	}
 }

@@ -5,6 +5,7 @@ package nstest
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -271,4 +272,16 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Dial connects from inside the namespace. The socket keeps its namespace
+// after the thread that made it is gone, so the conn is usable anywhere.
+func (ns *NS) Dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := ns.Do(func() error {
+		var err error
+		c, err = net.DialTimeout(network, addr, timeout)
+		return err
+	})
+	return c, err
 }

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is every flag of sluice-agent. Each flag also reads SLUICE_<NAME>
+// (dashes to underscores, upper case); the command line wins over the env.
+type config struct {
+	socket      string
+	healthAddr  string
+	stateDir    string
+	netnsRoots  string
+	hostProc    string
+	kubeconfig  string
+	defaultMode string
+	allowedUIDs string
+	logLevel    string
+	logFormat   string
+	drain       time.Duration
+}
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("sluice-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.socket, "socket", "/var/run/sluice/agent.sock", "gRPC unix socket the plugin calls (dir 0700, socket 0600)")
+	fs.StringVar(&c.healthAddr, "health-addr", ":9890", "HTTP address for /healthz and /readyz")
+	fs.StringVar(&c.stateDir, "state-dir", "/var/lib/sluice", "directory of the workload journal")
+	fs.StringVar(&c.netnsRoots, "netns-roots", "/var/run/netns,/run/netns,/proc", "comma-separated directories a pod netns path may lie under")
+	fs.StringVar(&c.hostProc, "host-proc", "/proc", "the host's /proc as mounted for the agent; /proc/<pid>/ns/net paths are read through it")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for pod policy; empty runs standalone with --default-mode for every pod")
+	fs.StringVar(&c.defaultMode, "default-mode", "sidecar", "capture mode in standalone mode: sidecar")
+	fs.StringVar(&c.allowedUIDs, "allowed-uids", "0", "comma-separated uids allowed to call the socket")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	fs.DurationVar(&c.drain, "drain-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls")
+
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f.Name)
+		f.Usage += " (env " + name + ")"
+		if v := getenv(name); v != "" && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return c, nil
+}
+
+func envName(flagName string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func (c *config) uids() ([]uint32, error) {
+	var out []uint32
+	for _, s := range splitList(c.allowedUIDs) {
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("--allowed-uids: %q is not a uid", s)
+		}
+		out = append(out, uint32(n))
+	}
+	return out, nil
+}
+
+func (c *config) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

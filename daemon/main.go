@@ -1,0 +1,158 @@
+// Command sluice-agent is the privileged node daemon of sluice: it serves
+// the plugin's gRPC API, owns every pod's capture rules and keeps the
+// plugin installed. This file is flags, wiring and signals — nothing else.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicemesh/sluice/daemon/health"
+	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/rpc"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/internal/buildinfo"
+)
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sluice-agent:", err)
+		os.Exit(2)
+	}
+	log, err := cfg.logger(os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sluice-agent:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("exiting", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+	log.Info("starting", "version", buildinfo.Version, "socket", cfg.socket, "state_dir", cfg.stateDir)
+	uids, err := cfg.uids()
+	if err != nil {
+		return err
+	}
+	pol, err := newPolicy(cfg)
+	if err != nil {
+		return err
+	}
+	opener, err := podns.NewOpener(splitList(cfg.netnsRoots), cfg.hostProc)
+	if err != nil {
+		return err
+	}
+	store, err := workloads.Open(cfg.stateDir, opener, log.With("component", "workloads"))
+	if err != nil {
+		return err
+	}
+	// Repair before serving: pods enrolled before a restart keep capture.
+	if err := store.Reconcile(ctx); err != nil {
+		log.Warn("reconcile at start left errors", "err", err)
+	}
+
+	checks := &health.Checks{}
+	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Log: log}
+	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store}, rpc.Authorizer{AllowedUIDs: uids}, log.With("component", "rpc"))
+	lis, err := rpc.Listen(cfg.socket)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(cfg.socket)
+	checks.Add("grpc", socketServes(cfg.socket))
+
+	errc := make(chan error, 2)
+	go func() { errc <- gs.Serve(lis) }()
+	hsrv := &http.Server{Addr: cfg.healthAddr, Handler: health.Handler(checks), ReadHeaderTimeout: 5 * time.Second}
+	hl, err := net.Listen("tcp", cfg.healthAddr)
+	if err != nil {
+		gs.Stop()
+		return fmt.Errorf("health listener %s: %w", cfg.healthAddr, err)
+	}
+	go func() { errc <- hsrv.Serve(hl) }()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	log.Info("serving", "socket", cfg.socket, "health_addr", hl.Addr().String())
+
+	select {
+	case <-ctx.Done():
+		log.Info("signal received; draining", "timeout", cfg.drain)
+	case err := <-errc:
+		gs.Stop()
+		hsrv.Close()
+		return err
+	}
+	hs.Shutdown()
+	drain(gs, cfg.drain)
+	hsrv.Close()
+	return nil
+}
+
+func newPolicy(cfg *config) (rpc.Policy, error) {
+	if cfg.kubeconfig != "" {
+		return nil, errors.New("--kubeconfig: Kubernetes policy is not built yet; run standalone")
+	}
+	spec := redirect.DefaultSpec()
+	switch cfg.defaultMode {
+	case string(redirect.ModeSidecar):
+	default:
+		return nil, fmt.Errorf("--default-mode %q: want sidecar", cfg.defaultMode)
+	}
+	return policy.NewStatic(spec)
+}
+
+// drain lets in-flight calls finish (a pod's ADD half-done is worse than a
+// slow exit), then cuts the rest.
+func drain(gs *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		gs.Stop()
+	}
+}
+
+// socketServes is ready when a real gRPC health call over the socket works,
+// which is what the plugin needs.
+func socketServes(socket string) health.Check {
+	return func() (bool, string) {
+		conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return false, "socket " + socket + ": " + err.Error()
+		}
+		if resp.Status != healthpb.HealthCheckResponse_SERVING {
+			return false, "socket " + socket + ": " + resp.Status.String()
+		}
+		return true, ""
+	}
+}

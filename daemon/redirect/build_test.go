@@ -1,0 +1,165 @@
+package redirect
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.nft from the current builder")
+
+func prefixes(s ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(s))
+	for i, p := range s {
+		out[i] = netip.MustParsePrefix(p)
+	}
+	return out
+}
+
+// goldenSpecs is one Spec per mode and option; each has testdata/<name>.nft.
+// The Linux tests apply every one of them to a kernel too.
+func goldenSpecs() map[string]Spec {
+	with := func(f func(*Spec)) Spec {
+		s := DefaultSpec()
+		f(&s)
+		return s
+	}
+	return map[string]Spec{
+		"sidecar-default":        DefaultSpec(),
+		"inbound-include-ports":  with(func(s *Spec) { s.IncludeInboundPorts = []uint16{9080, 8080, 8080} }),
+		"inbound-exclude-ports":  with(func(s *Spec) { s.ExcludeInboundPorts = []uint16{22, 9000} }),
+		"outbound-include-ports": with(func(s *Spec) { s.IncludeOutboundPorts = []uint16{3306} }),
+		"outbound-exclude-ports": with(func(s *Spec) { s.ExcludeOutboundPorts = []uint16{5432, 6379} }),
+		"outbound-cidrs": with(func(s *Spec) {
+			s.IncludeOutboundCIDRs = prefixes("10.96.0.0/12", "10.96.1.0/24", "fd00:96::/108")
+			s.ExcludeOutboundCIDRs = prefixes("10.96.0.10/32", "169.254.169.254/32", "fd00:96::10/128", "fd00:99::/64")
+		}),
+		"exclude-interfaces": with(func(s *Spec) { s.ExcludeInterfaces = []string{"net1", "eth9"} }),
+		"dns-capture":        with(func(s *Spec) { s.CaptureDNS = true }),
+		"ipv4-only": with(func(s *Spec) {
+			s.IPv6 = false
+			s.CaptureDNS = true
+			s.ExcludeOutboundCIDRs = prefixes("10.0.0.0/8")
+		}),
+		"ipv6-only": with(func(s *Spec) {
+			s.IPv4 = false
+			s.CaptureDNS = true
+			s.ExcludeOutboundCIDRs = prefixes("fd00::/8")
+		}),
+	}
+}
+
+func TestGolden(t *testing.T) {
+	for name, spec := range goldenSpecs() {
+		t.Run(name, func(t *testing.T) {
+			r, err := Build(spec)
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			path := filepath.Join("testdata", name+".nft")
+			if *update {
+				if err := os.WriteFile(path, []byte(r.Render()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./daemon/redirect -update)", err)
+			}
+			if got := r.Render(); got != string(want) {
+				t.Errorf("%s differs from Render (run with -update if intended)\ngot:\n%s\nwant:\n%s", path, got, want)
+			}
+		})
+	}
+}
+
+func TestBuildDeterministic(t *testing.T) {
+	a, err := Build(goldenSpecs()["outbound-cidrs"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Build(goldenSpecs()["outbound-cidrs"])
+	if a.Hash() != b.Hash() || len(a.Hash()) != 64 {
+		t.Errorf("hashes %q and %q: want equal sha256 hex", a.Hash(), b.Hash())
+	}
+	c, _ := Build(DefaultSpec())
+	if c.Hash() == a.Hash() {
+		t.Error("different specs hash the same")
+	}
+}
+
+func TestTagsUnique(t *testing.T) {
+	for name, spec := range goldenSpecs() {
+		r, err := Build(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, c := range r.chains {
+			for _, rl := range c.rules {
+				if seen[rl.tag] {
+					t.Errorf("%s: tag %q used twice", name, rl.tag)
+				}
+				seen[rl.tag] = true
+			}
+		}
+	}
+}
+
+func TestBuildRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Spec)
+		want string
+	}{
+		{"zero outbound port", func(s *Spec) { s.OutboundPort = 0 }, "OutboundPort is 0"},
+		{"zero inbound port", func(s *Spec) { s.InboundPort = 0 }, "InboundPort is 0"},
+		{"zero dns port", func(s *Spec) { s.CaptureDNS, s.DNSPort = true, 0 }, "DNSPort is 0"},
+		{"port 0 in list", func(s *Spec) { s.ExcludeOutboundPorts = []uint16{80, 0} }, "ExcludeOutboundPorts contains port 0"},
+		{"no family", func(s *Spec) { s.IPv4, s.IPv6 = false, false }, "neither IPv4 nor IPv6"},
+		{"v6 cidr with v6 off", func(s *Spec) { s.IPv6 = false; s.ExcludeOutboundCIDRs = prefixes("fd00::/8") }, "IPv6 capture is off"},
+		{"v4 cidr with v4 off", func(s *Spec) { s.IPv4 = false; s.IncludeOutboundCIDRs = prefixes("10.0.0.0/8") }, "IPv4 capture is off"},
+		{"mapped cidr", func(s *Spec) { s.ExcludeOutboundCIDRs = prefixes("::ffff:10.0.0.0/104") }, "IPv4-mapped"},
+		{"invalid cidr", func(s *Spec) { s.ExcludeOutboundCIDRs = []netip.Prefix{{}} }, "invalid prefix"},
+		{"empty interface", func(s *Spec) { s.ExcludeInterfaces = []string{""} }, "empty name"},
+		{"long interface", func(s *Spec) { s.ExcludeInterfaces = []string{"abcdefghijklmnop"} }, "longer than 15"},
+		{"bad interface", func(s *Spec) { s.ExcludeInterfaces = []string{"a b"} }, "not a valid interface name"},
+		{"mode", func(s *Spec) { s.Mode = "ambient" }, `only "sidecar"`},
+		{"interception", func(s *Spec) { s.Interception = "TPROXY" }, `only "REDIRECT"`},
+		{"passthrough family", func(s *Spec) { s.InboundPassthroughIPv4 = netip.MustParseAddr("::6") }, "InboundPassthroughIPv4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := DefaultSpec()
+			tc.edit(&s)
+			_, err := Build(s)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Build: %v, want error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestBuildReportsAllProblems(t *testing.T) {
+	s := DefaultSpec()
+	s.OutboundPort, s.InboundPort = 0, 0
+	_, err := Build(s)
+	if err == nil || !strings.Contains(err.Error(), "OutboundPort") || !strings.Contains(err.Error(), "InboundPort") {
+		t.Errorf("Build: %v, want both port errors", err)
+	}
+}
+
+func TestNormalisePrefixes(t *testing.T) {
+	got := normalisePrefixes(ipv4, prefixes("10.1.2.3/16", "10.0.0.0/8", "192.168.0.0/24", "fd00::/8", "11.0.0.0/8"))
+	want := prefixes("10.0.0.0/8", "11.0.0.0/8", "192.168.0.0/24")
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+}

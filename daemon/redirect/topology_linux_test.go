@@ -1,0 +1,205 @@
+package redirect
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/internal/origdst"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// The test topology: a pod netns and a node netns on one veth. The pod's
+// default routes point at the node, which owns the "service" addresses on
+// its lo, so a connection the pod makes to a service leaves through the
+// pod's output path and either lands on a proxy port in the pod or, when
+// not captured, on a real server in the node.
+const (
+	podV4  = "10.250.0.2"
+	podV6  = "fd00:250::2"
+	nodeV4 = "10.250.0.1"
+	nodeV6 = "fd00:250::1"
+)
+
+// nodeServices are addresses the node answers on.
+var nodeServices = []string{"10.96.0.10/32", "10.96.0.11/32", "10.97.0.10/32", "fd00:96::10/128", "fd00:96::11/128"}
+
+type topology struct {
+	pod, node *nstest.NS
+}
+
+func newTopology(t *testing.T) *topology {
+	t.Helper()
+	tp := &topology{pod: nstest.New(t, "pod"), node: nstest.New(t, "node")}
+	nstest.Veth(t, tp.pod, "eth0", []string{podV4 + "/24", podV6 + "/64"}, tp.node, "eth0", []string{nodeV4 + "/24", nodeV6 + "/64"})
+	if err := tp.pod.Do(func() error {
+		for _, gw := range []string{nodeV4, nodeV6} {
+			if err := netlink.RouteAdd(&netlink.Route{Gw: net.ParseIP(gw)}); err != nil {
+				return fmt.Errorf("default route via %s: %w", gw, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("pod routes: %v", err)
+	}
+	if err := tp.node.Do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		for _, a := range nodeServices {
+			addr, err := netlink.ParseAddr(a)
+			if err != nil {
+				return err
+			}
+			if err := netlink.AddrAdd(lo, addr); err != nil {
+				return fmt.Errorf("add %s: %w", a, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("node service addresses: %v", err)
+	}
+
+	// Proxy listeners in the pod report the original destination; real
+	// servers report only who they are.
+	serveTCP(t, tp.pod, "[::]:15001", "proxy-out", true)
+	serveTCP(t, tp.pod, "[::]:15006", "proxy-in", true)
+	serveTCP(t, tp.pod, "[::]:15053", "dns-proxy-tcp", true)
+	for _, addr := range []string{"127.0.0.1:15053", "[::1]:15053"} {
+		serveUDP(t, tp.pod, addr, "dns-proxy")
+	}
+	for _, port := range []string{"8080", "9090", "15008", "15020", "15021", "15090"} {
+		serveTCP(t, tp.pod, "[::]:"+port, "pod-"+port, false)
+	}
+	for _, port := range []string{"53", "80", "81"} {
+		serveTCP(t, tp.node, "[::]:"+port, "node-"+port, false)
+	}
+	serveUDP(t, tp.node, "[::]:53", "node-dns")
+	return tp
+}
+
+// serveTCP accepts on addr inside ns and greets each connection with
+// "name" or, for a proxy, "name <original destination>".
+func serveTCP(t *testing.T, ns *nstest.NS, addr, name string, proxy bool) {
+	t.Helper()
+	var l net.Listener
+	if err := ns.Do(func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
+		t.Fatalf("listen %s in %s: %v", addr, ns.Name, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			greeting := name
+			if proxy {
+				dst, err := origdst.Get(c.(*net.TCPConn))
+				if err != nil {
+					greeting += " error:" + strings.ReplaceAll(err.Error(), " ", "_")
+				} else {
+					greeting += " " + dst.String()
+				}
+			}
+			fmt.Fprintln(c, greeting)
+			c.Close()
+		}
+	}()
+}
+
+// serveUDP answers every datagram on addr inside ns with "name".
+func serveUDP(t *testing.T, ns *nstest.NS, addr, name string) {
+	t.Helper()
+	var pc net.PacketConn
+	if err := ns.Do(func() (err error) { pc, err = net.ListenPacket("udp", addr); return err }); err != nil {
+		t.Fatalf("listen udp %s in %s: %v", addr, ns.Name, err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo([]byte(name+"\n"), from)
+		}
+	}()
+}
+
+// dial connects from inside ns as this (root) process.
+func dial(t *testing.T, ns *nstest.NS, network, addr string) string {
+	t.Helper()
+	var line string
+	if err := ns.Do(func() (err error) { line, err = exchange(network, addr); return err }); err != nil {
+		t.Fatalf("from %s: %v", ns.Name, err)
+	}
+	return line
+}
+
+// dialAs connects from inside ns in a child process running as uid:gid.
+func dialAs(t *testing.T, ns *nstest.NS, uid, gid uint32, network, addr string) string {
+	t.Helper()
+	nsFile, err := os.Open(ns.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsFile.Close()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), dialEnv+"="+network+" "+addr)
+	cmd.ExtraFiles = []*os.File{nsFile} // fd 3 in the child
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: uid, Gid: gid, NoSetGroups: false},
+		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN},
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("dial %s %s as %d:%d: %v: %s", network, addr, uid, gid, err, stderr.String())
+		}
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func hostPort(addr string, port string) string {
+	return net.JoinHostPort(addr, port)
+}
+
+func mustApply(t *testing.T, tp *topology, s Spec) *Ruleset {
+	t.Helper()
+	r, err := Build(s)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	if err := Apply(tp.pod.Handle(t), r); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	return r
+}
+
+func expect(t *testing.T, what, got, want string) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s: got %q, want %q", what, got, want)
+	}
+}
+
+var _ = netip.Addr{}

@@ -1,0 +1,227 @@
+package redirect
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"github.com/vishvananda/netns"
+)
+
+// Verify reads table inet sluice in ns and compares it with r. It returns
+// one human-readable item per difference, none when the kernel holds
+// exactly r; the error is for failing to read at all.
+//
+// Rules are recognised by their tag (the nft comment Apply gives each) and
+// compared expression by expression, so a rule someone replaced, one that
+// went missing and one someone added are each named. Like Apply it never
+// moves the caller's thread into ns.
+func Verify(ns netns.NsHandle, r *Ruleset) ([]string, error) {
+	conn, err := dial(ns, nftables.AsLasting())
+	if err != nil {
+		return nil, fmt.Errorf("verify table inet %s: %w", TableName, err)
+	}
+	defer conn.CloseLasting()
+	fail := func(what string, err error) ([]string, error) {
+		return nil, fmt.Errorf("verify table inet %s in netns fd %d: %s: %w", TableName, int(ns), what, err)
+	}
+
+	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fail("list tables", err)
+	}
+	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == TableName }) {
+		return []string{fmt.Sprintf("table inet %s is missing", TableName)}, nil
+	}
+
+	want := newProgram(r)
+	var drift []string
+	driftf := func(format string, args ...any) { drift = append(drift, fmt.Sprintf(format, args...)) }
+
+	gotSets, err := conn.GetSets(table)
+	if err != nil {
+		return fail("list sets", err)
+	}
+	for i, ws := range want.sets {
+		gs := findSet(gotSets, ws.Name)
+		switch {
+		case gs == nil:
+			driftf("set %s is missing", ws.Name)
+			continue
+		case gs.KeyType.Name != ws.KeyType.Name || gs.Interval != ws.Interval:
+			driftf("set %s has type %s (interval %t), want %s (interval %t)", ws.Name, gs.KeyType.Name, gs.Interval, ws.KeyType.Name, ws.Interval)
+			continue
+		}
+		elems, err := conn.GetSetElements(gs)
+		if err != nil {
+			return fail("list elements of set "+ws.Name, err)
+		}
+		if !sameElements(elems, want.elems[i]) {
+			driftf("set %s elements differ: %d in the kernel, want %d", ws.Name, len(elems), len(want.elems[i]))
+		}
+	}
+	for _, gs := range gotSets {
+		if findSet(want.sets, gs.Name) == nil {
+			driftf("set %s is not part of the ruleset", gs.Name)
+		}
+	}
+
+	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fail("list chains", err)
+	}
+	gotChains := map[string]*nftables.Chain{}
+	for _, c := range chains {
+		if c.Table.Name == TableName {
+			gotChains[c.Name] = c
+		}
+	}
+	for i, wc := range want.chains {
+		gc := gotChains[wc.Name]
+		if gc == nil {
+			driftf("chain %s is missing", wc.Name)
+			continue
+		}
+		delete(gotChains, wc.Name)
+		if d := chainHookDrift(gc, wc); d != "" {
+			driftf("chain %s: %s", wc.Name, d)
+		}
+		got, err := conn.GetRules(table, gc)
+		if err != nil {
+			return fail("list rules of chain "+wc.Name, err)
+		}
+		drift = append(drift, ruleDrift(wc.Name, r.chains[i].rules, wantRules(want, wc), got)...)
+	}
+	// Sorted: map order is random and reports should be stable.
+	for _, name := range slices.Sorted(maps.Keys(gotChains)) {
+		driftf("chain %s is not part of the ruleset", name)
+	}
+	return drift, nil
+}
+
+func findSet(sets []*nftables.Set, name string) *nftables.Set {
+	for _, s := range sets {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// sameElements compares as multisets: the kernel lists elements in its own
+// (backend-dependent) order.
+func sameElements(got, want []nftables.SetElement) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	key := func(e nftables.SetElement) string { return fmt.Sprintf("%x/%t", e.Key, e.IntervalEnd) }
+	g, w := make([]string, len(got)), make([]string, len(want))
+	for i := range got {
+		g[i], w[i] = key(got[i]), key(want[i])
+	}
+	slices.Sort(g)
+	slices.Sort(w)
+	return slices.Equal(g, w)
+}
+
+func chainHookDrift(got, want *nftables.Chain) string {
+	val := func(c *nftables.Chain) string {
+		if c.Hooknum == nil {
+			return "regular chain"
+		}
+		var prio, policy int64
+		if c.Priority != nil {
+			prio = int64(*c.Priority)
+		}
+		if c.Policy != nil {
+			policy = int64(*c.Policy)
+		}
+		return fmt.Sprintf("type %s hook %d priority %d policy %d", c.Type, *c.Hooknum, prio, policy)
+	}
+	if g, w := val(got), val(want); g != w {
+		return fmt.Sprintf("is %s, want %s", g, w)
+	}
+	return ""
+}
+
+func wantRules(p program, c *nftables.Chain) []*nftables.Rule {
+	var out []*nftables.Rule
+	for _, r := range p.rules {
+		if r.Chain == c {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ruleDrift compares one chain's rules. model and want are the same rules,
+// as the model (for their text) and as netlink values.
+func ruleDrift(chainName string, model []rule, want, got []*nftables.Rule) []string {
+	if len(got) == 0 && len(want) > 0 {
+		return []string{fmt.Sprintf("chain %s is empty (flushed?): all %d rules missing", chainName, len(want))}
+	}
+	var drift []string
+	byTag := make(map[string]*nftables.Rule, len(got))
+	var gotOrder []string
+	for _, g := range got {
+		tag, ok := userdata.GetString(g.UserData, userdata.TypeComment)
+		if !ok || byTag[tag] != nil || !slices.ContainsFunc(model, func(r rule) bool { return r.tag == tag }) {
+			drift = append(drift, fmt.Sprintf("chain %s: rule handle %d is not part of the ruleset (comment %q)", chainName, g.Handle, tag))
+			continue
+		}
+		byTag[tag] = g
+		gotOrder = append(gotOrder, tag)
+	}
+	var wantOrder []string
+	for i, w := range want {
+		m := model[i]
+		wantOrder = append(wantOrder, m.tag)
+		g := byTag[m.tag]
+		switch {
+		case g == nil:
+			drift = append(drift, fmt.Sprintf("chain %s: rule %q is missing: %s", chainName, m.tag, m.text()))
+		case !sameExprs(g.Exprs, w.Exprs):
+			drift = append(drift, fmt.Sprintf("chain %s: rule %q (handle %d) was modified, want: %s", chainName, m.tag, g.Handle, m.text()))
+		}
+	}
+	if len(drift) == 0 && !slices.Equal(gotOrder, wantOrder) {
+		drift = append(drift, fmt.Sprintf("chain %s: rules are out of order", chainName))
+	}
+	return drift
+}
+
+// sameExprs compares what the kernel reports with what Apply sends,
+// ignoring what the kernel does not echo back: the batch-local set ID of
+// a lookup, and a redirect's max-port register, which it fills in with the
+// min register when none was sent.
+func sameExprs(got, want []expr.Any) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if !reflect.DeepEqual(normalise(got[i]), normalise(want[i])) {
+			return false
+		}
+	}
+	return true
+}
+
+func normalise(e expr.Any) expr.Any {
+	switch e := e.(type) {
+	case *expr.Lookup:
+		c := *e
+		c.SetID = 0
+		return &c
+	case *expr.Redir:
+		c := *e
+		if c.RegisterProtoMax == c.RegisterProtoMin {
+			c.RegisterProtoMax = 0
+		}
+		return &c
+	}
+	return e
+}

@@ -1,0 +1,162 @@
+// Package rpc serves the sluice.v1 gRPC API on the agent's unix socket. It
+// validates requests, asks policy what a pod gets, and hands the work to
+// workloads; it keeps no state and no logic of its own.
+package rpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+)
+
+// Policy decides what a pod gets.
+type Policy interface {
+	Decide(ctx context.Context, pod policy.Pod) (policy.Decision, error)
+}
+
+// Readiness reports whether the agent can take pods, and why not.
+type Readiness func() (bool, string)
+
+// CNI implements sluice.v1.CNI.
+type CNI struct {
+	sluicev1.UnimplementedCNIServer
+	Policy    Policy
+	Workloads *workloads.Store
+	Ready     Readiness
+	Log       *slog.Logger
+}
+
+func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddResponse, error) {
+	if err := checkAPIVersion(req.ApiVersion); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	a, err := checkAttachment(req.ContainerId, req.IfName)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	pod := podOf(req.Pod)
+	d, err := s.Policy.Decide(ctx, pod)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !d.Capture {
+		return &sluicev1.AddResponse{Enrolled: false, Reason: d.Reason}, nil
+	}
+	rec := workloads.Record{
+		Attachment:   a,
+		PodNamespace: pod.Namespace,
+		PodName:      pod.Name,
+		PodUID:       pod.UID,
+		Netns:        req.Netns,
+		Spec:         d.Spec,
+	}
+	for _, ip := range req.Ips {
+		rec.IPs = append(rec.IPs, ip.Address)
+	}
+	if err := s.Workloads.Enroll(ctx, rec); err != nil {
+		return nil, toStatus(err)
+	}
+	return &sluicev1.AddResponse{Enrolled: true, Mode: modeOf(d.Spec.Mode), Reason: d.Reason}, nil
+}
+
+func (s *CNI) Del(ctx context.Context, req *sluicev1.DelRequest) (*sluicev1.DelResponse, error) {
+	if err := checkAPIVersion(req.ApiVersion); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	a, err := checkAttachment(req.ContainerId, req.IfName)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := s.Workloads.Release(ctx, a, req.Netns); err != nil {
+		return nil, toStatus(err)
+	}
+	return &sluicev1.DelResponse{}, nil
+}
+
+func (s *CNI) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
+	if err := checkAPIVersion(req.ApiVersion); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	a, err := checkAttachment(req.ContainerId, req.IfName)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	d, err := s.Policy.Decide(ctx, podOf(req.Pod))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !d.Capture {
+		return &sluicev1.CheckResponse{}, nil
+	}
+	drift, err := s.Workloads.Check(ctx, a, req.Netns, d.Spec)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &sluicev1.CheckResponse{Drift: drift}, nil
+}
+
+func (s *CNI) Status(ctx context.Context, req *sluicev1.StatusRequest) (*sluicev1.StatusResponse, error) {
+	if err := checkAPIVersion(req.ApiVersion); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	ready, why := s.Ready()
+	return &sluicev1.StatusResponse{Ready: ready, Reason: why}, nil
+}
+
+func (s *CNI) GC(ctx context.Context, req *sluicev1.GCRequest) (*sluicev1.GCResponse, error) {
+	if err := checkAPIVersion(req.ApiVersion); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	valid := make([]workloads.Attachment, 0, len(req.ValidAttachments))
+	for _, v := range req.ValidAttachments {
+		valid = append(valid, workloads.Attachment{ContainerID: v.ContainerId, IfName: v.IfName})
+	}
+	removed, err := s.Workloads.GC(ctx, valid)
+	resp := &sluicev1.GCResponse{}
+	for _, a := range removed {
+		resp.Removed = append(resp.Removed, &sluicev1.Attachment{ContainerId: a.ContainerID, IfName: a.IfName})
+	}
+	if err != nil {
+		return resp, toStatus(err)
+	}
+	return resp, nil
+}
+
+func podOf(p *sluicev1.PodRef) policy.Pod {
+	return policy.Pod{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()}
+}
+
+func modeOf(m redirect.Mode) sluicev1.Mode {
+	switch m {
+	case redirect.ModeSidecar:
+		return sluicev1.Mode_MODE_SIDECAR
+	}
+	return sluicev1.Mode_MODE_UNSPECIFIED
+}
+
+// toStatus maps the errors below rpc onto gRPC codes the plugin turns into
+// CNI codes: a bad netns path is the caller's fault, a missed deadline is
+// worth retrying, anything else is ours.
+func toStatus(err error) error {
+	var rule *podns.RuleError
+	switch {
+	case errors.As(err, &rule):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, podns.ErrNotExist):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}

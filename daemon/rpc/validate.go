@@ -1,0 +1,66 @@
+package rpc
+
+import (
+	"fmt"
+	"strings"
+
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+)
+
+// The agent serves its own API version and the one before it, so a node
+// can upgrade the agent and the plugin in either order.
+const (
+	apiVersion    = sluicev1.ApiVersion_API_VERSION_1
+	minAPIVersion = sluicev1.ApiVersion_API_VERSION_1
+)
+
+func checkAPIVersion(v sluicev1.ApiVersion) error {
+	if v < minAPIVersion || v > apiVersion {
+		return fmt.Errorf("api_version %d is not served: this agent serves %d through %d; upgrade the older of plugin and agent", v, minAPIVersion, apiVersion)
+	}
+	return nil
+}
+
+// checkContainerID applies the CNI spec: alphanumerics, '_', '.', '-',
+// starting with an alphanumeric. It also keeps journal file names safe.
+func checkContainerID(id string) error {
+	if id == "" {
+		return fmt.Errorf("container_id is empty")
+	}
+	if len(id) > 256 {
+		return fmt.Errorf("container_id is %d bytes, longer than 256", len(id))
+	}
+	for i, c := range id {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || !strings.ContainsRune("_.-", c)) {
+			return fmt.Errorf("container_id %q: character %q at %d is not allowed", id, c, i)
+		}
+	}
+	return nil
+}
+
+// checkIfName applies the kernel's and the CNI spec's interface name rules.
+func checkIfName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("if_name is empty")
+	case len(name) > 15:
+		return fmt.Errorf("if_name %q is longer than 15 bytes", name)
+	case name == "." || name == "..":
+		return fmt.Errorf("if_name %q is not allowed", name)
+	case strings.ContainsAny(name, "/: \t\n\r\v\f"):
+		return fmt.Errorf("if_name %q contains '/', ':' or whitespace", name)
+	}
+	return nil
+}
+
+func checkAttachment(containerID, ifName string) (workloads.Attachment, error) {
+	if err := checkContainerID(containerID); err != nil {
+		return workloads.Attachment{}, err
+	}
+	if err := checkIfName(ifName); err != nil {
+		return workloads.Attachment{}, err
+	}
+	return workloads.Attachment{ContainerID: containerID, IfName: ifName}, nil
+}

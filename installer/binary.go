@@ -1,0 +1,91 @@
+package installer
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+const binaryPerm fs.FileMode = 0o755
+
+// syncBinary puts PluginBinary into dir as "sluice" unless a file with the
+// same content and mode is already there.
+func (in *Installer) syncBinary(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create plugin binary directory: %w", err)
+	}
+	target := filepath.Join(dir, PluginType)
+	what, err := in.checkBinary(target)
+	if err != nil {
+		return err
+	}
+	if what == "" {
+		in.placed[target] = true
+		return nil
+	}
+	in.repairing(target, what)
+	if err := replaceFile(target, binaryPerm, in.copyBinary); err != nil {
+		return fmt.Errorf("install plugin binary: %w", err)
+	}
+	fi, err := os.Stat(target)
+	if err != nil {
+		return fmt.Errorf("check installed plugin binary: %w", err)
+	}
+	in.verified[target] = fi
+	in.placed[target] = true
+	return nil
+}
+
+// checkBinary says what is wrong with target, or "" when it is in place.
+// Hashing a multi-megabyte binary on every event would be wasteful, so a
+// file whose inode, size and mtime match the last verified one is trusted;
+// any replacement or in-place write changes at least one of them.
+func (in *Installer) checkBinary(target string) (string, error) {
+	fi, err := os.Stat(target)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "binary missing", nil
+	case err != nil:
+		return "", fmt.Errorf("check plugin binary: %w", err)
+	case !fi.Mode().IsRegular():
+		return fmt.Sprintf("not a regular file (%s)", fi.Mode().Type()), nil
+	case fi.Mode().Perm() != binaryPerm:
+		return fmt.Sprintf("mode changed to %s", fi.Mode().Perm()), nil
+	}
+	if prev, ok := in.verified[target]; ok && os.SameFile(prev, fi) && prev.Size() == fi.Size() && prev.ModTime().Equal(fi.ModTime()) {
+		return "", nil
+	}
+	sum, err := hashFile(target)
+	if err != nil {
+		return "", fmt.Errorf("check plugin binary: %w", err)
+	}
+	if sum != in.srcHash {
+		delete(in.verified, target)
+		return fmt.Sprintf("content changed (sha256 %x, want %x)", sum[:6], in.srcHash[:6]), nil
+	}
+	in.verified[target] = fi
+	return "", nil
+}
+
+// copyBinary streams PluginBinary into w and fails if what was copied is not
+// what New hashed, so a half-replaced source is never published.
+func (in *Installer) copyBinary(w io.Writer) error {
+	src, err := os.Open(in.cfg.PluginBinary)
+	if err != nil {
+		return fmt.Errorf("open plugin binary: %w", err)
+	}
+	defer src.Close()
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(w, h), src); err != nil {
+		return fmt.Errorf("copy plugin binary %s: %w", in.cfg.PluginBinary, err)
+	}
+	if !bytes.Equal(h.Sum(nil), in.srcHash[:]) {
+		return fmt.Errorf("plugin binary %s changed since the agent started", in.cfg.PluginBinary)
+	}
+	return nil
+}

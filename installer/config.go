@@ -1,0 +1,101 @@
+package installer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// OwnConfName is the conflist written in non-chained mode. "00-" makes it
+// sort before the configs CNIs ship (05-cilium, 10-calico, 10-flannel...),
+// and runtimes use the lexically first config.
+const OwnConfName = "00-sluice.conflist"
+
+// DefaultResyncInterval is the safety net behind fsnotify: a missed event
+// is repaired no later than this.
+const DefaultResyncInterval = 10 * time.Second
+
+// Config says what to keep in place and where.
+type Config struct {
+	// BinDirs get a copy of PluginBinary named "sluice" each (runtimes
+	// differ: /opt/cni/bin, /usr/libexec/cni, /home/kubernetes/bin).
+	BinDirs []string
+	// ConfDir holds the CNI configs the runtime reads (/etc/cni/net.d).
+	ConfDir string
+	// ConfName is the primary config file in ConfDir to chain into. Empty
+	// means the lexically first valid .conf/.conflist/.json that is not
+	// OwnConfName, which is the file runtimes use. Unused when not Chained.
+	ConfName string
+	// Chained inserts the sluice entry as the last plugin of the primary
+	// config. Otherwise the installer writes OwnConfName holding only the
+	// sluice plugin and leaves every other file alone.
+	Chained bool
+	// PluginBinary is the file copied into BinDirs.
+	PluginBinary string
+	// PluginConfig holds the keys of our entry besides "type": "sluice".
+	PluginConfig map[string]any
+	// ResyncInterval re-checks everything even without events; zero means
+	// DefaultResyncInterval.
+	ResyncInterval time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// OnChange, when set, is called with every readiness change, from the
+	// installer's goroutine; it must not block.
+	OnChange func(ready bool, reason string)
+}
+
+func (c Config) withDefaults() Config {
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = DefaultResyncInterval
+	}
+	c.ConfDir = filepath.Clean(c.ConfDir)
+	c.BinDirs = slices.Clone(c.BinDirs)
+	for i, d := range c.BinDirs {
+		c.BinDirs[i] = filepath.Clean(d)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if len(c.BinDirs) == 0 {
+		errs = append(errs, errors.New("no plugin binary directory"))
+	}
+	for _, d := range c.BinDirs {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, fmt.Errorf("plugin binary directory %q is not absolute", d))
+		}
+	}
+	if !filepath.IsAbs(c.ConfDir) {
+		errs = append(errs, fmt.Errorf("CNI config directory %q is not absolute", c.ConfDir))
+	}
+	if c.ConfName != "" && (filepath.Base(c.ConfName) != c.ConfName || !isConfFile(c.ConfName)) {
+		errs = append(errs, fmt.Errorf("primary config name %q is not a .conf, .conflist or .json file name", c.ConfName))
+	}
+	if c.Chained && c.ConfName == OwnConfName {
+		errs = append(errs, fmt.Errorf("primary config name %q is the installer's own file", c.ConfName))
+	}
+	if c.PluginBinary == "" {
+		errs = append(errs, errors.New("no plugin binary to install"))
+	}
+	if c.ResyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("negative resync interval %s", c.ResyncInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// isConfFile reports whether a runtime would read name as a CNI config, the
+// same extensions libcni and containerd use.
+func isConfFile(name string) bool {
+	switch filepath.Ext(name) {
+	case ".conf", ".conflist", ".json":
+		return true
+	}
+	return false
+}

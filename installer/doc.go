@@ -1,0 +1,21 @@
+// Package installer keeps the sluice CNI plugin in place on a node: the
+// plugin binary in every CNI bin directory, and the "sluice" entry in the
+// CNI config the runtime reads. It runs inside sluice-agent and knows
+// nothing of pods.
+//
+// Chained mode inserts the entry as the last plugin of the primary conflist
+// (converting a single-plugin .conf into a .conflist first); non-chained
+// mode writes OwnConfName with the sluice plugin alone. Every file is
+// published by temp file, fsync, rename and directory fsync, and every
+// conflist is checked with libcni before the rename, so the runtime never
+// reads a partial or broken file. Edits are byte-preserving: the other
+// plugins and the rest of the file keep their exact bytes, and a second run
+// produces the same bytes, so an unchanged file is never rewritten.
+//
+// Run watches the directories with fsnotify (plus a periodic resync) and
+// repairs any change within a second. Files the installer does not own are
+// never touched while they are invalid, and a deleted primary config is
+// waited for, not recreated. Ready is true only while the binary (by hash)
+// and the entry are in place. Uninstall removes only the entry, never the
+// binary.
+package installer

@@ -1,0 +1,220 @@
+package installer
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Installer keeps the sluice plugin binary and its CNI config entry in place.
+// Create it with New, start it with Run, read its state with Ready.
+type Installer struct {
+	cfg     Config
+	log     *slog.Logger
+	entry   []byte   // our plugin object, compact
+	own     []byte   // the whole OwnConfName file, non-chained mode only
+	srcHash [32]byte // sha256 of PluginBinary, read once in New
+
+	// mu serialises syncs and Uninstall; the fields below it are only
+	// touched with it held.
+	mu          sync.Mutex
+	uninstalled bool
+	verified    map[string]os.FileInfo // binaries whose content matched srcHash
+	placed      map[string]bool        // targets that were in place once: writing one again is a restore
+	primary     string                 // the conflist our entry was last placed in
+	warnedOnce  map[string]bool        // log lines that would repeat on every resync
+	restores    restoreLog
+
+	stateMu sync.Mutex
+	ready   bool
+	reason  string
+	stats   Stats
+}
+
+// Stats counts what the installer did, for metrics.
+type Stats struct {
+	// Writes counts files the installer wrote or removed.
+	Writes uint64
+	// Restores counts writes that put back something that had already been
+	// in place, i.e. repairs of someone else's change.
+	Restores uint64
+	// LastRestore is the most recent restore; zero if there was none.
+	LastRestore Restore
+}
+
+// Restore is one repair: which file, what had happened to it, and when.
+type Restore struct {
+	Time time.Time
+	Path string
+	What string
+}
+
+// New checks cfg and reads the plugin binary's hash; it touches nothing on
+// the node.
+func New(cfg Config) (*Installer, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("invalid installer config: %w", err)
+	}
+	entry, err := Entry(cfg.PluginConfig)
+	if err != nil {
+		return nil, err
+	}
+	in := &Installer{
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "installer"),
+		entry:      entry,
+		verified:   map[string]os.FileInfo{},
+		placed:     map[string]bool{},
+		warnedOnce: map[string]bool{},
+		restores:   restoreLog{},
+		reason:     "not installed yet",
+	}
+	if !cfg.Chained {
+		if in.own, err = OwnConflist(entry); err != nil {
+			return nil, err
+		}
+	}
+	if in.srcHash, err = hashFile(cfg.PluginBinary); err != nil {
+		return nil, fmt.Errorf("read plugin binary to install: %w", err)
+	}
+	return in, nil
+}
+
+// Ready reports whether the plugin binary (by content hash) and our CNI
+// config entry are in place, and if not, why.
+func (in *Installer) Ready() (bool, string) {
+	in.stateMu.Lock()
+	defer in.stateMu.Unlock()
+	return in.ready, in.reason
+}
+
+// Stats returns a snapshot of the installer's counters.
+func (in *Installer) Stats() Stats {
+	in.stateMu.Lock()
+	defer in.stateMu.Unlock()
+	return in.stats
+}
+
+// Uninstall removes our entry from the primary conflist (chained) or removes
+// OwnConfName (non-chained), atomically, and stops a running Run from
+// putting it back. The plugin binary stays: a pod sandbox being torn down
+// may still need it for DEL, and a config without our entry never calls it.
+func (in *Installer) Uninstall() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.uninstalled = true
+	defer in.setState(false, "uninstalled")
+
+	if !in.cfg.Chained {
+		in.countWrite()
+		return removeFile(filepath.Join(in.cfg.ConfDir, OwnConfName))
+	}
+	path := in.primary
+	if path == "" {
+		p, err := in.findPrimary()
+		if err != nil {
+			return fmt.Errorf("find primary config to uninstall from: %w", err)
+		}
+		path = p.path
+	}
+	return in.dropEntry(path)
+}
+
+// sync makes one pass: every binary, then the config. It is idempotent:
+// what is already in place is not written again.
+func (in *Installer) sync() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.uninstalled {
+		return
+	}
+	var problems []string
+	for _, dir := range in.cfg.BinDirs {
+		if err := in.syncBinary(dir); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if err := in.syncConf(); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) > 0 {
+		in.setState(false, strings.Join(problems, "; "))
+		return
+	}
+	in.setState(true, "plugin binary and CNI config entry in place")
+}
+
+// repairing drops readiness before a write, so a reader never sees "ready"
+// while something is missing, and counts the write as a restore when the
+// target had been in place before.
+func (in *Installer) repairing(path, what string) {
+	in.setState(false, fmt.Sprintf("writing %s: %s", path, what))
+	in.countWrite()
+	if !in.placed[path] {
+		in.log.Info("installing", "path", path, "reason", what)
+		return
+	}
+	now := time.Now()
+	in.log.Info("restoring", "path", path, "change", what)
+	in.stateMu.Lock()
+	in.stats.Restores++
+	in.stats.LastRestore = Restore{Time: now, Path: path, What: what}
+	in.stateMu.Unlock()
+	in.restores.record(in.log, now, path, what)
+}
+
+func (in *Installer) countWrite() {
+	in.stateMu.Lock()
+	in.stats.Writes++
+	in.stateMu.Unlock()
+}
+
+func (in *Installer) setState(ready bool, reason string) {
+	in.stateMu.Lock()
+	changed := in.ready != ready || in.reason != reason
+	in.ready, in.reason = ready, reason
+	in.stateMu.Unlock()
+	if !changed {
+		return
+	}
+	if ready {
+		in.log.Info("ready", "reason", reason)
+	} else {
+		in.log.Warn("not ready", "reason", reason)
+	}
+	if in.cfg.OnChange != nil {
+		in.cfg.OnChange(ready, reason)
+	}
+}
+
+// warnOnce logs msg the first time key is seen, so a condition that
+// persists across resyncs is reported once, not every few seconds.
+func (in *Installer) warnOnce(key, msg string, args ...any) {
+	if in.warnedOnce[key] {
+		return
+	}
+	in.warnedOnce[key] = true
+	in.log.Warn(msg, args...)
+}
+
+func hashFile(path string) ([32]byte, error) {
+	var sum [32]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum, fmt.Errorf("hash %s: %w", path, err)
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}
