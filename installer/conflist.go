@@ -42,32 +42,38 @@ func InsertEntry(conflist, entry []byte) ([]byte, error) {
 
 	// The new entry is separated from the last plugin by the same bytes
 	// that separate the plugins already there, so RemoveEntry can cut
-	// exactly what was added and get the original file back.
-	var sep []byte
-	at := l.open + 1
+	// exactly what was added and get the original file back. An empty
+	// list (all its plugins were ours) is laid out afresh.
+	var sep, tail []byte
+	from, to := l.open+1, l.close
+	unit := indentUnit(base)
 	switch n := len(l.plugins); {
 	case n >= 2:
 		sep = base[l.plugins[n-2].end:l.plugins[n-1].start]
-		at = l.plugins[n-1].end
+		from, to = l.plugins[n-1].end, l.plugins[n-1].end
 	case n == 1:
 		sep = append([]byte{','}, base[l.open+1:l.plugins[0].start]...)
-		at = l.plugins[0].end
+		from, to = l.plugins[0].end, l.plugins[0].end
+	case bytes.IndexByte(base[l.open:l.close], '\n') >= 0:
+		ind := lineIndent(base, l.open)
+		sep, tail = []byte("\n"+ind+unit), []byte("\n"+ind)
 	}
 
 	formatted := ent
 	if i := bytes.LastIndexByte(sep, '\n'); i >= 0 {
 		var b bytes.Buffer
-		if err := json.Indent(&b, ent, string(sep[i+1:]), indentUnit(base)); err != nil {
+		if err := json.Indent(&b, ent, string(sep[i+1:]), unit); err != nil {
 			return nil, fmt.Errorf("indent sluice entry: %w", err)
 		}
 		formatted = b.Bytes()
 	}
 
-	out := make([]byte, 0, len(base)+len(sep)+len(formatted))
-	out = append(out, base[:at]...)
+	out := make([]byte, 0, len(base)+len(sep)+len(formatted)+len(tail))
+	out = append(out, base[:from]...)
 	out = append(out, sep...)
 	out = append(out, formatted...)
-	out = append(out, base[at:]...)
+	out = append(out, tail...)
+	out = append(out, base[to:]...)
 	if err := validateConflist(out, true); err != nil {
 		return nil, fmt.Errorf("conflist with sluice entry inserted: %w", err)
 	}
@@ -176,6 +182,12 @@ func indentUnit(data []byte) string {
 	return "  "
 }
 
+// lineIndent is the whitespace that starts the line holding data[at].
+func lineIndent(data []byte, at int) string {
+	line := data[bytes.LastIndexByte(data[:at], '\n')+1 : at]
+	return string(line[:len(line)-len(bytes.TrimLeft(line, " \t"))])
+}
+
 // validateConflist parses data as the runtime will. With wantLast set, the
 // last plugin must also be ours.
 func validateConflist(data []byte, wantLast bool) error {
@@ -202,6 +214,7 @@ type pluginSpan struct {
 // plugins is where the plugins array sits in a conflist's bytes.
 type plugins struct {
 	open    int // offset of '['
+	close   int // offset of ']'
 	plugins []pluginSpan
 }
 
@@ -283,5 +296,6 @@ func (l *plugins) readArray(dec *json.Decoder) error {
 	if _, err := dec.Token(); err != nil {
 		return fmt.Errorf("read end of plugins: %w", err)
 	}
+	l.close = int(dec.InputOffset()) - 1
 	return nil
 }

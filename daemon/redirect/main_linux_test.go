@@ -22,8 +22,15 @@ func TestMain(m *testing.M) {
 	if target := os.Getenv(dialEnv); target != "" {
 		os.Exit(childDial(target))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for _, f := range cleanups {
+		f()
+	}
+	os.Exit(code)
 }
+
+// cleanups run once after all tests, for state shared between them.
+var cleanups []func()
 
 // childDial enters the netns passed as fd 3 (it keeps CAP_SYS_ADMIN as an
 // ambient capability for that alone), dials "network address" and prints

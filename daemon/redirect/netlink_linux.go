@@ -49,6 +49,9 @@ func nlSet(s set, id uint32) (*nftables.Set, []nftables.SetElement) {
 		elems = intervalElements(s.prefixes)
 	case setIfnames:
 		ns.KeyType = nftables.TypeIFName
+		// nft keeps strings in host byte order and, told otherwise by the
+		// set's userdata, lists the names as empty strings.
+		ns.KeyByteOrder = binaryutil.NativeEndian
 		for _, n := range s.ifnames {
 			elems = append(elems, nftables.SetElement{Key: ifname(n)})
 		}

@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -74,6 +75,8 @@ func newTopology(t *testing.T) *topology {
 	serveTCP(t, tp.pod, "[::]:15001", "proxy-out", true)
 	serveTCP(t, tp.pod, "[::]:15006", "proxy-in", true)
 	serveTCP(t, tp.pod, "[::]:15053", "dns-proxy-tcp", true)
+	// REDIRECT sends local UDP to 127.0.0.1 or ::1; the answer must come
+	// from there for conntrack to map it back, as a real DNS proxy's does.
 	for _, addr := range []string{"127.0.0.1:15053", "[::1]:15053"} {
 		serveUDP(t, tp.pod, addr, "dns-proxy")
 	}
@@ -83,7 +86,9 @@ func newTopology(t *testing.T) *topology {
 	for _, port := range []string{"53", "80", "81"} {
 		serveTCP(t, tp.node, "[::]:"+port, "node-"+port, false)
 	}
-	serveUDP(t, tp.node, "[::]:53", "node-dns")
+	// Bound to the service address: an unbound UDP socket would answer
+	// from the veth address and the client's connected socket would drop it.
+	serveUDP(t, tp.node, "10.96.0.10:53", "node-dns")
 	return tp
 }
 
@@ -137,8 +142,8 @@ func serveUDP(t *testing.T, ns *nstest.NS, addr, name string) {
 	}()
 }
 
-// dial connects from inside ns as this (root) process.
-func dial(t *testing.T, ns *nstest.NS, network, addr string) string {
+// dialFrom connects from inside ns as this (root) process.
+func dialFrom(t *testing.T, ns *nstest.NS, network, addr string) string {
 	t.Helper()
 	var line string
 	if err := ns.Do(func() (err error) { line, err = exchange(network, addr); return err }); err != nil {
@@ -155,15 +160,11 @@ func dialAs(t *testing.T, ns *nstest.NS, uid, gid uint32, network, addr string) 
 		t.Fatal(err)
 	}
 	defer nsFile.Close()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self)
+	cmd := exec.Command(childBinary(t))
 	cmd.Env = append(os.Environ(), dialEnv+"="+network+" "+addr)
 	cmd.ExtraFiles = []*os.File{nsFile} // fd 3 in the child
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential:  &syscall.Credential{Uid: uid, Gid: gid, NoSetGroups: false},
+		Credential:  &syscall.Credential{Uid: uid, Gid: gid},
 		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN},
 	}
 	var stderr strings.Builder
@@ -179,8 +180,39 @@ func dialAs(t *testing.T, ns *nstest.NS, uid, gid uint32, network, addr string) 
 	return strings.TrimSpace(string(out))
 }
 
-func hostPort(addr string, port string) string {
-	return net.JoinHostPort(addr, port)
+var (
+	childOnce sync.Once
+	childPath string
+	childErr  error
+)
+
+// childBinary is a copy of the test binary that other uids can execute:
+// go test builds it in a directory only root may enter.
+func childBinary(t *testing.T) string {
+	t.Helper()
+	childOnce.Do(func() {
+		var self, dir string
+		if self, childErr = os.Executable(); childErr != nil {
+			return
+		}
+		if dir, childErr = os.MkdirTemp("", "sluice-redirect-child-"); childErr != nil {
+			return
+		}
+		cleanups = append(cleanups, func() { os.RemoveAll(dir) })
+		if childErr = os.Chmod(dir, 0o755); childErr != nil {
+			return
+		}
+		var data []byte
+		if data, childErr = os.ReadFile(self); childErr != nil {
+			return
+		}
+		childPath = filepath.Join(dir, "redirect.test")
+		childErr = os.WriteFile(childPath, data, 0o755)
+	})
+	if childErr != nil {
+		t.Fatalf("copy test binary for child processes: %v", childErr)
+	}
+	return childPath
 }
 
 func mustApply(t *testing.T, tp *topology, s Spec) *Ruleset {
@@ -201,5 +233,3 @@ func expect(t *testing.T, what, got, want string) {
 		t.Errorf("%s: got %q, want %q", what, got, want)
 	}
 }
-
-var _ = netip.Addr{}

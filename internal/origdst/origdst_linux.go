@@ -18,8 +18,9 @@ const ip6tSOOriginalDst = 80
 // Get returns c's original destination as conntrack recorded it before
 // REDIRECT (SO_ORIGINAL_DST at SOL_IP for IPv4, IP6T_SO_ORIGINAL_DST at
 // SOL_IPV6 for IPv6). The kernel answers with a sockaddr whose port is in
-// network byte order. A connection that was never NATed gets an error
-// (ENOENT) rather than its own local address.
+// network byte order. For a tracked connection that was not redirected it
+// is simply the address dialled (the socket's local address); with no
+// conntrack entry at all the kernel answers ENOENT.
 func Get(c *net.TCPConn) (netip.AddrPort, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {

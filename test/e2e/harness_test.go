@@ -70,6 +70,7 @@ func buildBinaries(dir string) error {
 		{"bridge", "github.com/containernetworking/plugins/plugins/main/bridge"},
 		{"host-local", "github.com/containernetworking/plugins/plugins/ipam/host-local"},
 		{"loopback", "github.com/containernetworking/plugins/plugins/main/loopback"},
+		{"demo", "github.com/sluicemesh/sluice/hack/demo"},
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
