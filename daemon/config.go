@@ -24,6 +24,8 @@ type config struct {
 	logLevel    string
 	logFormat   string
 	drain       time.Duration
+	resync      time.Duration
+	maxInflight int
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
@@ -41,6 +43,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&c.drain, "drain-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls")
+	fs.DurationVar(&c.resync, "resync-interval", 60*time.Second, "how often every enrolled netns is verified and repaired")
+	fs.IntVar(&c.maxInflight, "max-inflight", 64, "concurrent ADDs; more wait for a slot until their deadline")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -60,6 +64,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if c.resync <= 0 {
+		return nil, fmt.Errorf("--resync-interval must be positive")
+	}
+	if c.maxInflight <= 0 {
+		return nil, fmt.Errorf("--max-inflight must be positive")
 	}
 	return c, nil
 }

@@ -75,7 +75,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 
 	checks := &health.Checks{}
-	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Log: log}
+	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight)}
 	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store}, rpc.Authorizer{AllowedUIDs: uids}, log.With("component", "rpc"))
 	lis, err := rpc.Listen(cfg.socket)
 	if err != nil {
@@ -94,6 +94,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	go func() { errc <- hsrv.Serve(hl) }()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	go store.Resync(ctx, cfg.resync)
 	log.Info("serving", "socket", cfg.socket, "health_addr", hl.Addr().String())
 
 	select {

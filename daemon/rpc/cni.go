@@ -6,7 +6,6 @@ package rpc
 import (
 	"context"
 	"errors"
-	"log/slog"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,7 +31,7 @@ type CNI struct {
 	Policy    Policy
 	Workloads *workloads.Store
 	Ready     Readiness
-	Log       *slog.Logger
+	Inflight  Inflight
 }
 
 func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddResponse, error) {
@@ -43,6 +42,11 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	release, err := s.Inflight.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	pod := podOf(req.Pod)
 	d, err := s.Policy.Decide(ctx, pod)
 	if err != nil {

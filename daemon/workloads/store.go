@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -51,6 +52,8 @@ type Store struct {
 
 	mu   sync.RWMutex
 	recs map[Attachment]*Record
+
+	repairs atomic.Int64
 
 	// Calls for one container are serialised (a retried ADD racing its own
 	// DEL must not interleave); calls for different ones run in parallel.
@@ -298,5 +301,26 @@ func (s *Store) repair(ns netns.NsHandle, r Record) error {
 	if err := redirect.Apply(ns, rs); err != nil {
 		return fmt.Errorf("repair %s: %w", r.Attachment, err)
 	}
+	s.repairs.Add(1)
 	return nil
+}
+
+// Repairs counts rulesets re-applied because the kernel drifted.
+func (s *Store) Repairs() int64 { return s.repairs.Load() }
+
+// Resync reconciles every interval until ctx ends, so a table someone
+// flushed or edited is restored without waiting for a CNI call.
+func (s *Store) Resync(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("resync left errors", "err", err)
+			}
+		}
+	}
 }

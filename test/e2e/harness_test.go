@@ -366,3 +366,7 @@ func child(args []string) int {
 	fmt.Println(status.Code(err))
 	return 0
 }
+
+func contextWithTimeout(t *testing.T, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.Context(), d)
+}
