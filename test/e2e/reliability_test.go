@@ -348,4 +348,3 @@ func agentRSS(t *testing.T, a *agent) int64 {
 	t.Fatal("no VmRSS")
 	return 0
 }
-
