@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicemesh/sluice/daemon/health"
+	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
@@ -74,9 +75,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		log.Warn("reconcile at start left errors", "err", err)
 	}
 
+	m := metrics.New()
+	store.OnApply = func(d time.Duration) { m.ApplySeconds.Observe(d.Seconds()) }
+	m.ByLabel("workloads_enrolled", "Enrolled workloads by capture mode.", "mode", store.CountByMode)
+	m.Func("counter", "drift_repairs_total", "Rulesets re-applied because the kernel drifted.", func() float64 { return float64(store.Repairs()) })
+
 	checks := &health.Checks{}
 	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight)}
-	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store}, rpc.Authorizer{AllowedUIDs: uids}, log.With("component", "rpc"))
+	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
 	lis, err := rpc.Listen(cfg.socket)
 	if err != nil {
 		return err
@@ -86,7 +92,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 	errc := make(chan error, 2)
 	go func() { errc <- gs.Serve(lis) }()
-	hsrv := &http.Server{Addr: cfg.healthAddr, Handler: health.Handler(checks), ReadHeaderTimeout: 5 * time.Second}
+	hsrv := &http.Server{Addr: cfg.healthAddr, Handler: health.Handler(checks, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	hl, err := net.Listen("tcp", cfg.healthAddr)
 	if err != nil {
 		gs.Stop()

@@ -1,5 +1,6 @@
 // Package health serves the kubelet's probes: /healthz (the process is
-// alive and serving HTTP) and /readyz (every readiness check passes).
+// alive and serving HTTP) and /readyz (every readiness check passes), and
+// hosts /metrics on the same address.
 package health
 
 import (
@@ -44,9 +45,12 @@ func (c *Checks) Ready() (bool, string) {
 	return true, ""
 }
 
-// Handler serves /healthz and /readyz.
-func Handler(c *Checks) http.Handler {
+// Handler serves /healthz, /readyz and, when given, /metrics.
+func Handler(c *Checks, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

@@ -14,7 +14,7 @@ func TestReadyz(t *testing.T) {
 	var installed atomic.Bool
 	c.Add("grpc", func() (bool, string) { return true, "" })
 	c.Add("installer", func() (bool, string) { return installed.Load(), "conflist entry missing" })
-	srv := httptest.NewServer(Handler(c))
+	srv := httptest.NewServer(Handler(c, nil))
 	defer srv.Close()
 
 	get := func(path string) (int, string) {

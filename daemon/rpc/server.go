@@ -19,11 +19,16 @@ const MaxRequestBytes = 1 << 20
 
 // NewServer builds the gRPC server with every service registered: CNI,
 // Debug, grpc.health.v1 and reflection, all behind the peer-uid check.
-func NewServer(cni *CNI, debug *Debug, auth Authorizer, log *slog.Logger) (*grpc.Server, *health.Server) {
+// observe, when non-nil, sees every unary call after the uid check (metrics).
+func NewServer(cni *CNI, debug *Debug, auth Authorizer, observe grpc.UnaryServerInterceptor, log *slog.Logger) (*grpc.Server, *health.Server) {
+	unary := []grpc.UnaryServerInterceptor{auth.Unary, logCalls(log)}
+	if observe != nil {
+		unary = append(unary, observe)
+	}
 	gs := grpc.NewServer(
 		grpc.Creds(PeerCreds{}),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
-		grpc.ChainUnaryInterceptor(auth.Unary, logCalls(log)),
+		grpc.ChainUnaryInterceptor(unary...),
 		grpc.StreamInterceptor(auth.Stream),
 	)
 	sluicev1.RegisterCNIServer(gs, cni)

@@ -54,6 +54,8 @@ type Store struct {
 	recs map[Attachment]*Record
 
 	repairs atomic.Int64
+	// OnApply, when set before serving, observes each ruleset transaction.
+	OnApply func(time.Duration)
 
 	// Calls for one container are serialised (a retried ADD racing its own
 	// DEL must not interleave); calls for different ones run in parallel.
@@ -109,7 +111,7 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	if err := s.writeRecord(&r); err != nil {
 		return err
 	}
-	if err := redirect.Apply(ns, rs); err != nil {
+	if err := s.apply(ns, rs); err != nil {
 		s.forget(r.Attachment)
 		return fmt.Errorf("apply ruleset to %s (netns %s): %w", r.Attachment, r.Netns, err)
 	}
@@ -117,6 +119,26 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	s.recs[r.Attachment] = &r
 	s.mu.Unlock()
 	return nil
+}
+
+func (s *Store) apply(ns netns.NsHandle, rs *redirect.Ruleset) error {
+	start := time.Now()
+	err := redirect.Apply(ns, rs)
+	if s.OnApply != nil {
+		s.OnApply(time.Since(start))
+	}
+	return err
+}
+
+// CountByMode counts enrolled workloads by capture mode.
+func (s *Store) CountByMode() map[string]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := map[string]int{}
+	for _, r := range s.recs {
+		out[string(r.Spec.Mode)]++
+	}
+	return out
 }
 
 // forget drops a record whose kernel state failed to apply.
@@ -298,7 +320,7 @@ func (s *Store) repair(ns netns.NsHandle, r Record) error {
 		return nil
 	}
 	s.log.Warn("ruleset drifted; re-applying", "attachment", r.Attachment.String(), "drift", drift)
-	if err := redirect.Apply(ns, rs); err != nil {
+	if err := s.apply(ns, rs); err != nil {
 		return fmt.Errorf("repair %s: %w", r.Attachment, err)
 	}
 	s.repairs.Add(1)

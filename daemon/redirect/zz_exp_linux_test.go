@@ -1,0 +1,83 @@
+package redirect
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/vishvananda/netns"
+)
+
+func expVariant(h netns.NsHandle, r *Ruleset, v string) error {
+	conn, err := dial(h)
+	if err != nil {
+		return err
+	}
+	switch v {
+	case "noop":
+		return nil
+	case "table":
+		conn.AddTable(table)
+		return conn.Flush()
+	case "adddeladd-table":
+		conn.AddTable(table)
+		conn.DelTable(table)
+		conn.AddTable(table)
+		return conn.Flush()
+	case "full-nodel", "full":
+		conn.AddTable(table)
+		if v == "full" {
+			conn.DelTable(table)
+			conn.AddTable(table)
+		}
+	case "regularchains":
+		conn.AddTable(table)
+		conn.AddChain(&nftables.Chain{Name: "x", Table: table})
+		return conn.Flush()
+	case "natchain1":
+		conn.AddTable(table)
+		conn.AddChain(nlChain(r.chains[0]))
+		return conn.Flush()
+	}
+	p := newProgram(r)
+	for i, s := range p.sets {
+		if err := conn.AddSet(s, p.elems[i]); err != nil {
+			return err
+		}
+	}
+	for _, c := range p.chains {
+		conn.AddChain(c)
+	}
+	for _, rl := range p.rules {
+		conn.AddRule(rl)
+	}
+	return conn.Flush()
+}
+
+func TestExpVariants(t *testing.T) {
+	r, _ := Build(DefaultSpec())
+	for _, v := range []string{"noop", "table", "adddeladd-table", "regularchains", "natchain1", "full-nodel", "full", "full-again"} {
+		var ds []time.Duration
+		for i := 0; i < 30; i++ {
+			ns := nstest.New(t, fmt.Sprintf("p%d", i))
+			h := ns.Handle(t)
+			vv := v
+			if v == "full-again" {
+				if err := expVariant(h, r, "full"); err != nil {
+					t.Fatal(err)
+				}
+				vv = "full"
+			}
+			st := time.Now()
+			if err := expVariant(h, r, vv); err != nil {
+				t.Fatal(v, err)
+			}
+			ds = append(ds, time.Since(st))
+		}
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		t.Logf("%-18s p50 %v min %v max %v", v, ds[len(ds)/2], ds[0], ds[len(ds)-1])
+	}
+}
