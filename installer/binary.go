@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/sluicemesh/sluice/installer/conflist"
 )
 
 const binaryPerm fs.FileMode = 0o755
@@ -19,7 +21,7 @@ func (in *Installer) syncBinary(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create plugin binary directory: %w", err)
 	}
-	target := filepath.Join(dir, PluginType)
+	target := filepath.Join(dir, conflist.PluginType)
 	what, err := in.checkBinary(target)
 	if err != nil {
 		return err

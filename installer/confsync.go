@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/sluicemesh/sluice/installer/conflist"
 )
 
 const ownConfPerm fs.FileMode = 0o644
@@ -58,7 +59,7 @@ func (in *Installer) syncChained() error {
 			return err
 		}
 	}
-	want, err := InsertEntry(list, in.entry)
+	want, err := conflist.InsertEntry(list, in.entry)
 	if err != nil {
 		return fmt.Errorf("insert sluice entry into %s: %w", p.path, err)
 	}
@@ -88,7 +89,7 @@ func (in *Installer) syncChained() error {
 // overwrite a .conflist of the same stem that belongs to another network;
 // one of the same network is our earlier conversion, rewritten by its CNI.
 func (in *Installer) convertible(p primaryConf) ([]byte, error) {
-	list, err := ConfToConflist(p.data)
+	list, err := conflist.FromConf(p.data)
 	if err != nil {
 		return nil, fmt.Errorf("convert %s to a conflist: %w", p.path, err)
 	}
@@ -116,11 +117,11 @@ func describeChange(p primaryConf) string {
 	if !p.conflist {
 		return fmt.Sprintf("single-plugin config %s written, converting it", filepath.Base(p.path))
 	}
-	types, _ := PluginTypes(p.data)
+	types, _ := conflist.PluginTypes(p.data)
 	switch {
-	case !slices.Contains(types, PluginType):
+	case !slices.Contains(types, conflist.PluginType):
 		return fmt.Sprintf("rewritten without the sluice entry (plugins: %s)", strings.Join(types, ", "))
-	case types[len(types)-1] != PluginType:
+	case types[len(types)-1] != conflist.PluginType:
 		return fmt.Sprintf("sluice entry no longer last (plugins: %s)", strings.Join(types, ", "))
 	default:
 		return "sluice entry changed"
@@ -178,7 +179,7 @@ func (in *Installer) dropEntry(path string) error {
 	if err != nil {
 		return fmt.Errorf("read %s to remove the sluice entry: %w", path, err)
 	}
-	out, err := RemoveEntry(data)
+	out, err := conflist.RemoveEntry(data)
 	if err != nil {
 		return fmt.Errorf("remove sluice entry from %s: %w", path, err)
 	}

@@ -5,12 +5,12 @@
 //
 // Chained mode inserts the entry as the last plugin of the primary conflist
 // (converting a single-plugin .conf into a .conflist first); non-chained
-// mode writes OwnConfName with the sluice plugin alone. Every file is
-// published by temp file, fsync, rename and directory fsync, and every
-// conflist is checked with libcni before the rename, so the runtime never
-// reads a partial or broken file. Edits are byte-preserving: the other
-// plugins and the rest of the file keep their exact bytes, and a second run
-// produces the same bytes, so an unchanged file is never rewritten.
+// mode writes OwnConfName with the sluice plugin alone. The byte-level edits
+// live in package conflist: they keep every other plugin's bytes, and a
+// second run gives the same bytes, so an unchanged file is never rewritten.
+// Every file is published by temp file, fsync, rename and directory fsync,
+// and every conflist is checked with libcni before the rename, so the
+// runtime never reads a partial or broken file.
 //
 // Run watches the directories with fsnotify (plus a periodic resync) and
 // repairs any change within a second. Files the installer does not own are

@@ -3,13 +3,14 @@ package installer
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicemesh/sluice/installer/conflist"
 )
 
 // repairBudget is how fast the installer must notice and repair a change.
@@ -125,12 +126,12 @@ func fileIs(path string, want []byte) bool {
 
 func testdata(t *testing.T, name string) []byte {
 	t.Helper()
-	return readTestFile(t, filepath.Join("testdata", "primary", name))
+	return readTestFile(t, filepath.Join("conflist", "testdata", "primary", name))
 }
 
 func mustEntry(t testing.TB, cfg map[string]any) []byte {
 	t.Helper()
-	e, err := Entry(cfg)
+	e, err := conflist.Entry(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,34 +140,9 @@ func mustEntry(t testing.TB, cfg map[string]any) []byte {
 
 func mustInsert(t *testing.T, list []byte) []byte {
 	t.Helper()
-	out, err := InsertEntry(list, mustEntry(t, testEntryConfig))
+	out, err := conflist.InsertEntry(list, mustEntry(t, testEntryConfig))
 	if err != nil {
 		t.Fatal(err)
-	}
-	return out
-}
-
-// otherPlugins returns the exact bytes of every non-sluice plugin, found by
-// plain decoding rather than by the offsets the code under test computes.
-func otherPlugins(t testing.TB, conflist []byte) [][]byte {
-	t.Helper()
-	var doc struct {
-		Plugins []json.RawMessage `json:"plugins"`
-	}
-	if err := json.Unmarshal(conflist, &doc); err != nil {
-		t.Fatalf("decode plugins: %v", err)
-	}
-	var out [][]byte
-	for _, p := range doc.Plugins {
-		var typ struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(p, &typ); err != nil {
-			t.Fatalf("decode plugin type: %v", err)
-		}
-		if typ.Type != PluginType {
-			out = append(out, p)
-		}
 	}
 	return out
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicemesh/sluice/installer/conflist"
 )
 
 // Installer keeps the sluice plugin binary and its CNI config entry in place.
@@ -62,7 +64,7 @@ func New(cfg Config) (*Installer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid installer config: %w", err)
 	}
-	entry, err := Entry(cfg.PluginConfig)
+	entry, err := conflist.Entry(cfg.PluginConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +79,7 @@ func New(cfg Config) (*Installer, error) {
 		reason:     "not installed yet",
 	}
 	if !cfg.Chained {
-		if in.own, err = OwnConflist(entry); err != nil {
+		if in.own, err = conflist.Own(entry); err != nil {
 			return nil, err
 		}
 	}
@@ -155,7 +157,7 @@ func (in *Installer) sync() {
 // while something is missing, and counts the write as a restore when the
 // target had been in place before.
 func (in *Installer) repairing(path, what string) {
-	in.setState(false, fmt.Sprintf("writing %s: %s", path, what))
+	in.updateState(false, fmt.Sprintf("writing %s: %s", path, what))
 	in.countWrite()
 	if !in.placed[path] {
 		in.log.Info("installing", "path", path, "reason", what)
@@ -177,11 +179,7 @@ func (in *Installer) countWrite() {
 }
 
 func (in *Installer) setState(ready bool, reason string) {
-	in.stateMu.Lock()
-	changed := in.ready != ready || in.reason != reason
-	in.ready, in.reason = ready, reason
-	in.stateMu.Unlock()
-	if !changed {
+	if !in.updateState(ready, reason) {
 		return
 	}
 	if ready {
@@ -189,9 +187,19 @@ func (in *Installer) setState(ready bool, reason string) {
 	} else {
 		in.log.Warn("not ready", "reason", reason)
 	}
-	if in.cfg.OnChange != nil {
+}
+
+// updateState records readiness and tells OnChange, without logging: the
+// short not-ready window of a repair is logged as the repair itself.
+func (in *Installer) updateState(ready bool, reason string) bool {
+	in.stateMu.Lock()
+	changed := in.ready != ready || in.reason != reason
+	in.ready, in.reason = ready, reason
+	in.stateMu.Unlock()
+	if changed && in.cfg.OnChange != nil {
 		in.cfg.OnChange(ready, reason)
 	}
+	return changed
 }
 
 // warnOnce logs msg the first time key is seen, so a condition that

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/sluicemesh/sluice/installer/conflist"
 )
 
 // primaryConf is the config file our entry is chained into, as read.
@@ -98,9 +99,9 @@ func readPrimary(path string) (primaryConf, error) {
 		return p, err
 	}
 	if p.conflist {
-		err = validateConflist(p.data, false)
+		err = conflist.Validate(p.data)
 	} else {
-		_, err = ConfToConflist(p.data)
+		_, err = conflist.FromConf(p.data)
 	}
 	if err != nil {
 		return p, fmt.Errorf("%s is not a valid CNI config: %w", path, err)

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/sluicemesh/sluice/installer/conflist"
 )
 
 // settleDelay lets a burst of events (a CNI writing its file in several
@@ -30,11 +32,7 @@ func (in *Installer) Run(ctx context.Context) error {
 	defer w.Close()
 	watched := map[string]os.FileInfo{}
 
-	for _, dir := range in.dirs() {
-		if err := removeStaleTemps(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-			in.log.Warn("could not remove stale temp files", "dir", dir, "err", err)
-		}
-	}
+	in.removeStaleTemps()
 	resync := func() {
 		in.sync()
 		// A directory that was deleted or replaced loses its watch; the
@@ -78,6 +76,18 @@ func (in *Installer) Run(ctx context.Context) error {
 	}
 }
 
+// removeStaleTemps clears what an earlier run left between create and
+// rename; with mu held, so it never races a write of ours.
+func (in *Installer) removeStaleTemps() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, dir := range in.dirs() {
+		if err := removeStaleTemps(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			in.log.Warn("could not remove stale temp files", "dir", dir, "err", err)
+		}
+	}
+}
+
 // dirs lists every directory the installer writes to.
 func (in *Installer) dirs() []string {
 	return append([]string{in.cfg.ConfDir}, in.cfg.BinDirs...)
@@ -87,6 +97,9 @@ func (in *Installer) dirs() []string {
 // replaced since it was, and reports whether it added any.
 func (in *Installer) watch(w *fsnotify.Watcher, watched map[string]os.FileInfo) bool {
 	added := false
+	// fsnotify drops a watch when its directory is deleted; a recreated
+	// directory may even reuse the inode, so ask the watcher as well.
+	live := w.WatchList()
 	for _, dir := range in.dirs() {
 		fi, err := os.Stat(dir)
 		if err != nil {
@@ -94,7 +107,7 @@ func (in *Installer) watch(w *fsnotify.Watcher, watched map[string]os.FileInfo) 
 			delete(watched, dir)
 			continue
 		}
-		if prev, ok := watched[dir]; ok && os.SameFile(prev, fi) {
+		if prev, ok := watched[dir]; ok && os.SameFile(prev, fi) && slices.Contains(live, dir) {
 			continue
 		}
 		_ = w.Remove(dir) // the old inode's watch, if the kernel has not dropped it
@@ -119,7 +132,7 @@ func (in *Installer) relevant(ev fsnotify.Event) bool {
 	switch {
 	case ev.Name == in.cfg.ConfDir || dir == in.cfg.ConfDir && isConfFile(name):
 		return true
-	case name == PluginType:
+	case name == conflist.PluginType:
 		return true
 	}
 	for _, d := range in.cfg.BinDirs {

@@ -1,4 +1,4 @@
-package installer
+package conflist
 
 import (
 	"bytes"
@@ -29,14 +29,11 @@ func TestGoldenPrimaries(t *testing.T) {
 			in := readTestFile(t, f)
 			list := in
 			if filepath.Ext(name) != ".conflist" {
-				if list, err = ConfToConflist(in); err != nil {
-					t.Fatalf("ConfToConflist: %v", err)
+				if list, err = FromConf(in); err != nil {
+					t.Fatalf("FromConf: %v", err)
 				}
 			}
-			hadEntry, err := HasEntry(list)
-			if err != nil {
-				t.Fatal(err)
-			}
+			hadEntry := hasEntry(t, list)
 
 			got, err := InsertEntry(list, entry)
 			if err != nil {
@@ -75,7 +72,9 @@ func golden(t *testing.T, name string, got []byte) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		writeTestFile(t, path, got, 0o644)
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		return
 	}
 	want, err := os.ReadFile(path)
@@ -85,18 +84,6 @@ func golden(t *testing.T, name string, got []byte) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs from golden (run with -update to accept)\n--- got\n%s\n--- want\n%s", name, got, want)
 	}
-}
-
-func pluginsEqual(a, b [][]byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !bytes.Equal(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 func TestInsertEntryRejects(t *testing.T) {
@@ -167,14 +154,14 @@ func TestRemoveEntry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if has, _ := HasEntry(out); has {
+		if hasEntry(t, out) {
 			t.Fatalf("sluice entry left in %s", out)
 		}
 	})
 }
 
-func TestConfToConflist(t *testing.T) {
-	out, err := ConfToConflist(testdata(t, "10-bridge.conf"))
+func TestFromConf(t *testing.T) {
+	out, err := FromConf(testdata(t, "10-bridge.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,10 +172,10 @@ func TestConfToConflist(t *testing.T) {
 	if list.Name != "mynet" || list.CNIVersion != "0.4.0" || len(list.Plugins) != 1 || list.Plugins[0].Network.Type != "bridge" {
 		t.Errorf("converted list = %+v", list)
 	}
-	if _, err := ConfToConflist([]byte(`{"type":"bridge"}`)); err == nil || !strings.Contains(err.Error(), "no network name") {
+	if _, err := FromConf([]byte(`{"type":"bridge"}`)); err == nil || !strings.Contains(err.Error(), "no network name") {
 		t.Errorf("conf without name: err = %v", err)
 	}
-	if _, err := ConfToConflist([]byte(`{"name":"n"}`)); err == nil {
+	if _, err := FromConf([]byte(`{"name":"n"}`)); err == nil {
 		t.Errorf("conf without type converted")
 	}
 }

@@ -1,4 +1,4 @@
-package installer
+package conflist
 
 import (
 	"bytes"
@@ -20,11 +20,11 @@ type conflistDoc struct {
 	Plugins    []json.RawMessage `json:"plugins"`
 }
 
-// ConfToConflist turns a single-plugin .conf into a .conflist of the same
+// FromConf turns a single-plugin .conf into a .conflist of the same
 // network (name and cniVersion) with the plugin as its only element. The
 // plugin keeps its keys in order, all its fields and the spelling of every
 // value; only the whitespace between tokens is re-indented to fit the list.
-func ConfToConflist(conf []byte) ([]byte, error) {
+func FromConf(conf []byte) ([]byte, error) {
 	pc, err := libcni.NetworkPluginConfFromBytes(conf)
 	if err != nil {
 		return nil, fmt.Errorf("parse single-plugin conf: %w", err)
@@ -39,9 +39,9 @@ func ConfToConflist(conf []byte) ([]byte, error) {
 	})
 }
 
-// OwnConflist is the whole file written in non-chained mode: a network named
+// Own is the whole file written in non-chained mode: a network named
 // "sluice" whose only plugin is entry.
-func OwnConflist(entry []byte) ([]byte, error) {
+func Own(entry []byte) ([]byte, error) {
 	ent, err := normalizeEntry(entry)
 	if err != nil {
 		return nil, err
@@ -83,7 +83,7 @@ func encodeConflist(doc conflistDoc) ([]byte, error) {
 	if err := enc.Encode(doc); err != nil {
 		return nil, fmt.Errorf("encode conflist %q: %w", doc.Name, err)
 	}
-	if err := validateConflist(b.Bytes(), false); err != nil {
+	if err := validate(b.Bytes(), false); err != nil {
 		return nil, fmt.Errorf("conflist %q built from conf: %w", doc.Name, err)
 	}
 	return b.Bytes(), nil

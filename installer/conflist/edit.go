@@ -1,4 +1,8 @@
-package installer
+// Package conflist edits CNI network configuration lists as bytes: it
+// inserts and removes the sluice plugin entry and converts single-plugin
+// configs, without re-encoding anything it does not own. Every function is
+// pure; the installer package does the file work.
+package conflist
 
 import (
 	"bytes"
@@ -74,7 +78,7 @@ func InsertEntry(conflist, entry []byte) ([]byte, error) {
 	out = append(out, formatted...)
 	out = append(out, tail...)
 	out = append(out, base[to:]...)
-	if err := validateConflist(out, true); err != nil {
+	if err := validate(out, true); err != nil {
 		return nil, fmt.Errorf("conflist with sluice entry inserted: %w", err)
 	}
 	return out, nil
@@ -98,19 +102,10 @@ func RemoveEntry(conflist []byte) ([]byte, error) {
 	if len(l.plugins) == 0 {
 		return nil, ErrOnlyPlugin
 	}
-	if err := validateConflist(out, false); err != nil {
+	if err := validate(out, false); err != nil {
 		return nil, fmt.Errorf("conflist with sluice entry removed: %w", err)
 	}
 	return out, nil
-}
-
-// HasEntry reports whether conflist holds a sluice entry anywhere.
-func HasEntry(conflist []byte) (bool, error) {
-	l, err := locatePlugins(conflist)
-	if err != nil {
-		return false, err
-	}
-	return l.sluiceIndex() >= 0, nil
 }
 
 // PluginTypes lists the plugin types of conflist in order; used to tell an
@@ -188,9 +183,14 @@ func lineIndent(data []byte, at int) string {
 	return string(line[:len(line)-len(bytes.TrimLeft(line, " \t"))])
 }
 
-// validateConflist parses data as the runtime will. With wantLast set, the
-// last plugin must also be ours.
-func validateConflist(data []byte, wantLast bool) error {
+// Validate parses data as the runtime will and requires at least one
+// plugin.
+func Validate(data []byte) error {
+	return validate(data, false)
+}
+
+// validate is Validate; with wantLast set, the last plugin must be ours.
+func validate(data []byte, wantLast bool) error {
 	list, err := libcni.ConfListFromBytes(data)
 	if err != nil {
 		return err
