@@ -26,6 +26,16 @@ type config struct {
 	drain       time.Duration
 	resync      time.Duration
 	maxInflight int
+
+	install           bool
+	uninstallOnExit   string
+	cniBinDirs        string
+	cniConfDir        string
+	cniConfName       string
+	chained           bool
+	pluginBinary      string
+	pluginTimeout     time.Duration
+	excludeNamespaces string
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
@@ -45,6 +55,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.DurationVar(&c.drain, "drain-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls")
 	fs.DurationVar(&c.resync, "resync-interval", 60*time.Second, "how often every enrolled netns is verified and repaired")
 	fs.IntVar(&c.maxInflight, "max-inflight", 64, "concurrent ADDs; more wait for a slot until their deadline")
+	fs.BoolVar(&c.install, "install", true, "install the plugin binary and its conflist entry, and keep them in place")
+	fs.StringVar(&c.uninstallOnExit, "uninstall-on-exit", "auto", "remove the conflist entry on SIGTERM: true, false, or auto (true standalone; in Kubernetes only when the agent's DaemonSet is being deleted)")
+	fs.StringVar(&c.cniBinDirs, "cni-bin-dir", "/opt/cni/bin", "comma-separated directories the plugin binary is installed into")
+	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "directory of the CNI configs the runtime reads")
+	fs.StringVar(&c.cniConfName, "cni-conf-name", "", "primary config file to chain into; empty: the lexically first valid one")
+	fs.BoolVar(&c.chained, "chained", true, "insert sluice into the primary conflist; false writes an own 00-sluice.conflist")
+	fs.StringVar(&c.pluginBinary, "plugin-binary", "", "the sluice plugin to install; empty: 'sluice' next to this executable")
+	fs.DurationVar(&c.pluginTimeout, "plugin-timeout", 2*time.Second, "the plugin's deadline for each call, written into the conflist entry")
+	fs.StringVar(&c.excludeNamespaces, "exclude-namespaces", "kube-system", "comma-separated namespaces never captured; the plugin skips them even while the agent is down")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -70,6 +89,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if c.maxInflight <= 0 {
 		return nil, fmt.Errorf("--max-inflight must be positive")
+	}
+	switch c.uninstallOnExit {
+	case "auto", "true", "false":
+	default:
+		return nil, fmt.Errorf("--uninstall-on-exit %q: want true, false or auto", c.uninstallOnExit)
 	}
 	return c, nil
 }

@@ -27,10 +27,14 @@ import (
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/rpc"
 	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/installer"
 	"github.com/sluicemesh/sluice/internal/buildinfo"
 )
 
 func main() {
+	if isCommand(os.Args[1:]) {
+		os.Exit(runCommand(os.Args[1], os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
 	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -81,8 +85,18 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	m.Func("counter", "drift_repairs_total", "Rulesets re-applied because the kernel drifted.", func() float64 { return float64(store.Repairs()) })
 
 	checks := &health.Checks{}
+	var inst *installer.Installer
+	if cfg.install {
+		if inst, err = newInstaller(cfg, log); err != nil {
+			return err
+		}
+		checks.Add("installer", inst.Ready)
+		st := func() installer.Stats { return inst.Stats() }
+		m.Func("counter", "installer_writes_total", "Files the installer wrote (installs and repairs).", func() float64 { return float64(st().Writes) })
+		m.Func("counter", "installer_restores_total", "Repairs of a binary or entry someone else removed or changed.", func() float64 { return float64(st().Restores) })
+	}
 	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight)}
-	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
+	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
 	lis, err := rpc.Listen(cfg.socket)
 	if err != nil {
 		return err
@@ -90,7 +104,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	defer os.Remove(cfg.socket)
 	checks.Add("grpc", socketServes(cfg.socket))
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- gs.Serve(lis) }()
 	hsrv := &http.Server{Addr: cfg.healthAddr, Handler: health.Handler(checks, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	hl, err := net.Listen("tcp", cfg.healthAddr)
@@ -101,6 +115,13 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	go func() { errc <- hsrv.Serve(hl) }()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	go store.Resync(ctx, cfg.resync)
+	if inst != nil {
+		go func() {
+			if err := inst.Run(ctx); err != nil {
+				errc <- fmt.Errorf("installer: %w", err)
+			}
+		}()
+	}
 	log.Info("serving", "socket", cfg.socket, "health_addr", hl.Addr().String())
 
 	select {
@@ -112,6 +133,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	hs.Shutdown()
+	if inst != nil && uninstallOnExit(cfg) {
+		// Before the drain: new pods should stop calling a leaving agent.
+		if err := inst.Uninstall(); err != nil {
+			log.Error("uninstall on exit", "err", err)
+		} else {
+			log.Info("removed the sluice conflist entry")
+		}
+	}
 	drain(gs, cfg.drain)
 	hsrv.Close()
 	return nil

@@ -112,7 +112,8 @@ func (in *Installer) Uninstall() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.uninstalled = true
-	defer in.setState(false, "uninstalled")
+	// Asked for, so not worth a warning.
+	defer in.updateState(false, "uninstalled")
 
 	if !in.cfg.Chained {
 		in.countWrite()

@@ -22,6 +22,9 @@ type Decision struct {
 	Capture bool
 	Spec    redirect.Spec // meaningful when Capture
 	Reason  string        // why the pod is passed through, or a note on the mode
+	// Inputs are the policy inputs that shaped Spec, one "source: value"
+	// each, for Debug.Explain.
+	Inputs []string
 }
 
 // Static is the standalone policy: every pod gets the same Spec. It is what
@@ -41,5 +44,6 @@ func NewStatic(spec redirect.Spec) (*Static, error) {
 
 // Decide captures every pod in the static mode.
 func (s *Static) Decide(_ context.Context, _ Pod) (Decision, error) {
-	return Decision{Capture: true, Spec: s.Spec, Reason: "static policy: " + string(s.Spec.Mode)}, nil
+	return Decision{Capture: true, Spec: s.Spec, Reason: "static policy: " + string(s.Spec.Mode),
+		Inputs: []string{"--default-mode: " + string(s.Spec.Mode)}}, nil
 }

@@ -1,35 +1,80 @@
 package redirect
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
-// Apply programs r into the network namespace ns as one netlink batch:
-// add table, delete table, add table, then sets, chains and rules. Adding
-// first makes the delete valid whether or not the table exists, so there is
-// no read round trip, and the kernel commits the batch as one transaction:
-// the pod sees the old ruleset or the new one, never a table half built.
-// Applying the same ruleset again leaves the kernel in the same state.
+// Apply programs r into the network namespace ns in one netlink
+// transaction, so the pod sees the old ruleset or the new one, never a
+// table half built. Applying the same ruleset again leaves the kernel in
+// the same state.
+//
+// It first asks whether the table exists (one GET, no commit):
+//   - absent, the common case of a new pod: one batch creates the table
+//     exclusively (NLM_F_EXCL) with its sets, chains and rules. Nothing is
+//     deleted, so the kernel has nothing to free after an RCU grace period.
+//     Should the table appear between the GET and the batch, the batch
+//     fails whole with EEXIST and Apply falls through to the replace.
+//   - present: one batch adds, deletes and re-adds the table, then fills it.
+//
+// Deleting anything in nf_tables queues the old objects for release after
+// a grace period, and closing a netfilter netlink socket waits for every
+// queued release in the kernel (nft_rcv_nl_event flushes the release work),
+// ~10 ms, also for releases other netns queued. The transaction has
+// committed before the kernel acks it, so the socket is closed off the
+// caller's path (closeLater).
 //
 // The netlink socket is opened inside ns by google/nftables (through
 // mdlayher/socket), on a locked thread of its own that is moved back before
 // it is released; the caller's thread never changes namespace, so Apply is
 // safe to call from many goroutines at once.
 func Apply(ns netns.NsHandle, r *Ruleset) error {
-	conn, err := dial(ns)
+	conn, err := dial(ns, nftables.AsLasting())
 	if err != nil {
 		return fmt.Errorf("apply table inet %s: %w", TableName, err)
 	}
-	conn.AddTable(table)
-	conn.DelTable(table)
-	conn.AddTable(table)
+	defer closeLater(conn)
+	exists, err := tableExists(conn)
+	if err != nil {
+		return fmt.Errorf("apply table inet %s to netns fd %d: %w", TableName, int(ns), err)
+	}
 	p := newProgram(r)
+	if !exists {
+		err = commit(conn, p, false)
+		if !errors.Is(err, unix.EEXIST) {
+			if err != nil {
+				return fmt.Errorf("apply table inet %s to netns fd %d: %w", TableName, int(ns), err)
+			}
+			return nil
+		}
+	}
+	if err := commit(conn, p, true); err != nil {
+		return fmt.Errorf("apply table inet %s to netns fd %d: %w", TableName, int(ns), err)
+	}
+	return nil
+}
+
+// commit sends p as one batch. replace deletes whatever table is there
+// first (add, delete, add: the add makes the delete valid either way);
+// otherwise the table is created exclusively and the batch fails with
+// EEXIST if it already exists.
+func commit(conn *nftables.Conn, p program, replace bool) error {
+	if replace {
+		conn.AddTable(table)
+		conn.DelTable(table)
+		conn.AddTable(table)
+	} else {
+		conn.CreateTable(table)
+	}
 	for i, s := range p.sets {
 		if err := conn.AddSet(s, p.elems[i]); err != nil {
-			return fmt.Errorf("apply table inet %s to netns fd %d: add set %s: %w", TableName, int(ns), s.Name, err)
+			return fmt.Errorf("add set %s: %w", s.Name, err)
 		}
 	}
 	// Every chain exists before the first rule, so jumps always resolve.
@@ -39,25 +84,68 @@ func Apply(ns netns.NsHandle, r *Ruleset) error {
 	for _, rl := range p.rules {
 		conn.AddRule(rl)
 	}
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("apply table inet %s to netns fd %d: %w", TableName, int(ns), err)
+	return conn.Flush()
+}
+
+// tableExists asks the kernel for table inet sluice by name.
+func tableExists(conn *nftables.Conn) (bool, error) {
+	_, err := conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
 	}
-	return nil
+	return false, fmt.Errorf("get table: %w", err)
 }
 
 // Remove deletes table inet sluice from ns. A table that is not there is
-// not an error: add-then-delete in one batch makes both cases the same.
+// not an error, and costs one GET and no commit.
 func Remove(ns netns.NsHandle) error {
-	conn, err := dial(ns)
+	conn, err := dial(ns, nftables.AsLasting())
 	if err != nil {
 		return fmt.Errorf("remove table inet %s: %w", TableName, err)
 	}
+	defer closeLater(conn)
+	exists, err := tableExists(conn)
+	if err != nil {
+		return fmt.Errorf("remove table inet %s from netns fd %d: %w", TableName, int(ns), err)
+	}
+	if !exists {
+		return nil
+	}
+	// Add before delete, so a table someone removed since the GET is not
+	// an error either.
 	conn.AddTable(table)
 	conn.DelTable(table)
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("remove table inet %s from netns fd %d: %w", TableName, int(ns), err)
 	}
 	return nil
+}
+
+// closing hands netlink sockets to one goroutine that closes them. Closing
+// can block for an RCU grace period (see Apply) while nothing the caller
+// needs is left to happen; one closer keeps that to one blocked thread. A
+// full queue closes inline, so a storm slows down rather than piles up.
+var (
+	closing     = make(chan *nftables.Conn, 1024)
+	closerStart sync.Once
+)
+
+func closeLater(conn *nftables.Conn) {
+	closerStart.Do(func() {
+		go func() {
+			for c := range closing {
+				_ = c.CloseLasting()
+			}
+		}()
+	})
+	select {
+	case closing <- conn:
+	default:
+		_ = conn.CloseLasting()
+	}
 }
 
 // dial makes a connection bound to ns. google/nftables treats fd 0 as

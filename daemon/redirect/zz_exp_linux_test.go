@@ -1,8 +1,12 @@
 package redirect
 
 import (
+	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
+	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,11 +16,39 @@ import (
 )
 
 func expVariant(h netns.NsHandle, r *Ruleset, v string) error {
-	conn, err := dial(h)
+	var opts []nftables.ConnOption
+	if strings.HasPrefix(v, "L") {
+		opts = append(opts, nftables.AsLasting())
+	}
+	conn, err := dial(h, opts...)
 	if err != nil {
 		return err
 	}
+	if strings.HasPrefix(v, "L") {
+		defer func() {
+			st := time.Now()
+			conn.CloseLasting()
+			closeDur = append(closeDur, time.Since(st))
+		}()
+	}
 	switch v {
+	case "Lfull":
+		conn.AddTable(table)
+		conn.DelTable(table)
+		conn.AddTable(table)
+	case "Lexcl":
+		conn.CreateTable(table)
+	case "Lget":
+		_, err := conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
+		if err == nil {
+			conn.AddTable(table)
+			conn.DelTable(table)
+			conn.AddTable(table)
+		} else if errors.Is(err, unix.ENOENT) {
+			conn.CreateTable(table)
+		} else {
+			return err
+		}
 	case "noop":
 		return nil
 	case "table":
@@ -27,8 +59,11 @@ func expVariant(h netns.NsHandle, r *Ruleset, v string) error {
 		conn.DelTable(table)
 		conn.AddTable(table)
 		return conn.Flush()
-	case "full-nodel", "full":
+	case "full-nodel", "full", "excl":
 		conn.AddTable(table)
+		if v == "excl" {
+			conn.CreateTable(table)
+		}
 		if v == "full" {
 			conn.DelTable(table)
 			conn.AddTable(table)
@@ -59,17 +94,17 @@ func expVariant(h netns.NsHandle, r *Ruleset, v string) error {
 
 func TestExpVariants(t *testing.T) {
 	r, _ := Build(DefaultSpec())
-	for _, v := range []string{"noop", "table", "adddeladd-table", "regularchains", "natchain1", "full-nodel", "full", "full-again"} {
+	for _, v := range expList() {
 		var ds []time.Duration
 		for i := 0; i < 30; i++ {
 			ns := nstest.New(t, fmt.Sprintf("p%d", i))
 			h := ns.Handle(t)
 			vv := v
-			if v == "full-again" {
+			if strings.HasSuffix(v, "-again") {
 				if err := expVariant(h, r, "full"); err != nil {
 					t.Fatal(err)
 				}
-				vv = "full"
+				vv = strings.TrimSuffix(v, "-again")
 			}
 			st := time.Now()
 			if err := expVariant(h, r, vv); err != nil {
@@ -78,6 +113,20 @@ func TestExpVariants(t *testing.T) {
 			ds = append(ds, time.Since(st))
 		}
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		sort.Slice(closeDur, func(i, j int) bool { return closeDur[i] < closeDur[j] })
+		if len(closeDur) > 0 {
+			t.Logf("   close p50 %v", closeDur[len(closeDur)/2])
+		}
+		closeDur = nil
 		t.Logf("%-18s p50 %v min %v max %v", v, ds[len(ds)/2], ds[0], ds[len(ds)-1])
 	}
+}
+
+var closeDur []time.Duration
+
+func expList() []string {
+	if v := os.Getenv("EXPV"); v != "" {
+		return strings.Split(v, ",")
+	}
+	return []string{"noop", "table", "adddeladd-table", "regularchains", "natchain1", "full-nodel", "full", "full-again"}
 }

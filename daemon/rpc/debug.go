@@ -16,6 +16,7 @@ import (
 type Debug struct {
 	sluicev1.UnimplementedDebugServer
 	Workloads *workloads.Store
+	Policy    Policy
 }
 
 func (d *Debug) ListWorkloads(context.Context, *sluicev1.ListWorkloadsRequest) (*sluicev1.ListWorkloadsResponse, error) {
@@ -63,4 +64,24 @@ func workloadOf(r workloads.Record) *sluicev1.Workload {
 		w.Ips = append(w.Ips, &sluicev1.IPConfig{Address: ip})
 	}
 	return w
+}
+
+// Explain runs the policy for a pod and renders the ruleset ADD would
+// program, touching nothing.
+func (d *Debug) Explain(ctx context.Context, req *sluicev1.ExplainRequest) (*sluicev1.ExplainResponse, error) {
+	dec, err := d.Policy.Decide(ctx, podOf(req.Pod))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &sluicev1.ExplainResponse{Capture: dec.Capture, Reason: dec.Reason, Inputs: dec.Inputs}
+	if !dec.Capture {
+		return resp, nil
+	}
+	rs, err := redirect.Build(dec.Spec)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp.Mode = modeOf(dec.Spec.Mode)
+	resp.Ruleset = rs.Render()
+	return resp, nil
 }

@@ -70,25 +70,38 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}
 
+	// The primary CNI's config, as a node would have it before sluice.
+	if err := os.MkdirAll(d.confDir(), 0o755); err != nil {
+		return err
+	}
+	primary := fmt.Sprintf(`{
+  "cniVersion": "1.1.0", "name": "demo",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true,
+     "ipam": {"type": "host-local", "dataDir": %q,
+              "ranges": [[{"subnet": "10.88.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}}
+  ]
+}
+`, filepath.Join(d.dir, "ipam"))
+	if err := os.WriteFile(filepath.Join(d.confDir(), "10-demo.conflist"), []byte(primary), 0o644); err != nil {
+		return err
+	}
+
 	step("starting sluice-agent (standalone, sidecar mode) in the node netns")
 	if err := d.startAgent(ctx, node); err != nil {
 		return err
 	}
 
-	conflist := fmt.Sprintf(`{
-  "cniVersion": "1.1.0", "name": "demo",
-  "plugins": [
-    {"type": "bridge", "bridge": "cni0", "isGateway": true,
-     "ipam": {"type": "host-local", "dataDir": %q,
-              "ranges": [[{"subnet": "10.88.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
-    {"type": "sluice", "socket": %q, "timeout": "2s"}
-  ]
-}`, filepath.Join(d.dir, "ipam"), d.socket)
-	conf, err := libcni.ConfListFromBytes([]byte(conflist))
+	step("sluice-agent installed itself: %s", filepath.Join(d.confDir(), "10-demo.conflist"))
+	conf, err := libcni.LoadConfList(d.confDir(), "demo")
 	if err != nil {
 		return err
 	}
-	cni := libcni.NewCNIConfigWithCacheDir([]string{d.bin, d.plugins}, filepath.Join(d.dir, "cache"), nil)
+	installed, _ := os.ReadFile(filepath.Join(d.confDir(), "10-demo.conflist"))
+	for _, l := range strings.Split(strings.TrimSpace(string(installed)), "\n") {
+		fmt.Println("  |", l)
+	}
+	cni := libcni.NewCNIConfigWithCacheDir([]string{d.cniBin(), d.plugins}, filepath.Join(d.dir, "cache"), nil)
 	ips := map[string]string{}
 	var attached []*libcni.RuntimeConf
 	defer func() {
@@ -170,7 +183,8 @@ func (d *demo) netnsAdd(name string) error {
 func (d *demo) startAgent(ctx context.Context, node string) error {
 	d.agent = exec.Command("ip", "netns", "exec", node, filepath.Join(d.bin, "sluice-agent"),
 		"--socket", d.socket, "--state-dir", filepath.Join(d.dir, "state"),
-		"--netns-roots", "/var/run/netns,/run/netns", "--health-addr", "127.0.0.1:9890", "--log-level", "warn")
+		"--netns-roots", "/var/run/netns,/run/netns", "--health-addr", "127.0.0.1:9890", "--log-level", "warn",
+		"--cni-bin-dir", d.cniBin(), "--cni-conf-dir", d.confDir(), "--plugin-binary", filepath.Join(d.bin, "sluice"))
 	d.agent.Stdout, d.agent.Stderr = os.Stdout, os.Stderr
 	if err := d.agent.Start(); err != nil {
 		return fmt.Errorf("start sluice-agent: %w", err)
@@ -188,6 +202,10 @@ func (d *demo) startAgent(ctx context.Context, node string) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// The demo's own CNI dirs: the agent installs there, never in /opt/cni.
+func (d *demo) confDir() string { return filepath.Join(d.dir, "net.d") }
+func (d *demo) cniBin() string  { return filepath.Join(d.dir, "cni-bin") }
 
 func (d *demo) client() (*grpc.ClientConn, error) {
 	return grpc.NewClient("unix://"+d.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -1436,6 +1436,131 @@ func (x *VersionResponse) GetMinApiVersion() ApiVersion {
 	return ApiVersion_API_VERSION_UNSPECIFIED
 }
 
+type ExplainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pod           *PodRef                `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest) Reset() {
+	*x = ExplainRequest{}
+	mi := &file_sluice_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest) ProtoMessage() {}
+
+func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ExplainRequest) GetPod() *PodRef {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
+}
+
+type ExplainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether ADD would capture the pod, and in which mode.
+	Capture bool `protobuf:"varint,1,opt,name=capture,proto3" json:"capture,omitempty"`
+	Mode    Mode `protobuf:"varint,2,opt,name=mode,proto3,enum=sluice.v1.Mode" json:"mode,omitempty"`
+	// The policy's reason: why the pod is passed through, or which mode applies.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The policy inputs that shaped the ruleset, one "source: value" each
+	// (e.g. an annotation and its value).
+	Inputs []string `protobuf:"bytes,4,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// The ruleset ADD would program, as nft text; empty when not captured.
+	Ruleset       string `protobuf:"bytes,5,opt,name=ruleset,proto3" json:"ruleset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResponse) Reset() {
+	*x = ExplainResponse{}
+	mi := &file_sluice_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResponse) ProtoMessage() {}
+
+func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ExplainResponse) GetCapture() bool {
+	if x != nil {
+		return x.Capture
+	}
+	return false
+}
+
+func (x *ExplainResponse) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *ExplainResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetInputs() []string {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetRuleset() string {
+	if x != nil {
+		return x.Ruleset
+	}
+	return ""
+}
+
 var File_sluice_v1_agent_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_agent_proto_rawDesc = "" +
@@ -1542,7 +1667,15 @@ const file_sluice_v1_agent_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x126\n" +
 	"\vapi_version\x18\x02 \x01(\x0e2\x15.sluice.v1.ApiVersionR\n" +
 	"apiVersion\x12=\n" +
-	"\x0fmin_api_version\x18\x03 \x01(\x0e2\x15.sluice.v1.ApiVersionR\rminApiVersion*<\n" +
+	"\x0fmin_api_version\x18\x03 \x01(\x0e2\x15.sluice.v1.ApiVersionR\rminApiVersion\"5\n" +
+	"\x0eExplainRequest\x12#\n" +
+	"\x03pod\x18\x01 \x01(\v2\x11.sluice.v1.PodRefR\x03pod\"\x9a\x01\n" +
+	"\x0fExplainResponse\x12\x18\n" +
+	"\acapture\x18\x01 \x01(\bR\acapture\x12#\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x0f.sluice.v1.ModeR\x04mode\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06inputs\x18\x04 \x03(\tR\x06inputs\x12\x18\n" +
+	"\aruleset\x18\x05 \x01(\tR\aruleset*<\n" +
 	"\n" +
 	"ApiVersion\x12\x1b\n" +
 	"\x17API_VERSION_UNSPECIFIED\x10\x00\x12\x11\n" +
@@ -1556,11 +1689,12 @@ const file_sluice_v1_agent_proto_rawDesc = "" +
 	"\x03Del\x12\x15.sluice.v1.DelRequest\x1a\x16.sluice.v1.DelResponse\x12:\n" +
 	"\x05Check\x12\x17.sluice.v1.CheckRequest\x1a\x18.sluice.v1.CheckResponse\x12=\n" +
 	"\x06Status\x12\x18.sluice.v1.StatusRequest\x1a\x19.sluice.v1.StatusResponse\x121\n" +
-	"\x02GC\x12\x14.sluice.v1.GCRequest\x1a\x15.sluice.v1.GCResponse2\xeb\x01\n" +
+	"\x02GC\x12\x14.sluice.v1.GCRequest\x1a\x15.sluice.v1.GCResponse2\xad\x02\n" +
 	"\x05Debug\x12R\n" +
 	"\rListWorkloads\x12\x1f.sluice.v1.ListWorkloadsRequest\x1a .sluice.v1.ListWorkloadsResponse\x12L\n" +
 	"\vGetWorkload\x12\x1d.sluice.v1.GetWorkloadRequest\x1a\x1e.sluice.v1.GetWorkloadResponse\x12@\n" +
-	"\aVersion\x12\x19.sluice.v1.VersionRequest\x1a\x1a.sluice.v1.VersionResponseB5Z3github.com/sluicemesh/sluice/api/sluice/v1;sluicev1b\x06proto3"
+	"\aVersion\x12\x19.sluice.v1.VersionRequest\x1a\x1a.sluice.v1.VersionResponse\x12@\n" +
+	"\aExplain\x12\x19.sluice.v1.ExplainRequest\x1a\x1a.sluice.v1.ExplainResponseB5Z3github.com/sluicemesh/sluice/api/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_agent_proto_rawDescOnce sync.Once
@@ -1575,7 +1709,7 @@ func file_sluice_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_sluice_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_sluice_v1_agent_proto_goTypes = []any{
 	(ApiVersion)(0),               // 0: sluice.v1.ApiVersion
 	(Mode)(0),                     // 1: sluice.v1.Mode
@@ -1600,6 +1734,8 @@ var file_sluice_v1_agent_proto_goTypes = []any{
 	(*GetWorkloadResponse)(nil),   // 20: sluice.v1.GetWorkloadResponse
 	(*VersionRequest)(nil),        // 21: sluice.v1.VersionRequest
 	(*VersionResponse)(nil),       // 22: sluice.v1.VersionResponse
+	(*ExplainRequest)(nil),        // 23: sluice.v1.ExplainRequest
+	(*ExplainResponse)(nil),       // 24: sluice.v1.ExplainResponse
 }
 var file_sluice_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.AddRequest.api_version:type_name -> sluice.v1.ApiVersion
@@ -1627,27 +1763,31 @@ var file_sluice_v1_agent_proto_depIdxs = []int32{
 	16, // 22: sluice.v1.GetWorkloadResponse.workload:type_name -> sluice.v1.Workload
 	0,  // 23: sluice.v1.VersionResponse.api_version:type_name -> sluice.v1.ApiVersion
 	0,  // 24: sluice.v1.VersionResponse.min_api_version:type_name -> sluice.v1.ApiVersion
-	6,  // 25: sluice.v1.CNI.Add:input_type -> sluice.v1.AddRequest
-	8,  // 26: sluice.v1.CNI.Del:input_type -> sluice.v1.DelRequest
-	10, // 27: sluice.v1.CNI.Check:input_type -> sluice.v1.CheckRequest
-	12, // 28: sluice.v1.CNI.Status:input_type -> sluice.v1.StatusRequest
-	14, // 29: sluice.v1.CNI.GC:input_type -> sluice.v1.GCRequest
-	17, // 30: sluice.v1.Debug.ListWorkloads:input_type -> sluice.v1.ListWorkloadsRequest
-	19, // 31: sluice.v1.Debug.GetWorkload:input_type -> sluice.v1.GetWorkloadRequest
-	21, // 32: sluice.v1.Debug.Version:input_type -> sluice.v1.VersionRequest
-	7,  // 33: sluice.v1.CNI.Add:output_type -> sluice.v1.AddResponse
-	9,  // 34: sluice.v1.CNI.Del:output_type -> sluice.v1.DelResponse
-	11, // 35: sluice.v1.CNI.Check:output_type -> sluice.v1.CheckResponse
-	13, // 36: sluice.v1.CNI.Status:output_type -> sluice.v1.StatusResponse
-	15, // 37: sluice.v1.CNI.GC:output_type -> sluice.v1.GCResponse
-	18, // 38: sluice.v1.Debug.ListWorkloads:output_type -> sluice.v1.ListWorkloadsResponse
-	20, // 39: sluice.v1.Debug.GetWorkload:output_type -> sluice.v1.GetWorkloadResponse
-	22, // 40: sluice.v1.Debug.Version:output_type -> sluice.v1.VersionResponse
-	33, // [33:41] is the sub-list for method output_type
-	25, // [25:33] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	2,  // 25: sluice.v1.ExplainRequest.pod:type_name -> sluice.v1.PodRef
+	1,  // 26: sluice.v1.ExplainResponse.mode:type_name -> sluice.v1.Mode
+	6,  // 27: sluice.v1.CNI.Add:input_type -> sluice.v1.AddRequest
+	8,  // 28: sluice.v1.CNI.Del:input_type -> sluice.v1.DelRequest
+	10, // 29: sluice.v1.CNI.Check:input_type -> sluice.v1.CheckRequest
+	12, // 30: sluice.v1.CNI.Status:input_type -> sluice.v1.StatusRequest
+	14, // 31: sluice.v1.CNI.GC:input_type -> sluice.v1.GCRequest
+	17, // 32: sluice.v1.Debug.ListWorkloads:input_type -> sluice.v1.ListWorkloadsRequest
+	19, // 33: sluice.v1.Debug.GetWorkload:input_type -> sluice.v1.GetWorkloadRequest
+	21, // 34: sluice.v1.Debug.Version:input_type -> sluice.v1.VersionRequest
+	23, // 35: sluice.v1.Debug.Explain:input_type -> sluice.v1.ExplainRequest
+	7,  // 36: sluice.v1.CNI.Add:output_type -> sluice.v1.AddResponse
+	9,  // 37: sluice.v1.CNI.Del:output_type -> sluice.v1.DelResponse
+	11, // 38: sluice.v1.CNI.Check:output_type -> sluice.v1.CheckResponse
+	13, // 39: sluice.v1.CNI.Status:output_type -> sluice.v1.StatusResponse
+	15, // 40: sluice.v1.CNI.GC:output_type -> sluice.v1.GCResponse
+	18, // 41: sluice.v1.Debug.ListWorkloads:output_type -> sluice.v1.ListWorkloadsResponse
+	20, // 42: sluice.v1.Debug.GetWorkload:output_type -> sluice.v1.GetWorkloadResponse
+	22, // 43: sluice.v1.Debug.Version:output_type -> sluice.v1.VersionResponse
+	24, // 44: sluice.v1.Debug.Explain:output_type -> sluice.v1.ExplainResponse
+	36, // [36:45] is the sub-list for method output_type
+	27, // [27:36] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_agent_proto_init() }
@@ -1661,7 +1801,7 @@ func file_sluice_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_agent_proto_rawDesc), len(file_sluice_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -306,6 +306,7 @@ const (
 	Debug_ListWorkloads_FullMethodName = "/sluice.v1.Debug/ListWorkloads"
 	Debug_GetWorkload_FullMethodName   = "/sluice.v1.Debug/GetWorkload"
 	Debug_Version_FullMethodName       = "/sluice.v1.Debug/Version"
+	Debug_Explain_FullMethodName       = "/sluice.v1.Debug/Explain"
 )
 
 // DebugClient is the client API for Debug service.
@@ -317,6 +318,8 @@ type DebugClient interface {
 	ListWorkloads(ctx context.Context, in *ListWorkloadsRequest, opts ...grpc.CallOption) (*ListWorkloadsResponse, error)
 	GetWorkload(ctx context.Context, in *GetWorkloadRequest, opts ...grpc.CallOption) (*GetWorkloadResponse, error)
 	Version(ctx context.Context, in *VersionRequest, opts ...grpc.CallOption) (*VersionResponse, error)
+	// Explain says what ADD would do for a pod, and why, without doing it.
+	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
 }
 
 type debugClient struct {
@@ -357,6 +360,16 @@ func (c *debugClient) Version(ctx context.Context, in *VersionRequest, opts ...g
 	return out, nil
 }
 
+func (c *debugClient) Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainResponse)
+	err := c.cc.Invoke(ctx, Debug_Explain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DebugServer is the server API for Debug service.
 // All implementations must embed UnimplementedDebugServer
 // for forward compatibility.
@@ -366,6 +379,8 @@ type DebugServer interface {
 	ListWorkloads(context.Context, *ListWorkloadsRequest) (*ListWorkloadsResponse, error)
 	GetWorkload(context.Context, *GetWorkloadRequest) (*GetWorkloadResponse, error)
 	Version(context.Context, *VersionRequest) (*VersionResponse, error)
+	// Explain says what ADD would do for a pod, and why, without doing it.
+	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
 	mustEmbedUnimplementedDebugServer()
 }
 
@@ -384,6 +399,9 @@ func (UnimplementedDebugServer) GetWorkload(context.Context, *GetWorkloadRequest
 }
 func (UnimplementedDebugServer) Version(context.Context, *VersionRequest) (*VersionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Version not implemented")
+}
+func (UnimplementedDebugServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
 }
 func (UnimplementedDebugServer) mustEmbedUnimplementedDebugServer() {}
 func (UnimplementedDebugServer) testEmbeddedByValue()               {}
@@ -460,6 +478,24 @@ func _Debug_Version_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Debug_Explain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DebugServer).Explain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Debug_Explain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DebugServer).Explain(ctx, req.(*ExplainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Debug_ServiceDesc is the grpc.ServiceDesc for Debug service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -478,6 +514,10 @@ var Debug_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Version",
 			Handler:    _Debug_Version_Handler,
+		},
+		{
+			MethodName: "Explain",
+			Handler:    _Debug_Explain_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

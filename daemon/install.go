@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/sluicemesh/sluice/installer"
+)
+
+// newInstaller maps the agent's flags onto the installer. The plugin's
+// conflist entry is built from the agent's own flags, so the socket the
+// plugin dials is always the one the agent serves.
+func newInstaller(cfg *config, log *slog.Logger) (*installer.Installer, error) {
+	bin := cfg.pluginBinary
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("locate own executable for --plugin-binary: %w", err)
+		}
+		bin = filepath.Join(filepath.Dir(self), "sluice")
+	}
+	entry := map[string]any{
+		"socket":   cfg.socket,
+		"timeout":  cfg.pluginTimeout.String(),
+		"logLevel": cfg.logLevel,
+	}
+	if ns := splitList(cfg.excludeNamespaces); len(ns) > 0 {
+		entry["excludeNamespaces"] = ns
+	}
+	return installer.New(installer.Config{
+		BinDirs:        splitList(cfg.cniBinDirs),
+		ConfDir:        cfg.cniConfDir,
+		ConfName:       cfg.cniConfName,
+		Chained:        cfg.chained,
+		PluginBinary:   bin,
+		PluginConfig:   entry,
+		ResyncInterval: cfg.resync,
+		Logger:         log,
+	})
+}
+
+// uninstallOnExit decides whether SIGTERM removes our entry. Standalone,
+// yes. In Kubernetes an upgrade must keep it, so new pods wait for the new
+// agent instead of starting uncaptured; that check lands with the
+// Kubernetes wiring, until then "auto" keeps the entry there.
+func uninstallOnExit(cfg *config) bool {
+	switch cfg.uninstallOnExit {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	return cfg.kubeconfig == ""
+}

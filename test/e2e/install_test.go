@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+// bridgeOnly is the primary CNI's own conflist, before sluice.
+func (n *node) bridgeOnly() []byte {
+	full := string(n.conflist("1.0.0", ""))
+	i := strings.Index(full, `,
+    {"type": "sluice"`)
+	return []byte(full[:i] + "\n  ]\n}\n")
+}
+
+// The agent installs the real plugin into the node's CNI dirs; libcni then
+// loads the dir and runs a pod through the chain, captured; the agent keeps
+// its entry in place and removes it on SIGTERM (standalone).
+func TestInstalledChainCapturesAndUninstalls(t *testing.T) {
+	n := newNode(t)
+	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	primary := n.bridgeOnly()
+	if err := os.WriteFile(primaryPath, primary, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := n.startAgent("--install=true")
+	if _, err := os.Stat(filepath.Join(n.cniBin, "sluice")); err != nil {
+		t.Fatalf("plugin not installed: %v", err)
+	}
+
+	conf, err := libcni.LoadConfList(n.confDir, "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := conf.Plugins[len(conf.Plugins)-1].Network.Type; last != "sluice" {
+		t.Fatalf("last plugin is %q, want sluice", last)
+	}
+	c := &cni{node: n, conf: conf, lib: libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)}
+	pod := n.pod("inst")
+	if _, err := c.add(rt("inst1", pod)); err != nil {
+		t.Fatalf("ADD through the installed chain: %v", err)
+	}
+	p := startProxy(t, pod, "15001")
+	if _, err := dialFrom(t, pod, "10.96.0.10:443"); err != nil {
+		t.Fatal(err)
+	}
+	p.expect(t, "10.96.0.10:443")
+
+	// Another CNI rewrites its file without us: the entry comes back.
+	if err := os.WriteFile(primaryPath, primary, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nstest.Eventually(t, time.Second, func() bool {
+		b, _ := os.ReadFile(primaryPath)
+		return bytes.Contains(b, []byte(`"sluice"`))
+	}, "entry not restored after the primary was rewritten")
+
+	if err := c.del(rt("inst1", pod)); err != nil {
+		t.Fatal(err)
+	}
+	a.stop(t)
+	if b, _ := os.ReadFile(primaryPath); !bytes.Equal(b, primary) {
+		t.Fatalf("after SIGTERM the primary is not the original:\n%s", b)
+	}
+	if _, err := os.Stat(filepath.Join(n.cniBin, "sluice")); err != nil {
+		t.Fatal("binary removed on exit; pods may still need it for DEL")
+	}
+}
+
+// /readyz follows the installer: an invalid primary written by someone
+// else keeps the agent not ready, untouched; once fixed, it is ready.
+func TestReadyzFollowsInstaller(t *testing.T) {
+	n := newNode(t)
+	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	garbage := []byte(`{"cniVersion": "1.0.0", "name": "e2e", "plugins": [`)
+	if err := os.WriteFile(primaryPath, garbage, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.startAgentNotReady("--install=true")
+	nstest.Eventually(t, 5*time.Second, func() bool {
+		code, body, err := n.httpGet("http://127.0.0.1:9890/readyz")
+		return err == nil && code == 503 && strings.Contains(body, "installer")
+	}, "/readyz not 503 naming the installer")
+	if b, _ := os.ReadFile(primaryPath); !bytes.Equal(b, garbage) {
+		t.Fatal("installer touched an invalid file it does not own")
+	}
+	if resp, err := n.status(); err != nil || resp.Ready || !strings.Contains(resp.Reason, "installer") {
+		t.Fatalf("STATUS = %v %v, want not ready because of the installer", resp, err)
+	}
+	if err := os.WriteFile(primaryPath, n.bridgeOnly(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nstest.Eventually(t, 5*time.Second, func() bool {
+		code, _, err := n.httpGet("http://127.0.0.1:9890/readyz")
+		return err == nil && code == 200
+	}, "/readyz not 200 after the primary was fixed")
+}
