@@ -127,4 +127,3 @@ func isCommand(args []string) bool {
 	_, ok := commands[args[0]]
 	return ok
 }
-
