@@ -42,6 +42,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	c := &config{}
 	fs := flag.NewFlagSet("sluice-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice-agent [flags]            run the node agent")
+		fmt.Fprintln(stderr, "       sluice-agent status [--socket]   readiness, version, workload counts")
+		fmt.Fprintln(stderr, "       sluice-agent workloads [--socket] the enrolled pods")
+		fmt.Fprintln(stderr, "\nflags (each also read from its env var; the command line wins):")
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&c.socket, "socket", "/var/run/sluice/agent.sock", "gRPC unix socket the plugin calls (dir 0700, socket 0600)")
 	fs.StringVar(&c.healthAddr, "health-addr", ":9890", "HTTP address for /healthz and /readyz")
 	fs.StringVar(&c.stateDir, "state-dir", "/var/lib/sluice", "directory of the workload journal")
