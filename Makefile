@@ -8,7 +8,9 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=$(VERSION)
 # `make test` fuzzes each target briefly; `make fuzz FUZZTIME=10m` digs deeper.
 FUZZTIME  ?= 5s
-FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve ./installer:FuzzInsertEntry
+FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve \
+	./daemon/rpc:FuzzCheckAttachment ./installer/conflist:FuzzInsertEntry \
+	./installer/conflist:FuzzRemoveEntry ./installer/conflist:FuzzConfToConflist
 
 export SLUICE_CNI_PLUGINS_DIR := $(PLUGINS)
 
