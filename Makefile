@@ -37,7 +37,7 @@ proto:
 		--plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
 		--go_out=api --go_opt=paths=source_relative \
 		--go-grpc_out=api --go-grpc_opt=paths=source_relative \
-		sluice/v1/agent.proto
+		sluice/v1/agent.proto zds/zds.proto
 
 # Fails when generated code is stale or the tree is not formatted and vetted.
 verify: lint

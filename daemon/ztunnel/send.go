@@ -1,0 +1,93 @@
+package ztunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/sluicemesh/sluice/api/zds"
+)
+
+// Add hands w's netns to the newest ztunnel and waits for its ack. Record w
+// where Snapshot will list it before calling Add: a ztunnel connecting in
+// between is then sent w in its snapshot or by this Add. It fails at once
+// with ErrNotConnected when no ztunnel is connected, and otherwise within
+// ctx's deadline or the configured Timeout, whichever is first.
+func (s *Server) Add(ctx context.Context, w Workload) error {
+	c := s.newest()
+	if c == nil {
+		return fmt.Errorf("add workload %s to ztunnel: %w", w.UID, ErrNotConnected)
+	}
+	ns, err := s.cfg.Open(w.Netns)
+	if err != nil {
+		return fmt.Errorf("add workload %s to ztunnel: %w", w.UID, err)
+	}
+	if err := s.send(ctx, c, addRequest(w), ns); err != nil {
+		return fmt.Errorf("add workload %s to ztunnel: %w", w.UID, err)
+	}
+	c.log.Info("workload added to ztunnel", "uid", w.UID, "pod", w.Namespace+"/"+w.Name)
+	return nil
+}
+
+// Del tells every connected ztunnel to let go of the workload: an old
+// ztunnel still draining during an upgrade may hold it. With no ztunnel
+// connected there is nothing to tell, and a later one's snapshot will not
+// list the workload.
+func (s *Server) Del(ctx context.Context, uid string) error {
+	conns := s.live()
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { errs[i] = s.send(ctx, c, delRequest(uid), netns.None()) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("delete workload %s from ztunnel: %w", uid, err)
+	}
+	return nil
+}
+
+// send takes c's turn, exchanges req and returns ztunnel's answer, within
+// ctx and the Timeout. It owns ns and closes it once sent (or not).
+//
+// The exchange runs on its own goroutine holding the turn: when the caller
+// gives up first, the ack is still read (or the connection dropped after
+// Timeout), so it cannot be taken for the next request's.
+func (s *Server) send(ctx context.Context, c *conn, req *zds.WorkloadRequest, ns netns.NsHandle) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if err := c.acquire(ctx); err != nil {
+		closeNS(ns)
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		c.release()
+		closeNS(ns)
+		return fmt.Errorf("wait for ztunnel connection to be free: %w", err)
+	}
+	type result struct {
+		reason string
+		err    error
+	}
+	res := make(chan result, 1)
+	go func() {
+		defer c.release()
+		reason, err := s.exchangeOwned(c, req, ns)
+		res <- result{reason, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			return r.err
+		}
+		if r.reason != "" {
+			return fmt.Errorf("%w: %s", ErrRefused, r.reason)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for ztunnel ack: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,227 @@
+package ztunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+func TestAddWithoutZtunnelFailsAtOnce(t *testing.T) {
+	h := start(t, nil)
+	w, _ := h.pod("a")
+	// A deadline far beyond the Timeout: an Add that waited for a
+	// ztunnel would fail with DeadlineExceeded instead.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := h.srv.Add(ctx, w)
+	if !errors.Is(err, ErrNotConnected) {
+		t.Fatalf("Add with no ztunnel: %v, want ErrNotConnected", err)
+	}
+	if !strings.Contains(err.Error(), "no ztunnel connected") {
+		t.Errorf("error %q does not say no ztunnel is connected", err)
+	}
+}
+
+func TestAddGoesToNewestAndDelToAll(t *testing.T) {
+	h := start(t, nil)
+	old := connectZtunnel(t, h.path)
+	old.snapshot()
+	h.connected(1)
+	upgraded := connectZtunnel(t, h.path)
+	upgraded.snapshot()
+	h.connected(2)
+
+	w, ino := h.pod("a")
+	errc := h.add(context.Background(), w)
+	if r := upgraded.recv(); r.String() != "add:a" || r.netns != ino {
+		t.Fatalf("newest ztunnel got %s with netns %d, want add:a with %d", r, r.netns, ino)
+	}
+	upgraded.ack("")
+	if err := <-errc; err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+
+	errc = h.del(context.Background(), "gone")
+	// The old ztunnel's next request being the Del shows the Add skipped it.
+	for name, z := range map[string]*fakeZtunnel{"old": old, "newest": upgraded} {
+		if r := z.recv(); r.String() != "del:gone" {
+			t.Fatalf("%s ztunnel got %s, want del:gone", name, r)
+		}
+		z.ack("")
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Del: %v", err)
+	}
+}
+
+func TestDelWithoutZtunnelSucceeds(t *testing.T) {
+	h := start(t, nil)
+	if err := h.srv.Del(context.Background(), "a"); err != nil {
+		t.Fatalf("Del with no ztunnel: %v", err)
+	}
+}
+
+func TestAddReturnsZtunnelRefusal(t *testing.T) {
+	h := start(t, nil)
+	z := connectZtunnel(t, h.path)
+	z.snapshot()
+	h.connected(1)
+
+	w, _ := h.pod("a")
+	errc := h.add(context.Background(), w)
+	z.recv()
+	z.ack("netns already in use")
+	err := <-errc
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "netns already in use") {
+		t.Fatalf("Add acked with an error returned %v", err)
+	}
+
+	// A refusal is an answer: the connection stays in step.
+	errc = h.add(context.Background(), w)
+	z.recv()
+	z.ack("")
+	if err := <-errc; err != nil {
+		t.Fatalf("Add after a refusal: %v", err)
+	}
+}
+
+func TestSlowAckFailsAddWithinItsDeadline(t *testing.T) {
+	h := start(t, nil)
+	z := connectZtunnel(t, h.path)
+	z.snapshot()
+	h.connected(1)
+
+	a, _ := h.pod("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	errc := h.add(ctx, a)
+	z.recv()
+	// Add returns before ztunnel acks.
+	if err := <-errc; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Add with an unacked request: %v, want DeadlineExceeded", err)
+	}
+
+	// Until the ack for a arrives nothing else is sent: b gives up
+	// waiting for its turn and never reaches ztunnel.
+	b, _ := h.pod("b")
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := h.srv.Add(ctx, b); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "to be free") {
+		t.Fatalf("Add while a is unacked: %v, want a deadline waiting for the connection", err)
+	}
+	z.ack("") // late, but within the Timeout: the server still reads it
+
+	c, _ := h.pod("c")
+	errc = h.add(context.Background(), c)
+	if r := z.recv(); r.String() != "add:c" {
+		t.Fatalf("next request %s, want add:c", r)
+	}
+	z.ack("")
+	if err := <-errc; err != nil {
+		t.Fatalf("Add after a late ack: %v", err)
+	}
+	h.connected(1)
+}
+
+func TestAddOfUnopenableNetnsSendsNothing(t *testing.T) {
+	h := start(t, nil)
+	z := connectZtunnel(t, h.path)
+	z.snapshot()
+	h.connected(1)
+
+	gone := Workload{UID: "gone", Netns: h.nsDir + "/gone"}
+	if err := h.srv.Add(context.Background(), gone); !errors.Is(err, podns.ErrNotExist) {
+		t.Fatalf("Add of a missing netns: %v, want ErrNotExist", err)
+	}
+	w, _ := h.pod("a")
+	errc := h.add(context.Background(), w)
+	if r := z.recv(); r.String() != "add:a" {
+		t.Fatalf("ztunnel got %s, want add:a (nothing for the missing netns)", r)
+	}
+	z.ack("")
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConcurrentAddsAreSerialised(t *testing.T) {
+	h := start(t, nil)
+	z := connectZtunnel(t, h.path)
+	z.snapshot()
+	h.connected(1)
+
+	base, ino := h.pod("shared")
+	const n = 16
+	var want []string
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		w := base
+		w.UID = fmt.Sprintf("w%02d", i)
+		want = append(want, "add:"+w.UID)
+		wg.Go(func() { errs <- h.srv.Add(context.Background(), w) })
+	}
+	var got []string
+	for range n {
+		r := z.recv() // fails on anything but one netns fd per Add
+		if r.netns != ino {
+			t.Errorf("%s carried netns %d, want %d", r, r.netns, ino)
+		}
+		got = append(got, r.String())
+		z.ack("")
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Add: %v", err)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("ztunnel got %v, want %v", got, want)
+	}
+}
+
+func TestNetnsFdsAreClosed(t *testing.T) {
+	h := start(t, nil)
+	h.enroll("a")
+	h.enrollGone("b")
+	z := connectZtunnel(t, h.path)
+	z.snapshot()
+	h.connected(1)
+	w, _ := h.pod("c")
+
+	before := openFDs(t)
+	for i := range 20 {
+		errc := h.add(context.Background(), w)
+		z.recv()
+		if i%2 == 0 {
+			z.ack("")
+		} else {
+			z.ack("refused")
+		}
+		<-errc
+	}
+	if err := h.srv.Add(context.Background(), Workload{UID: "x", Netns: h.nsDir + "/gone"}); err == nil {
+		t.Fatal("Add of a missing netns succeeded")
+	}
+	// A reconnect sends the snapshot's fds again.
+	z.uc.Close()
+	h.connected(0)
+	z = connectZtunnel(t, h.path)
+	z.snapshot()
+	h.connected(1)
+	// The dropped connection's own fd is closed just after it stops
+	// counting as connected.
+	nstest.Eventually(t, 5*time.Second, func() bool { return openFDs(t) == before },
+		"%d fds open before the Adds and the reconnect, not as many after", before)
+}
