@@ -1,0 +1,171 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/internal/kubetest"
+)
+
+const (
+	node      = "node-a"
+	otherNode = "node-b"
+	// agent is the identity the policy runs as in these tests: bound to
+	// deploy/rbac/clusterrole.yaml and nothing else.
+	agent    = "sluice-agent"
+	agentNS  = "sluice-system"
+	rbacFile = "../../deploy/rbac/clusterrole.yaml"
+)
+
+// The API server starts on first use, so the pure tests and fuzzing never
+// pay for it; TestMain stops it.
+var (
+	envOnce sync.Once
+	testEnv *kubetest.Env
+	envStop func()
+	envErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if envStop != nil {
+		envStop()
+	}
+	os.Exit(code)
+}
+
+// kube returns the shared Env and an admin client, starting the API server
+// and granting the agent its ClusterRole on first call.
+func kube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
+	t.Helper()
+	envOnce.Do(func() {
+		testEnv, envStop, envErr = kubetest.StartMain(agent)
+		if envErr == nil {
+			envErr = grantAgentRole(testEnv)
+		}
+	})
+	if envErr != nil {
+		t.Fatalf("kube-apiserver: %v", envErr)
+	}
+	return testEnv, kubernetes.NewForConfigOrDie(testEnv.AdminConfig())
+}
+
+// grantAgentRole applies the ClusterRole the agent ships with and binds the
+// agent's user to it.
+func grantAgentRole(e *kubetest.Env) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := os.ReadFile(rbacFile)
+	if err != nil {
+		return fmt.Errorf("read the agent's ClusterRole: %w", err)
+	}
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(b, nil, nil)
+	if err != nil {
+		return fmt.Errorf("decode %s: %w", rbacFile, err)
+	}
+	role, ok := obj.(*rbacv1.ClusterRole)
+	if !ok {
+		return fmt.Errorf("%s holds a %T, want a ClusterRole", rbacFile, obj)
+	}
+	c := kubernetes.NewForConfigOrDie(e.AdminConfig())
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ClusterRole %s: %w", role.Name, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: agent},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: agent}},
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("bind ClusterRole %s to %s: %w", role.Name, agent, err)
+	}
+	return nil
+}
+
+// startPolicy runs a Kube policy as the agent's user until t ends, and
+// waits for its caches.
+func startPolicy(t *testing.T, lookupWait time.Duration) *Kube {
+	t.Helper()
+	e, _ := kube(t)
+	k, err := NewKube(KubeConfig{
+		Rest:              e.Config(agent),
+		NodeName:          node,
+		ExcludeNamespaces: []string{"kube-system", agentNS},
+		Base:              redirect.DefaultSpec(),
+		LookupWait:        lookupWait,
+		Log:               slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := k.Synced(); ok {
+		t.Fatal("Synced before Run")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { k.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, 30*time.Second, "policy caches to sync", func() bool { ok, _ := k.Synced(); return ok })
+	return k
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+var nsSeq atomic.Int64
+
+// namespace creates a fresh namespace for one test.
+func namespace(t *testing.T, c kubernetes.Interface, labels map[string]string) string {
+	t.Helper()
+	name := "t" + strconv.FormatInt(nsSeq.Add(1), 10)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if _, err := c.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	return name
+}
+
+// createPod creates pod (an injected() pod, say) in ns on nodeName and
+// returns what the runtime would pass for it.
+func createPod(t *testing.T, c kubernetes.Interface, ns, nodeName string, pod *corev1.Pod) Pod {
+	t.Helper()
+	pod = pod.DeepCopy()
+	pod.Namespace = ns
+	pod.Spec.NodeName = nodeName
+	got, err := c.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", ns, pod.Name, err)
+	}
+	return Pod{Namespace: ns, Name: got.Name, UID: string(got.UID)}
+}

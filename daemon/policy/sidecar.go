@@ -1,0 +1,158 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sluicemesh/sluice/daemon/redirect"
+)
+
+// Names istio-cni keys on when it decides whether a pod is a sidecar pod.
+const (
+	annSidecarStatus = "sidecar.istio.io/status" // written by the injector
+	annSidecarInject = "sidecar.istio.io/inject" // also a label, which wins
+	containerProxy   = "istio-proxy"
+	containerInit    = "istio-init"
+	// The namespace or pod label that enrols pods in Istio's ambient mesh.
+	labelDataplaneMode = "istio.io/dataplane-mode"
+	envDNSCapture      = "ISTIO_META_DNS_CAPTURE"
+	envDisableEnvoy    = "DISABLE_ENVOY"
+)
+
+// decideSidecar is the decision for a pod as the API server knows it; ns is
+// its namespace, nil when unknown. It follows istio-cni's checks: every one
+// of them must pass for the pod to be captured, so their order only decides
+// which reason a passed-through pod reports. Pure, so it is tested without
+// an API server.
+func decideSidecar(pod *corev1.Pod, ns *corev1.Namespace, base redirect.Spec) (Decision, error) {
+	skip := func(why string) (Decision, error) { return Decision{Reason: why}, nil }
+	if pod.Spec.HostNetwork {
+		return skip("host-network pod: it shares the node's network namespace")
+	}
+	if injectDisabled(pod) {
+		return skip(annSidecarInject + " is false")
+	}
+	if _, ok := pod.Annotations[annSidecarStatus]; !ok {
+		if mode := dataplaneMode(pod, ns); mode == "ambient" {
+			return skip("ambient pod (" + labelDataplaneMode + "=ambient): sluice has no ambient mode yet")
+		}
+		return skip("not injected: no " + annSidecarStatus + " annotation")
+	}
+	proxy, initContainer := containers(pod)
+	if initContainer {
+		// The pod programs its own iptables; capturing it again would send
+		// traffic through the proxy twice.
+		return skip("has an " + containerInit + " container: capture is done inside the pod")
+	}
+	if proxy == nil {
+		return skip("no " + containerProxy + " container")
+	}
+	if b, err := strconv.ParseBool(env(proxy, envDisableEnvoy)); err == nil && b {
+		return skip(envDisableEnvoy + " is set on " + containerProxy)
+	}
+	// Gateways run "proxy router"; only sidecars are captured.
+	if len(proxy.Args) >= 2 && proxy.Args[0] == "proxy" && proxy.Args[1] != "sidecar" {
+		return skip(containerProxy + " runs as proxy type " + proxy.Args[1])
+	}
+
+	spec, err := SpecFromAnnotations(base, pod.Annotations)
+	if err != nil {
+		return Decision{}, err
+	}
+	inputs := []string{"annotation " + annSidecarStatus + ": present"}
+	for _, a := range trafficAnnotations {
+		if v, ok := pod.Annotations[a]; ok {
+			inputs = append(inputs, fmt.Sprintf("annotation %s: %q", a, v))
+		}
+	}
+	if sc := proxy.SecurityContext; sc != nil {
+		// istio-cni treats an unset or zero id as the default: the proxy
+		// never runs as root, and matching uid 0 would exempt every root
+		// process in the pod from capture.
+		for _, id := range []struct {
+			field string
+			v     *int64
+			dst   *uint32
+		}{{"runAsUser", sc.RunAsUser, &spec.ProxyUID}, {"runAsGroup", sc.RunAsGroup, &spec.ProxyGID}} {
+			if id.v == nil || *id.v == 0 {
+				continue
+			}
+			if *id.v < 0 || *id.v > math.MaxUint32 {
+				return Decision{}, fmt.Errorf("container %s securityContext.%s %d is not a valid id", containerProxy, id.field, *id.v)
+			}
+			*id.dst = uint32(*id.v)
+			inputs = append(inputs, fmt.Sprintf("container %s %s: %d", containerProxy, id.field, *id.v))
+		}
+	}
+	if v := env(proxy, envDNSCapture); v != "" {
+		// istio-cni logs and ignores a value it cannot parse; so do we,
+		// noting it where Debug.Explain shows it.
+		if b, err := strconv.ParseBool(v); err == nil {
+			spec.CaptureDNS = b
+			inputs = append(inputs, fmt.Sprintf("env %s: %q", envDNSCapture, v))
+		} else {
+			inputs = append(inputs, fmt.Sprintf("env %s: %q ignored: not a boolean", envDNSCapture, v))
+		}
+	}
+	if _, err := redirect.Build(spec); err != nil {
+		return Decision{}, err
+	}
+	return Decision{Capture: true, Spec: spec, Reason: "istio sidecar", Inputs: inputs}, nil
+}
+
+// injectDisabled is istio-cni's opt-out: the label, when present, wins over
+// the annotation; a value that is not a boolean opts nothing out.
+func injectDisabled(pod *corev1.Pod) bool {
+	v := pod.Annotations[annSidecarInject]
+	if l, ok := pod.Labels[annSidecarInject]; ok {
+		v = l
+	}
+	b, err := strconv.ParseBool(v)
+	return err == nil && !b
+}
+
+// dataplaneMode is the pod's ambient enrolment label, else its namespace's.
+func dataplaneMode(pod *corev1.Pod, ns *corev1.Namespace) string {
+	if v, ok := pod.Labels[labelDataplaneMode]; ok {
+		return v
+	}
+	if ns != nil {
+		return ns.Labels[labelDataplaneMode]
+	}
+	return ""
+}
+
+// containers finds the proxy (a regular container, or a native sidecar
+// init container on Kubernetes 1.28+) and whether istio-init is present.
+func containers(pod *corev1.Pod) (proxy *corev1.Container, initContainer bool) {
+	all := make([]*corev1.Container, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+	for i := range pod.Spec.InitContainers {
+		all = append(all, &pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		all = append(all, &pod.Spec.Containers[i])
+	}
+	for _, c := range all {
+		switch c.Name {
+		case containerProxy:
+			proxy = c
+		case containerInit:
+			initContainer = true
+		}
+	}
+	return proxy, initContainer
+}
+
+// env is a literal env var of c; values from ConfigMaps or Secrets are not
+// resolved, as istio-cni does not resolve them either.
+func env(c *corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}

@@ -1,0 +1,381 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+)
+
+// node is a simulated node: a netns in which sluice-agent runs (its health
+// port binds there, not on the machine), a dir of pod netns mounts, and the
+// runtime's side, libcni, exec'ing the plugins from this process.
+type node struct {
+	nd        *nsDir
+	nodeNS    string
+	dir       string
+	socket    string
+	bins      bins
+	lib       *libcni.CNIConfig
+	sluice    *libcni.NetworkConfig
+	loopback  *libcni.NetworkConfig
+	chain     *libcni.NetworkConfigList
+	agent     *exec.Cmd
+	agentDone chan struct{}
+	agentLog  *os.File
+	stateDir  string
+}
+
+// prevResult is what a primary CNI would have handed sluice.
+const prevResult = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/pod"}],` +
+	`"ips":[{"address":"10.22.0.5/16","gateway":"10.22.0.1","interface":0}]}`
+
+func newNode(nd *nsDir, dir string, b bins) (*node, error) {
+	nodeNS, err := nd.create("node-" + filepath.Base(dir))
+	if err != nil {
+		return nil, err
+	}
+	n := &node{nd: nd, nodeNS: nodeNS, dir: dir, socket: filepath.Join(dir, "run", "agent.sock"), bins: b,
+		stateDir: filepath.Join(dir, "state")}
+	for _, d := range []string{filepath.Join(dir, "cache"), filepath.Join(dir, "netd")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	n.lib = libcni.NewCNIConfigWithCacheDir([]string{b.dir}, filepath.Join(dir, "cache"), nil)
+	n.sluice, err = libcni.ConfFromBytes([]byte(fmt.Sprintf(
+		`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"timeout":"2s","prevResult":%s}`, n.socket, prevResult)))
+	if err != nil {
+		return nil, err
+	}
+	n.loopback, err = libcni.ConfFromBytes([]byte(`{"cniVersion":"1.0.0","name":"bench-lo","type":"loopback"}`))
+	if err != nil {
+		return nil, err
+	}
+	n.chain, err = libcni.ConfListFromBytes([]byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench-chain","plugins":[
+		{"type":"loopback"},{"type":"sluice","socket":%q,"timeout":"2s"}]}`, n.socket)))
+	return n, err
+}
+
+// startAgent runs sluice-agent in the node netns and returns once it
+// answers Status ready: the time that took (the agent reconciles its
+// journal before it serves).
+func (n *node) startAgent() (time.Duration, error) {
+	log, err := os.OpenFile(filepath.Join(n.dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	n.agentLog = log
+	cmd := exec.Command("nsenter", "--net="+n.nodeNS, "--", filepath.Join(n.bins.dir, "sluice-agent"),
+		"--socket", n.socket, "--state-dir", n.stateDir, "--netns-roots", n.nd.dir,
+		"--health-addr", "127.0.0.1:9890", "--install=false", "--cni-bin-dir", n.bins.dir,
+		"--cni-conf-dir", filepath.Join(n.dir, "netd"), "--plugin-binary", filepath.Join(n.bins.dir, "sluice"),
+		"--log-level", "warn", "--max-inflight", "256")
+	cmd.Stdout, cmd.Stderr = log, log
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	n.agent, n.agentDone = cmd, make(chan struct{})
+	go func() { cmd.Wait(); close(n.agentDone) }()
+	deadline := start.Add(60 * time.Second)
+	for {
+		select {
+		case <-n.agentDone:
+			return 0, fmt.Errorf("agent exited: %v (log %s)", cmd.ProcessState, log.Name())
+		default:
+		}
+		if n.ready() {
+			return time.Since(start), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("agent not ready after 60s (log %s)", log.Name())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (n *node) ready() bool {
+	if _, err := os.Stat(n.socket); err != nil {
+		return false
+	}
+	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	resp, err := sluicev1.NewCNIClient(conn).Status(ctx, &sluicev1.StatusRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_1})
+	return err == nil && resp.Ready
+}
+
+// stopAgent ends the agent with SIGTERM (SIGKILL after 15s).
+func (n *node) stopAgent() {
+	if n.agent == nil {
+		return
+	}
+	n.agent.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.agentDone:
+	case <-time.After(15 * time.Second):
+		n.agent.Process.Kill()
+		<-n.agentDone
+	}
+	n.agent = nil
+	n.agentLog.Close()
+}
+
+// rssKiB is the agent's resident set now and at its peak.
+func (n *node) rssKiB() (now, peak int, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.agent.Process.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && (f[0] == "VmRSS:" || f[0] == "VmHWM:") {
+			v, _ := strconv.Atoi(f[1])
+			if f[0] == "VmRSS:" {
+				now = v
+			} else {
+				peak = v
+			}
+		}
+	}
+	return now, peak, nil
+}
+
+func rc(id, nsPath string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: id, NetNS: nsPath, IfName: "eth0", Args: [][2]string{
+		{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "bench"}, {"K8S_POD_NAME", id}, {"K8S_POD_UID", "uid-" + id},
+	}}
+}
+
+// add runs the sluice plugin through libcni with a prevResult, as the
+// runtime runs the last plugin of a chain, and returns how long it took.
+func (n *node) add(id, nsPath string) (time.Duration, error) {
+	start := time.Now()
+	_, err := n.lib.AddNetwork(context.Background(), n.sluice, rc(id, nsPath))
+	return time.Since(start), err
+}
+
+func (n *node) del(id, nsPath string) (time.Duration, error) {
+	start := time.Now()
+	err := n.lib.DelNetwork(context.Background(), n.sluice, rc(id, nsPath))
+	return time.Since(start), err
+}
+
+func (n *node) addLoopback(id, nsPath string) (time.Duration, error) {
+	start := time.Now()
+	_, err := n.lib.AddNetwork(context.Background(), n.loopback, rc(id, nsPath))
+	return time.Since(start), err
+}
+
+func (n *node) addChain(id, nsPath string) (time.Duration, error) {
+	start := time.Now()
+	_, err := n.lib.AddNetworkList(context.Background(), n.chain, rc(id, nsPath))
+	return time.Since(start), err
+}
+
+// pods makes count pod namespaces named prefix-i.
+func (n *node) pods(prefix string, count int) ([]string, error) {
+	out := make([]string, count)
+	for i := range out {
+		p, err := n.nd.create(fmt.Sprintf("%s-%d", prefix, i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// journalBound times count ADDs (then DELs) with the agent's journal on
+// tmpfs: the same path minus the fsyncs of a disk, to show what they cost.
+func (n *node) journalBound(count int) (series, error) {
+	s := series{name: "sluice ADD, journal on disk"}
+	paths, err := n.pods("disk", count)
+	if err != nil {
+		return s, err
+	}
+	for i, p := range paths {
+		d, err := n.add(fmt.Sprintf("disk-%d", i), p)
+		if err != nil {
+			return s, err
+		}
+		s.add(d)
+	}
+	for i, p := range paths {
+		if _, err := n.del(fmt.Sprintf("disk-%d", i), p); err != nil {
+			return s, err
+		}
+		n.nd.remove(p)
+	}
+	return s, nil
+}
+
+// churnResult is one storm: every call's latency, the wall time from the
+// first start to the last finish, and the failures.
+type churnResult struct {
+	add, del         series
+	addWall, delWall time.Duration
+	errors           int
+	firstErr         error
+}
+
+// churn starts count ADDs at once, waits for all, then count DELs at once.
+func (n *node) churn(count int) (*churnResult, error) {
+	paths, err := n.pods("churn", count)
+	if err != nil {
+		return nil, err
+	}
+	res := &churnResult{add: series{name: "churn ADD"}, del: series{name: "churn DEL"}}
+	var mu sync.Mutex
+	storm := func(s *series, op func(id, ns string) (time.Duration, error)) time.Duration {
+		var wg sync.WaitGroup
+		gate := make(chan struct{})
+		for i, p := range paths {
+			wg.Go(func() {
+				<-gate
+				d, err := op(fmt.Sprintf("churn-%d", i), p)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					res.errors++
+					if res.firstErr == nil {
+						res.firstErr = err
+					}
+					return
+				}
+				s.add(d)
+			})
+		}
+		start := time.Now()
+		close(gate)
+		wg.Wait()
+		return time.Since(start)
+	}
+	res.addWall = storm(&res.add, n.add)
+	res.delWall = storm(&res.del, n.del)
+	for _, p := range paths {
+		n.nd.remove(p)
+	}
+	return res, nil
+}
+
+// scaleResult is the ADD latency with few and with many pods enrolled, the
+// agent's memory and its restart time with every pod journaled.
+type scaleResult struct {
+	pods                int
+	addSmall, addLarge  series // probe ADDs with small / pods enrolled
+	small               int
+	rssKiB, hwmKiB      int
+	restart             time.Duration
+	rssAfterRestartKiB  int
+	sluiceAdd, loopback series // the first e2ePods ADDs of the ramp, and loopback in the same netns
+	chain               series // loopback + sluice as one conflist
+	delAll              series
+}
+
+func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
+	paths, err := n.pods("pod", total)
+	if err != nil {
+		return nil, err
+	}
+	probe, err := n.pods("probe", probes)
+	if err != nil {
+		return nil, err
+	}
+	res := &scaleResult{pods: total, small: small,
+		sluiceAdd: series{name: "sluice ADD (libcni → sluice → agent → netlink)"},
+		loopback:  series{name: "loopback ADD (reference plugin)"},
+		chain:     series{name: "loopback + sluice conflist ADD"},
+		addSmall:  series{name: fmt.Sprintf("ADD with %d pods enrolled", small)},
+		addLarge:  series{name: fmt.Sprintf("ADD with %d pods enrolled", total)},
+		delAll:    series{name: "DEL"},
+	}
+	for i, p := range paths[:e2ePods] {
+		d, err := n.addLoopback(fmt.Sprintf("lo-%d", i), p)
+		if err != nil {
+			return nil, fmt.Errorf("loopback ADD: %w", err)
+		}
+		res.loopback.add(d)
+	}
+	probeRound := func(s *series, round string) error {
+		for i, p := range probe {
+			id := fmt.Sprintf("probe-%s-%d", round, i)
+			d, err := n.add(id, p)
+			if err != nil {
+				return fmt.Errorf("probe ADD: %w", err)
+			}
+			s.add(d)
+			if _, err := n.del(id, p); err != nil {
+				return fmt.Errorf("probe DEL: %w", err)
+			}
+		}
+		return nil
+	}
+	for i, p := range paths {
+		if i == small {
+			if err := probeRound(&res.addSmall, "small"); err != nil {
+				return nil, err
+			}
+		}
+		d, err := n.add(fmt.Sprintf("pod-%d", i), p)
+		if err != nil {
+			return nil, fmt.Errorf("ADD pod %d: %w", i, err)
+		}
+		if i < e2ePods {
+			res.sluiceAdd.add(d)
+		}
+	}
+	if err := probeRound(&res.addLarge, "large"); err != nil {
+		return nil, err
+	}
+	// The full chain, for context, in the probe namespaces.
+	for i, p := range probe {
+		id := fmt.Sprintf("chain-%d", i)
+		d, err := n.addChain(id, p)
+		if err != nil {
+			return nil, fmt.Errorf("chain ADD: %w", err)
+		}
+		res.chain.add(d)
+		if err := n.lib.DelNetworkList(context.Background(), n.chain, rc(id, p)); err != nil {
+			return nil, fmt.Errorf("chain DEL: %w", err)
+		}
+	}
+	if res.rssKiB, res.hwmKiB, err = n.rssKiB(); err != nil {
+		return nil, err
+	}
+	n.stopAgent()
+	if res.restart, err = n.startAgent(); err != nil {
+		return nil, err
+	}
+	if res.rssAfterRestartKiB, _, err = n.rssKiB(); err != nil {
+		return nil, err
+	}
+	for i, p := range paths {
+		d, err := n.del(fmt.Sprintf("pod-%d", i), p)
+		if err != nil {
+			return nil, fmt.Errorf("DEL pod %d: %w", i, err)
+		}
+		res.delAll.add(d)
+	}
+	for _, p := range append(paths, probe...) {
+		n.nd.remove(p)
+	}
+	return res, nil
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// bins is the dir of freshly built binaries the run execs.
+type bins struct{ dir string }
+
+// buildAll builds what the run execs, each the way `make build` builds the
+// plugin (static, stripped, trimmed), so exec times compare like for like.
+func buildAll(dir string) (bins, error) {
+	for _, b := range []struct{ out, pkg string }{
+		{"sluice", "github.com/sluicemesh/sluice/plugin"},
+		{"sluice-agent", "github.com/sluicemesh/sluice/daemon"},
+		{"loopback", "github.com/containernetworking/plugins/plugins/main/loopback"},
+		{"hello", "github.com/sluicemesh/sluice/hack/bench/hello"},
+	} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return bins{}, fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return bins{dir: dir}, nil
+}
+
+type footprint struct {
+	sizes map[string]int64
+	execs []series // hello, sluice VERSION, loopback VERSION
+	inits []initCost
+}
+
+// initCost is one package's init as GODEBUG=inittrace=1 reports it.
+type initCost struct {
+	pkg   string
+	clock string
+}
+
+// benchFootprint measures binary sizes and n execs of each binary with
+// CNI_COMMAND=VERSION (hello ignores it), interleaved.
+func benchFootprint(b bins, n int) (*footprint, error) {
+	f := &footprint{sizes: map[string]int64{}}
+	names := []string{"hello", "sluice", "loopback"}
+	for _, name := range append(names, "sluice-agent") {
+		st, err := os.Stat(filepath.Join(b.dir, name))
+		if err != nil {
+			return nil, err
+		}
+		f.sizes[name] = st.Size()
+	}
+	f.execs = []series{{name: "Go hello-world"}, {name: "sluice VERSION"}, {name: "loopback VERSION"}}
+	for range n {
+		for i, name := range names {
+			cmd := exec.Command(filepath.Join(b.dir, name))
+			cmd.Env = []string{"CNI_COMMAND=VERSION"}
+			start := time.Now()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("exec %s: %v: %s", name, err, out)
+			}
+			f.execs[i].add(time.Since(start))
+		}
+	}
+	cmd := exec.Command(filepath.Join(b.dir, "sluice"))
+	cmd.Env = []string{"CNI_COMMAND=VERSION", "GODEBUG=inittrace=1"}
+	out, _ := cmd.CombinedOutput()
+	for _, l := range strings.Split(string(out), "\n") {
+		// init PKG @T ms, C ms clock, B bytes, A allocs
+		fl := strings.Fields(l)
+		if len(fl) >= 5 && fl[0] == "init" && !strings.HasPrefix(fl[1], "runtime") {
+			f.inits = append(f.inits, initCost{pkg: fl[1], clock: fl[4] + " ms"})
+		}
+	}
+	return f, nil
+}

@@ -1,0 +1,223 @@
+// Command bench measures sluice against its peers on this machine, side by
+// side in one run, and writes docs/benchmarks.md with the plots in
+// docs/benchmarks/: rule programming per pod (netlink vs nft -f vs
+// iptables-restore), end-to-end ADD through libcni (vs the reference
+// loopback plugin), a churn storm, scale to 1,000 enrolled pods and the
+// plugin's footprint. `-smoke` runs every part with tiny counts and writes
+// to a temp dir, so the harness is exercised by `go test` without timing
+// anything there.
+//
+// It needs root: every network namespace it makes is a bind mount in a
+// temp dir, removed on exit, on failure and on SIGINT/SIGTERM; the agent's
+// health port binds inside a netns of its own. The machine's own network
+// is never touched.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	smoke     bool
+	out       string // the markdown file
+	plots     string // dir of the plots; the markdown links them relative to out
+	rules     int    // fresh netns per rule tool
+	pods      int    // pods enrolled in the scale run
+	e2ePods   int    // of those, how many make the end-to-end ADD row
+	small     int    // "few pods" for the scale comparison
+	probes    int    // probe ADDs at few and at many pods
+	churn     int    // simultaneous ADDs, then DELs
+	execs     int    // execs per binary for the footprint
+	keepGoing bool
+}
+
+func main() {
+	c := config{}
+	flag.BoolVar(&c.smoke, "smoke", false, "tiny counts, output to a temp dir: checks the harness runs, measures nothing useful")
+	flag.StringVar(&c.out, "out", "", "markdown to write (default docs/benchmarks.md; with -smoke a temp dir)")
+	flag.IntVar(&c.rules, "rules", 100, "fresh netns per rule-programming tool")
+	flag.IntVar(&c.pods, "pods", 1000, "pods (netns) enrolled for the scale run")
+	flag.IntVar(&c.e2ePods, "e2e-pods", 500, "ADDs in the end-to-end comparison with loopback")
+	flag.IntVar(&c.churn, "churn", 200, "simultaneous ADDs, then DELs, in the churn storm")
+	flag.IntVar(&c.execs, "execs", 300, "execs per binary in the footprint run")
+	flag.Parse()
+	c.small, c.probes = 10, 50
+	if c.smoke {
+		c.rules, c.pods, c.e2ePods, c.small, c.probes, c.churn, c.execs = 3, 12, 8, 4, 3, 8, 10
+	}
+	res, err := run(c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Println("wrote", res.out)
+}
+
+// cleanups run once, at the end or on a signal, whichever comes first.
+type cleanups struct {
+	mu   sync.Mutex
+	fns  []func()
+	once sync.Once
+}
+
+func (c *cleanups) add(f func()) {
+	c.mu.Lock()
+	c.fns = append(c.fns, f)
+	c.mu.Unlock()
+}
+
+func (c *cleanups) run() {
+	c.once.Do(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i := len(c.fns) - 1; i >= 0; i-- {
+			c.fns[i]()
+		}
+	})
+}
+
+type results struct {
+	out       string
+	rules     []series
+	churn     *churnResult
+	scale     *scaleResult
+	footprint *footprint
+	disk      series
+	started   time.Time
+	took      time.Duration
+}
+
+func run(c config) (*results, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("needs root: creates network namespaces and runs sluice-agent")
+	}
+	tmp, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		return nil, err
+	}
+	var cl cleanups
+	cl.add(func() { os.RemoveAll(tmp) })
+	defer cl.run()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	go func() {
+		if s, ok := <-sig; ok {
+			fmt.Fprintln(os.Stderr, "bench: interrupted; cleaning up")
+			cl.run()
+			os.Exit(128 + int(s.(syscall.Signal)))
+		}
+	}()
+
+	res := &results{started: time.Now(), out: c.out}
+	if res.out == "" {
+		res.out = "docs/benchmarks.md"
+		if c.smoke {
+			res.out = filepath.Join(tmp, "out", "benchmarks.md")
+			// Smoke output is for the caller to look at, so not in tmp.
+			dir, err := os.MkdirTemp("", "sluice-bench-smoke-")
+			if err != nil {
+				return nil, err
+			}
+			res.out = filepath.Join(dir, "benchmarks.md")
+		}
+	}
+	nd, err := newNSDir(filepath.Join(tmp, "netns"))
+	if err != nil {
+		return nil, err
+	}
+	cl.add(nd.cleanupAll)
+	// The agent's journal lives on tmpfs by default (/var/run/sluice/state):
+	// /dev/shm stands in for a node's /run.
+	shm, err := os.MkdirTemp("/dev/shm", "sluice-bench-state-")
+	if err != nil {
+		return nil, err
+	}
+	cl.add(func() { os.RemoveAll(shm) })
+	onTmpfs := func(n *node) { n.stateDir = filepath.Join(shm, filepath.Base(n.dir)) }
+
+	step := func(what string) {
+		fmt.Fprintf(os.Stderr, "bench: %s (%s)\n", what, time.Since(res.started).Round(time.Second))
+	}
+	step("building binaries")
+	binDir := filepath.Join(tmp, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return nil, err
+	}
+	b, err := buildAll(binDir)
+	if err != nil {
+		return nil, err
+	}
+
+	step("plugin footprint")
+	if res.footprint, err = benchFootprint(b, c.execs); err != nil {
+		return nil, err
+	}
+	step("rule programming per pod")
+	if res.rules, err = benchRules(nd, tmp, c.rules); err != nil {
+		return nil, err
+	}
+
+	step("churn storm")
+	n, err := newNode(nd, filepath.Join(tmp, "node-churn"), b)
+	if err != nil {
+		return nil, err
+	}
+	onTmpfs(n)
+	cl.add(n.stopAgent)
+	if _, err := n.startAgent(); err != nil {
+		return nil, err
+	}
+	if res.churn, err = n.churn(c.churn); err != nil {
+		return nil, err
+	}
+	n.stopAgent()
+
+	step(fmt.Sprintf("end-to-end ADD and scale to %d pods", c.pods))
+	nd2, err := newNSDir(filepath.Join(tmp, "netns-scale"))
+	if err != nil {
+		return nil, err
+	}
+	cl.add(nd2.cleanupAll)
+	n, err = newNode(nd2, filepath.Join(tmp, "node-scale"), b)
+	if err != nil {
+		return nil, err
+	}
+	onTmpfs(n)
+	cl.add(n.stopAgent)
+	if _, err := n.startAgent(); err != nil {
+		return nil, err
+	}
+	if res.scale, err = n.scale(c.pods, c.e2ePods, c.small, c.probes); err != nil {
+		return nil, err
+	}
+	n.stopAgent()
+
+	step("ADD with the journal on disk")
+	n, err = newNode(nd2, filepath.Join(tmp, "node-disk"), b)
+	if err != nil {
+		return nil, err
+	}
+	cl.add(n.stopAgent)
+	if _, err := n.startAgent(); err != nil {
+		return nil, err
+	}
+	if res.disk, err = n.journalBound(min(c.e2ePods, 200)); err != nil {
+		return nil, err
+	}
+	n.stopAgent()
+	res.took = time.Since(res.started)
+
+	step("writing " + res.out)
+	if err := writeReport(c, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
