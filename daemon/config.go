@@ -36,6 +36,18 @@ type config struct {
 	pluginBinary      string
 	pluginTimeout     time.Duration
 	excludeNamespaces string
+
+	nodeName     string
+	podName      string
+	podNamespace string
+	repairMode   string
+
+	ambient           bool
+	ambientDNSCapture bool
+	ztunnelSocket     string
+	hostNetns         string
+
+	checkConfig bool
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
@@ -71,6 +83,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.pluginBinary, "plugin-binary", "", "the sluice plugin to install; empty: 'sluice' next to this executable")
 	fs.DurationVar(&c.pluginTimeout, "plugin-timeout", 2*time.Second, "the plugin's deadline for each call, written into the conflist entry")
 	fs.StringVar(&c.excludeNamespaces, "exclude-namespaces", "kube-system", "comma-separated namespaces never captured; the plugin skips them even while the agent is down")
+	fs.StringVar(&c.nodeName, "node-name", getenv("NODE_NAME"), "this node's name: only its pods are watched (default $NODE_NAME)")
+	fs.StringVar(&c.podName, "pod-name", getenv("POD_NAME"), "the agent's own pod, to find its DaemonSet on exit (default $POD_NAME)")
+	fs.StringVar(&c.podNamespace, "pod-namespace", getenv("POD_NAMESPACE"), "the agent's own namespace, never captured (default $POD_NAMESPACE)")
+	fs.StringVar(&c.repairMode, "repair-mode", "apply", "pods found running uncaptured: apply (program their rules), label (sluice.dev/uncaptured=true) or delete (evict)")
+	fs.BoolVar(&c.ambient, "ambient", false, "enroll pods labelled istio.io/dataplane-mode=ambient and hand them to ztunnel")
+	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", false, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
+	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
+	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
+	fs.BoolVar(&c.checkConfig, "check-config", false, "validate flags and env without touching the node, print 'config ok' and exit")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -101,6 +122,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	case "auto", "true", "false":
 	default:
 		return nil, fmt.Errorf("--uninstall-on-exit %q: want true, false or auto", c.uninstallOnExit)
+	}
+	switch c.repairMode {
+	case "apply", "label", "delete":
+	default:
+		return nil, fmt.Errorf("--repair-mode %q: want apply, label or delete", c.repairMode)
+	}
+	if c.kubeconfig != "" && c.nodeName == "" {
+		return nil, fmt.Errorf("--node-name (or $NODE_NAME) is required with --kubeconfig")
 	}
 	return c, nil
 }

@@ -70,3 +70,29 @@ func TestUIDsAndLogger(t *testing.T) {
 		t.Error("log format xml accepted")
 	}
 }
+
+func TestCheck(t *testing.T) {
+	ok, err := parseConfig([]string{"--kubeconfig", "in-cluster", "--node-name", "n1"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ok.check(); err != nil {
+		t.Errorf("defaults with in-cluster: %v", err)
+	}
+	bad, err := parseConfig([]string{"--socket", "rel.sock", "--netns-roots", "/a,b", "--health-addr", "9890", "--default-mode", "x"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bad.check()
+	for _, want := range []string{"--socket", "--netns-roots", "--health-addr", "--default-mode"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("check() = %v, want it to name %s", err, want)
+		}
+	}
+	if _, err := parseConfig([]string{"--kubeconfig", "/k"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Error("--kubeconfig without a node name accepted")
+	}
+	if c, err := parseConfig([]string{"--kubeconfig", "/k"}, func(k string) string { return map[string]string{"NODE_NAME": "n9"}[k] }, io.Discard); err != nil || c.nodeName != "n9" {
+		t.Errorf("NODE_NAME not used as --node-name default: %v %v", c, err)
+	}
+}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/installer"
 )
@@ -42,15 +45,20 @@ func newInstaller(cfg *config, log *slog.Logger) (*installer.Installer, error) {
 }
 
 // uninstallOnExit decides whether SIGTERM removes our entry. Standalone,
-// yes. In Kubernetes an upgrade must keep it, so new pods wait for the new
-// agent instead of starting uncaptured; that check lands with the
-// Kubernetes wiring, until then "auto" keeps the entry there.
-func uninstallOnExit(cfg *config) bool {
+// yes. In Kubernetes only when the agent's DaemonSet is going away: an
+// upgrade keeps it, so new pods wait for the new agent instead of starting
+// uncaptured.
+func uninstallOnExit(cfg *config, rc *rest.Config, log *slog.Logger) bool {
 	switch cfg.uninstallOnExit {
 	case "true":
 		return true
 	case "false":
 		return false
 	}
-	return cfg.kubeconfig == ""
+	if rc == nil {
+		return true
+	}
+	leaving, why := daemonSetLeaving(context.Background(), rc, cfg.podNamespace, cfg.podName)
+	log.Info("conflist entry on exit", "remove", leaving, "why", why)
+	return leaving
 }

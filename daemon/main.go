@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/sluicemesh/sluice/daemon/health"
 	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/podns"
@@ -48,6 +50,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sluice-agent:", err)
 		os.Exit(2)
 	}
+	if cfg.checkConfig {
+		if err := cfg.check(); err != nil {
+			fmt.Fprintln(os.Stderr, "sluice-agent: invalid configuration:", err)
+			os.Exit(2)
+		}
+		fmt.Println("config ok")
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, cfg, log); err != nil {
@@ -62,8 +72,18 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pol, err := newPolicy(cfg)
-	if err != nil {
+	var rc *rest.Config
+	var kube *policy.Kube
+	var pol rpc.Policy
+	if cfg.kubeconfig != "" {
+		if rc, err = restConfig(cfg.kubeconfig); err != nil {
+			return err
+		}
+		if kube, err = newKubePolicy(cfg, rc, log); err != nil {
+			return err
+		}
+		pol = kube
+	} else if pol, err = staticPolicy(cfg); err != nil {
 		return err
 	}
 	opener, err := podns.NewOpener(splitList(cfg.netnsRoots), cfg.hostProc)
@@ -85,6 +105,10 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	m.Func("counter", "drift_repairs_total", "Rulesets re-applied because the kernel drifted.", func() float64 { return float64(store.Repairs()) })
 
 	checks := &health.Checks{}
+	if kube != nil {
+		go kube.Run(ctx)
+		checks.Add("policy", kube.Synced)
+	}
 	var inst *installer.Installer
 	if cfg.install {
 		if inst, err = newInstaller(cfg, log); err != nil {
@@ -133,7 +157,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	hs.Shutdown()
-	if inst != nil && uninstallOnExit(cfg) {
+	if inst != nil && uninstallOnExit(cfg, rc, log) {
 		// Before the drain: new pods should stop calling a leaving agent.
 		if err := inst.Uninstall(); err != nil {
 			log.Error("uninstall on exit", "err", err)
@@ -146,10 +170,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	return nil
 }
 
-func newPolicy(cfg *config) (rpc.Policy, error) {
-	if cfg.kubeconfig != "" {
-		return nil, errors.New("--kubeconfig: Kubernetes policy is not built yet; run standalone")
-	}
+func staticPolicy(cfg *config) (rpc.Policy, error) {
 	spec := redirect.DefaultSpec()
 	switch cfg.defaultMode {
 	case string(redirect.ModeSidecar):

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -12,10 +11,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/internal/kubetest"
@@ -55,45 +52,13 @@ func kube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
 	envOnce.Do(func() {
 		testEnv, envStop, envErr = kubetest.StartMain(agent)
 		if envErr == nil {
-			envErr = grantAgentRole(testEnv)
+			envErr = testEnv.BindClusterRole(agent, rbacFile)
 		}
 	})
 	if envErr != nil {
 		t.Fatalf("kube-apiserver: %v", envErr)
 	}
 	return testEnv, kubernetes.NewForConfigOrDie(testEnv.AdminConfig())
-}
-
-// grantAgentRole applies the ClusterRole the agent ships with and binds the
-// agent's user to it.
-func grantAgentRole(e *kubetest.Env) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, err := os.ReadFile(rbacFile)
-	if err != nil {
-		return fmt.Errorf("read the agent's ClusterRole: %w", err)
-	}
-	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(b, nil, nil)
-	if err != nil {
-		return fmt.Errorf("decode %s: %w", rbacFile, err)
-	}
-	role, ok := obj.(*rbacv1.ClusterRole)
-	if !ok {
-		return fmt.Errorf("%s holds a %T, want a ClusterRole", rbacFile, obj)
-	}
-	c := kubernetes.NewForConfigOrDie(e.AdminConfig())
-	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create ClusterRole %s: %w", role.Name, err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: agent},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: agent}},
-	}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("bind ClusterRole %s to %s: %w", role.Name, agent, err)
-	}
-	return nil
 }
 
 // startPolicy runs a Kube policy as the agent's user until t ends, and

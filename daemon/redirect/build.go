@@ -7,9 +7,12 @@ import (
 
 // Chain names, the nftables counterparts of istio-iptables' chains.
 const (
-	chainPrerouting  = "prerouting"   // nat PREROUTING
+	chainPrerouting  = "prerouting"   // nat PREROUTING (mangle with TPROXY and ambient)
 	chainInbound     = "inbound"      // ISTIO_INBOUND
+	chainDivert      = "divert"       // ISTIO_DIVERT (TPROXY)
+	chainTProxy      = "tproxy"       // ISTIO_TPROXY (TPROXY)
 	chainInRedirect  = "in-redirect"  // ISTIO_IN_REDIRECT
+	chainOutputMark  = "output-mark"  // mangle OUTPUT (TPROXY and ambient)
 	chainOutput      = "output"       // nat OUTPUT
 	chainOutbound    = "outbound"     // ISTIO_OUTPUT
 	chainOutRedirect = "out-redirect" // ISTIO_REDIRECT
@@ -40,44 +43,53 @@ var (
 	loopbackV6 = netip.IPv6Loopback()
 )
 
-// Build turns a Spec into the ruleset for table inet sluice. It is pure: no
-// kernel, no I/O, the same Spec always gives the same Ruleset (and Hash).
+// Build turns a Spec into the ruleset for table inet sluice (and the policy
+// routes beside it, for TPROXY and ambient). It is pure: no kernel, no I/O,
+// the same Spec always gives the same Ruleset (and Hash).
 func Build(s Spec) (*Ruleset, error) {
 	if err := validate(s); err != nil {
 		return nil, err
 	}
 	b := &builder{spec: s}
-	b.addSets()
-	b.chains = []chain{
-		b.prerouting(),
-		b.inbound(),
-		{name: chainInRedirect, rules: []rule{{
-			tag:     "in-redirect",
-			matches: []match{l4protoMatch{tcp}},
-			verdict: redirectTo(s.InboundPort),
-		}}},
-		b.output(),
-		b.outbound(),
-		{name: chainOutRedirect, rules: []rule{{
-			tag:     "out-redirect",
-			matches: []match{l4protoMatch{tcp}},
-			verdict: redirectTo(s.OutboundPort),
-		}}},
+	switch s.Mode {
+	case ModeAmbient:
+		b.ambient()
+	default:
+		b.sidecar()
 	}
-	if s.CaptureDNS {
-		b.chains = append(b.chains, b.dns())
-	}
-	return &Ruleset{sets: b.sets, chains: b.chains, text: render(b.sets, b.chains)}, nil
+	return b.ruleset(TableName), nil
 }
 
 type builder struct {
 	spec   Spec
 	sets   []set
 	chains []chain
+	routes []policyRoute
+}
+
+func (b *builder) ruleset(table string) *Ruleset {
+	return &Ruleset{
+		table:  table,
+		sets:   b.sets,
+		chains: b.chains,
+		routes: b.routes,
+		text:   render(table, b.sets, b.chains) + renderRoutes(b.routes),
+	}
+}
+
+// policyRoutes are the spec's fwmark rule and local route, per family.
+func (b *builder) policyRoutes() []policyRoute {
+	var out []policyRoute
+	for _, f := range b.families() {
+		s := b.spec
+		out = append(out, policyRoute{fam: f, mark: s.RouteMark, mask: s.RouteMarkMask, table: s.RouteTable, priority: s.RoutePriority})
+	}
+	return out
 }
 
 // addSets declares every non-empty list as a named set; the chains then
-// reference a set only when has says it exists.
+// reference a set only when has says it exists. Without inbound capture
+// the inbound lists would be sets nothing refers to, so they are left out.
 func (b *builder) addSets() {
 	s := b.spec
 	ports := func(name string, p []uint16) {
@@ -96,9 +108,11 @@ func (b *builder) addSets() {
 			b.sets = append(b.sets, set{name: name, typ: typ, prefixes: p})
 		}
 	}
-	ports(setInboundPass, s.InboundPassPorts)
-	ports(setInboundInclude, s.IncludeInboundPorts)
-	ports(setInboundExclude, s.ExcludeInboundPorts)
+	if !s.IncludeNoInboundPorts {
+		ports(setInboundPass, s.InboundPassPorts)
+		ports(setInboundInclude, s.IncludeInboundPorts)
+		ports(setInboundExclude, s.ExcludeInboundPorts)
+	}
 	ports(setOutboundInclude, s.IncludeOutboundPorts)
 	ports(setOutboundExclude, s.ExcludeOutboundPorts)
 	cidrs(setIncludeV4, ipv4, s.IncludeOutboundCIDRs)
@@ -135,155 +149,6 @@ func (b *builder) familyGuard() []match {
 		return []match{nfprotoMatch{f[0]}}
 	}
 	return nil
-}
-
-func (b *builder) prerouting() chain {
-	c := chain{name: chainPrerouting, hook: hookPrerouting}
-	if b.has(setExcludeIfaces) {
-		c.rules = append(c.rules, rule{
-			tag:     "skip-excluded-interfaces-in",
-			matches: []match{ifSetMatch{out: false, set: setExcludeIfaces}},
-			verdict: ret(),
-		})
-	}
-	c.rules = append(c.rules, rule{
-		tag:     "inbound-tcp",
-		matches: append(b.familyGuard(), l4protoMatch{tcp}),
-		verdict: jump(chainInbound),
-	})
-	return c
-}
-
-func (b *builder) inbound() chain {
-	c := chain{name: chainInbound}
-	for _, r := range []struct{ set, tag string }{
-		{setInboundPass, "inbound-pass-ports"},
-		{setInboundExclude, "inbound-exclude-ports"},
-	} {
-		if b.has(r.set) {
-			c.rules = append(c.rules, rule{tag: r.tag, matches: []match{portSetMatch{tcp, r.set}}, verdict: ret()})
-		}
-	}
-	if b.has(setInboundInclude) {
-		c.rules = append(c.rules, rule{
-			tag:     "inbound-include-ports",
-			matches: []match{portSetMatch{tcp, setInboundInclude}},
-			verdict: jump(chainInRedirect),
-		})
-	} else {
-		c.rules = append(c.rules, rule{
-			tag:     "inbound-all-ports",
-			matches: []match{l4protoMatch{tcp}},
-			verdict: jump(chainInRedirect),
-		})
-	}
-	return c
-}
-
-func (b *builder) output() chain {
-	c := chain{name: chainOutput, hook: hookOutput}
-	if b.has(setExcludeIfaces) {
-		c.rules = append(c.rules, rule{
-			tag:     "skip-excluded-interfaces-out",
-			matches: []match{ifSetMatch{out: true, set: setExcludeIfaces}},
-			verdict: ret(),
-		})
-	}
-	if b.spec.CaptureDNS {
-		// UDP never enters the outbound chain (it is TCP's, as
-		// ISTIO_OUTPUT is), so DNS over UDP is diverted here.
-		c.rules = append(c.rules, rule{
-			tag:     "dns-udp",
-			matches: append(b.familyGuard(), portMatch{proto: udp, port: dnsPort}),
-			verdict: jump(chainDNS),
-		})
-	}
-	c.rules = append(c.rules, rule{
-		tag:     "outbound-tcp",
-		matches: append(b.familyGuard(), l4protoMatch{tcp}),
-		verdict: jump(chainOutbound),
-	})
-	return c
-}
-
-// outbound is ISTIO_OUTPUT, in istio-iptables' order; the order is the
-// semantics, each rule only sees what the ones before it let through.
-func (b *builder) outbound() chain {
-	s := b.spec
-	c := chain{name: chainOutbound}
-	add := func(tag string, v verdict, m ...match) {
-		c.rules = append(c.rules, rule{tag: tag, matches: m, verdict: v})
-	}
-	lo := ifMatch{out: true, name: loopbackInterface}
-
-	// Port exclusions come before the loopback rules below, so the proxy
-	// calling its own pod on an excluded port is not sent to inbound.
-	if b.has(setOutboundExclude) {
-		add("outbound-exclude-ports", ret(), portSetMatch{tcp, setOutboundExclude})
-	}
-	for _, f := range b.families() {
-		add("inbound-passthrough"+f.tagSuffix(), ret(), lo, addrMatch{src: true, addr: b.passthrough(f)})
-	}
-	for _, owner := range []struct {
-		name string
-		gid  bool
-		id   uint32
-	}{{"uid", false, s.ProxyUID}, {"gid", true, s.ProxyGID}} {
-		proxy := ownerMatch{gid: owner.gid, id: owner.id}
-		// The app called itself through a service VIP and the proxy is
-		// now forwarding that over loopback: it must enter as inbound.
-		// HBONE to ourselves is the proxy's own tunnel and is left alone.
-		for _, f := range b.families() {
-			add("proxy-"+owner.name+"-to-self"+f.tagSuffix(), jump(chainInRedirect),
-				lo, addrMatch{neg: true, addr: f.loopback()}, portMatch{proto: tcp, neg: true, port: s.HBONEPort}, proxy)
-		}
-		// The app calling itself by its endpoint address over loopback.
-		add("app-"+owner.name+"-loopback", ret(), lo, ownerMatch{gid: owner.gid, neg: true, id: owner.id})
-		// The proxy's own outbound traffic: capturing it would loop.
-		add("proxy-"+owner.name, ret(), proxy)
-	}
-	if s.CaptureDNS {
-		add("dns-tcp", jump(chainDNS), portMatch{proto: tcp, port: dnsPort})
-	}
-	for _, f := range b.families() {
-		add("localhost"+f.tagSuffix(), ret(), addrMatch{addr: f.loopback()})
-	}
-	for _, x := range []struct {
-		set string
-		fam family
-	}{{setExcludeV4, ipv4}, {setExcludeV6, ipv6}} {
-		if b.has(x.set) {
-			add(x.set, ret(), daddrSetMatch{x.fam, x.set})
-		}
-	}
-	if b.has(setOutboundInclude) {
-		add("outbound-include-ports", jump(chainOutRedirect), portSetMatch{tcp, setOutboundInclude})
-	}
-	if len(s.IncludeOutboundCIDRs) == 0 {
-		add("outbound-all", jump(chainOutRedirect))
-		return c
-	}
-	for _, x := range []struct {
-		set string
-		fam family
-	}{{setIncludeV4, ipv4}, {setIncludeV6, ipv6}} {
-		if b.has(x.set) {
-			add(x.set, jump(chainOutRedirect), daddrSetMatch{x.fam, x.set})
-		}
-	}
-	return c
-}
-
-// dns sends DNS to the proxy's DNS listener unless the proxy itself is
-// the one asking (it resolves upstream for everyone else).
-func (b *builder) dns() chain {
-	s := b.spec
-	return chain{name: chainDNS, rules: []rule{
-		{tag: "dns-proxy-uid", matches: []match{ownerMatch{id: s.ProxyUID}}, verdict: ret()},
-		{tag: "dns-proxy-gid", matches: []match{ownerMatch{gid: true, id: s.ProxyGID}}, verdict: ret()},
-		{tag: "dns-redirect-tcp", matches: []match{l4protoMatch{tcp}}, verdict: redirectTo(s.DNSPort)},
-		{tag: "dns-redirect-udp", matches: []match{l4protoMatch{udp}}, verdict: redirectTo(s.DNSPort)},
-	}}
 }
 
 func (b *builder) passthrough(f family) netip.Addr {

@@ -10,7 +10,11 @@ import "net/netip"
 type Mode string
 
 const (
+	// ModeSidecar captures to an Envoy sidecar in the pod (istio-iptables).
 	ModeSidecar Mode = "sidecar"
+	// ModeAmbient captures to ztunnel's in-pod listeners (istio-cni's
+	// in-pod ambient rules); see ambient.go.
+	ModeAmbient Mode = "ambient"
 )
 
 // Interception is how captured TCP reaches the proxy.
@@ -20,10 +24,20 @@ const (
 	// InterceptRedirect uses DNAT to the local proxy port; the proxy reads
 	// the original destination with SO_ORIGINAL_DST.
 	InterceptRedirect Interception = "REDIRECT"
+	// InterceptTProxy hands inbound TCP to the proxy's transparent socket
+	// without rewriting it: the original destination is the accepted
+	// socket's local address. Packets are marked RouteMark and a policy
+	// route delivers them locally. Outbound is still REDIRECT, as in Istio.
+	InterceptTProxy Interception = "TPROXY"
 )
 
 // Spec is everything that decides a pod's ruleset. The zero value is not
-// useful; start from DefaultSpec, which matches Istio's sidecar defaults.
+// useful; start from DefaultSpec, which matches Istio's sidecar defaults,
+// or DefaultAmbientSpec.
+//
+// The agent journals Specs as JSON. Fields added later carry json tags and
+// their zero value means what the Spec meant before they existed, so an
+// old journal still loads and builds the same ruleset.
 type Spec struct {
 	Mode         Mode
 	Interception Interception
@@ -47,17 +61,26 @@ type Spec struct {
 	// Inbound TCP to these ports always passes (HBONE 15008, 15020 merged
 	// metrics, 15021 health, 15090 Envoy stats).
 	InboundPassPorts []uint16
-	// Inbound capture: IncludeInboundPorts empty means every port.
+	// Inbound capture: IncludeInboundPorts empty means every port, unless
+	// IncludeNoInboundPorts is set.
 	IncludeInboundPorts []uint16
+	// IncludeNoInboundPorts captures no inbound port at all (Istio's
+	// includeInboundPorts=""). IncludeInboundPorts must then be empty.
+	IncludeNoInboundPorts bool `json:"includeNoInboundPorts,omitempty"`
 	ExcludeInboundPorts []uint16
 	// Outbound ports: excluded ones pass; included ones are captured even
 	// when their destination is outside IncludeOutboundCIDRs.
 	IncludeOutboundPorts []uint16
 	ExcludeOutboundPorts []uint16
-	// Outbound destinations: IncludeOutboundCIDRs empty means every address.
-	// When it is not empty, a family with no prefix in it is not captured at
-	// all, as istio-iptables does with its separate v4 and v6 lists.
+	// Outbound destinations: IncludeOutboundCIDRs empty means every address,
+	// unless IncludeNoOutboundCIDRs is set. When it is not empty, a family
+	// with no prefix in it is not captured at all, as istio-iptables does
+	// with its separate v4 and v6 lists.
 	IncludeOutboundCIDRs []netip.Prefix
+	// IncludeNoOutboundCIDRs captures no destination by address (Istio's
+	// includeOutboundIPRanges=""): only IncludeOutboundPorts are captured.
+	// IncludeOutboundCIDRs must then be empty.
+	IncludeNoOutboundCIDRs bool `json:"includeNoOutboundCIDRs,omitempty"`
 	ExcludeOutboundCIDRs []netip.Prefix
 	// Traffic entering or leaving these interfaces is never captured.
 	ExcludeInterfaces []string
@@ -68,6 +91,29 @@ type Spec struct {
 
 	IPv4 bool
 	IPv6 bool
+
+	// Policy routing, used by TPROXY interception and by ambient: packets
+	// whose mark under RouteMarkMask is RouteMark look up RouteTable
+	// (ip rule preference RoutePriority), which routes everything to lo.
+	// Istio: 1337/0xffffffff, table 133 for sidecars; 0x111/0xfff, table
+	// 100 for ambient, where RouteMark is also the conntrack mark that
+	// brings replies back to ztunnel.
+	RouteMark     uint32 `json:"routeMark,omitempty"`
+	RouteMarkMask uint32 `json:"routeMarkMask,omitempty"`
+	RouteTable    uint32 `json:"routeTable,omitempty"`
+	RoutePriority uint32 `json:"routePriority,omitempty"`
+
+	// Ambient only. ztunnel marks its own sockets with ZtunnelMark (under
+	// ZtunnelMarkMask); such traffic is never captured.
+	ZtunnelMark     uint32 `json:"ztunnelMark,omitempty"`
+	ZtunnelMarkMask uint32 `json:"ztunnelMarkMask,omitempty"`
+	// The host table SNATs the kubelet's probes to these addresses (see
+	// HostConfig); ambient pods let TCP from them in uncaptured.
+	ProbeSNATIPv4 netip.Addr `json:"probeSNATIPv4,omitzero"`
+	ProbeSNATIPv6 netip.Addr `json:"probeSNATIPv6,omitzero"`
+	// BypassInboundCapture leaves inbound traffic alone (Istio's ingress
+	// mode, for gateways): only outbound goes to ztunnel.
+	BypassInboundCapture bool `json:"bypassInboundCapture,omitempty"`
 }
 
 // DefaultSpec is Istio's sidecar capture with every default.
@@ -87,5 +133,41 @@ func DefaultSpec() Spec {
 		InboundPassthroughIPv6: netip.MustParseAddr("::6"),
 		IPv4:                   true,
 		IPv6:                   true,
+
+		// Used only with InterceptTProxy.
+		RouteMark:     1337,
+		RouteMarkMask: fullMask,
+		RouteTable:    133,
+		RoutePriority: 32764,
+	}
+}
+
+// Istio's kubelet-probe SNAT addresses (istio-cni HOST_PROBE_SNAT_ADDRESS
+// and HOST_PROBE_V6_SNAT_ADDRESS).
+var (
+	DefaultProbeSNATIPv4 = netip.MustParseAddr("169.254.7.127")
+	DefaultProbeSNATIPv6 = netip.MustParseAddr("fd16:9254:7127:1337:ffff:ffff:ffff:ffff")
+)
+
+// DefaultAmbientSpec is istio-cni's in-pod ambient capture with every
+// default: ztunnel's ports and marks, table 100, DNS capture off.
+func DefaultAmbientSpec() Spec {
+	return Spec{
+		Mode:            ModeAmbient,
+		Interception:    InterceptTProxy,
+		OutboundPort:    15001,
+		InboundPort:     15006,
+		HBONEPort:       15008,
+		DNSPort:         15053,
+		ZtunnelMark:     0x539,
+		ZtunnelMarkMask: 0xfff,
+		RouteMark:       0x111,
+		RouteMarkMask:   0xfff,
+		RouteTable:      100,
+		RoutePriority:   32764,
+		ProbeSNATIPv4:   DefaultProbeSNATIPv4,
+		ProbeSNATIPv6:   DefaultProbeSNATIPv6,
+		IPv4:            true,
+		IPv6:            true,
 	}
 }

@@ -148,13 +148,16 @@ func modeOf(m redirect.Mode) sluicev1.Mode {
 }
 
 // toStatus maps the errors below rpc onto gRPC codes the plugin turns into
-// CNI codes: a bad netns path is the caller's fault, a missed deadline is
-// worth retrying, anything else is ours.
+// CNI codes: a bad netns path or pod annotation is the caller's fault, a
+// missed deadline is worth retrying, anything else is ours.
 func toStatus(err error) error {
 	var rule *podns.RuleError
+	var ann *policy.AnnotationError
 	switch {
-	case errors.As(err, &rule):
+	case errors.As(err, &rule), errors.As(err, &ann):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, policy.ErrPodNotFound):
+		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, podns.ErrNotExist):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 )
@@ -20,8 +21,9 @@ type process struct {
 // startProcess runs bin with its output in logPath. Pdeathsig kills the
 // child if the test binary dies without cleaning up (a panic, a timeout,
 // SIGKILL), so nothing outlives the tests. Pdeathsig is tied to the thread
-// that forked the child; the Go runtime only retires threads whose goroutine
-// exits while locked to them, which nothing that starts an Env does.
+// that forked the child, and tests that enter network namespaces retire
+// threads, so the child is forked from a locked goroutine that keeps its
+// thread until the child exits.
 func startProcess(name, logPath, bin string, args ...string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -32,14 +34,22 @@ func startProcess(name, logPath, bin string, args ...string) (*process, error) {
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
-	}
 	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
+	}
 	return p, nil
 }
 

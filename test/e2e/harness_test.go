@@ -36,6 +36,9 @@ import (
 // binDir holds freshly built sluice, sluice-agent and the reference plugins.
 var binDir string
 
+// afterAll runs once the package's tests are done (shared servers).
+var afterAll []func()
+
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		os.Exit(child(os.Args[2:]))
@@ -56,6 +59,11 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "e2e: build:", err)
 			return 1
 		}
+		defer func() {
+			for _, f := range afterAll {
+				f()
+			}
+		}()
 		return m.Run()
 	}()
 	os.Exit(code)
@@ -92,6 +100,9 @@ type node struct {
 	confDir  string
 	cniBin   string
 	agent    *agent
+	// The agent runs in the node netns unless it must reach a server on the
+	// machine's loopback (the test kube-apiserver).
+	agentInHostNetns bool
 }
 
 func newNode(t *testing.T) *node {
@@ -161,7 +172,11 @@ func (n *node) startAgentNotReady(extra ...string) *agent {
 		"--install=false",
 	}, extra...)
 	a := &agent{logs: &syncBuffer{}, done: make(chan struct{})}
-	a.cmd = n.ns.Command(filepath.Join(binDir, "sluice-agent"), args...)
+	if n.agentInHostNetns {
+		a.cmd = exec.Command(filepath.Join(binDir, "sluice-agent"), args...)
+	} else {
+		a.cmd = n.ns.Command(filepath.Join(binDir, "sluice-agent"), args...)
+	}
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := a.cmd.Start(); err != nil {
 		t.Fatalf("start agent: %v", err)

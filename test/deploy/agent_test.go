@@ -1,0 +1,92 @@
+package deploy
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestAgentAcceptsDaemonSetCommandLine runs the real sluice-agent with
+// exactly the args and env the rendered DaemonSet gives its container
+// (downward-API values resolved as the kubelet would) plus --check-config.
+// A flag the chart passes that the agent does not know, or a value it
+// refuses, fails here.
+func TestAgentAcceptsDaemonSetCommandLine(t *testing.T) {
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			t.Parallel()
+			ds := render(t, vs).daemonSet(t)
+			out, err := checkConfig(t, ds)
+			if err != nil || strings.TrimSpace(out) != "config ok" {
+				t.Errorf("sluice-agent --check-config: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// TestAgentCheckCatchesDrift shows the check above has teeth: a flag the
+// agent lacks, or a value it refuses, makes it fail.
+func TestAgentCheckCatchesDrift(t *testing.T) {
+	for name, values := range map[string]string{
+		"unknown flag":  "extraArgs: [--no-such-flag=1]\n",
+		"refused value": "extraArgs: [--uninstall-on-exit=sometimes]\n",
+		"bad env":       "extraEnv: [{name: SLUICE_MAX_INFLIGHT, value: many}]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ds := render(t, valueSet{name: "drift", namespace: "kube-system", values: values}).daemonSet(t)
+			if out, err := checkConfig(t, ds); err == nil {
+				t.Errorf("sluice-agent accepted %s:\n%s", strings.TrimSpace(values), out)
+			}
+		})
+	}
+}
+
+// checkConfig runs the agent as the kubelet would start the container,
+// with --check-config appended, and returns its combined output.
+func checkConfig(t *testing.T, ds *appsv1.DaemonSet) (string, error) {
+	t.Helper()
+	c := ds.Spec.Template.Spec.Containers[0]
+	if len(c.Command) == 0 {
+		t.Fatal("container has no command")
+	}
+	args := append(append(slices.Clone(c.Command[1:]), c.Args...), "--check-config")
+	cmd := exec.Command(agentBin, args...)
+	cmd.Env = containerEnv(t, ds, c) // and nothing of the test's own
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// containerEnv resolves the container's env as the kubelet would for a pod
+// of ds on node-1.
+func containerEnv(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container) []string {
+	t.Helper()
+	fields := map[string]string{
+		"spec.nodeName":      "node-1",
+		"metadata.name":      ds.Name + "-x7k2p",
+		"metadata.namespace": ds.Namespace,
+	}
+	if len(c.EnvFrom) > 0 {
+		t.Fatalf("envFrom %+v: resolve it here before using it", c.EnvFrom)
+	}
+	var env []string
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env = append(env, e.Name+"="+e.Value)
+		case e.ValueFrom.FieldRef != nil:
+			v, ok := fields[e.ValueFrom.FieldRef.FieldPath]
+			if !ok {
+				t.Fatalf("env %s: no test value for fieldRef %s", e.Name, e.ValueFrom.FieldRef.FieldPath)
+			}
+			env = append(env, e.Name+"="+v)
+		default:
+			t.Fatalf("env %s: cannot resolve %+v", e.Name, e.ValueFrom)
+		}
+	}
+	return env
+}
