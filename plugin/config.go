@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -39,6 +40,16 @@ type NetConf struct {
 	logLevel slog.Level
 	// raw is the entry as received, without prevResult, for the agent's logs.
 	raw []byte
+	// warnings are sent to the agent, which logs them where operators look.
+	warnings []string
+}
+
+// knownKeys are the entry's keys the plugin or the CNI spec define; any
+// other is most likely a typo an operator wants to hear about.
+var knownKeys = map[string]bool{
+	"cniVersion": true, "name": true, "type": true, "socket": true, "timeout": true, "logLevel": true,
+	"excludeNamespaces": true, "prevResult": true, "capabilities": true, "runtimeConfig": true,
+	"args": true, "ipam": true, "dns": true, "cni.dev/valid-attachments": true,
 }
 
 // parseConfig decodes and validates stdin. prevResult, when present, is
@@ -82,23 +93,27 @@ func parseConfig(stdin []byte) (*NetConf, error) {
 		}
 		conf.PrevResult = res
 	}
-	raw, err := withoutPrevResult(stdin)
-	if err != nil {
-		return nil, err
-	}
-	conf.raw = raw
-	return conf, nil
-}
-
-// withoutPrevResult re-encodes the entry minus prevResult: the agent wants
-// the plugin's settings, not a copy of the previous plugin's output.
-func withoutPrevResult(stdin []byte) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(stdin, &m); err != nil {
 		return nil, fmt.Errorf("failed to parse network configuration: %w", err)
 	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !knownKeys[k] {
+			conf.warnings = append(conf.warnings, fmt.Sprintf("unknown key %q in the sluice conflist entry", k))
+		}
+	}
+	if r, ok := conf.PrevResult.(*current.Result); ok && len(r.IPs) == 0 {
+		conf.warnings = append(conf.warnings, "prevResult has no IPs: the primary CNI assigned none")
+	}
+	// The agent wants the plugin's settings, not a copy of the previous
+	// plugin's output.
 	delete(m, "prevResult")
-	return json.Marshal(m)
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("re-encode network configuration: %w", err)
+	}
+	conf.raw = raw
+	return conf, nil
 }
 
 func (c *NetConf) excluded(namespace string) bool {

@@ -131,3 +131,20 @@ func FuzzParseArgs(f *testing.F) {
 		}
 	})
 }
+
+func TestParseConfigWarns(t *testing.T) {
+	c, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"n","type":"sluice","sockett":"/x","prevResult":{"cniVersion":"1.0.0","ips":[]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(c.warnings, "\n")
+	for _, want := range []string{`unknown key "sockett"`, "prevResult has no IPs"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings %q lack %q", got, want)
+		}
+	}
+	c, err = parseConfig([]byte(`{"cniVersion":"1.0.0","name":"n","type":"sluice","socket":"/x","prevResult":` + prevResult + `}`))
+	if err != nil || len(c.warnings) != 0 {
+		t.Errorf("clean config warned: %v %v", c.warnings, err)
+	}
+}

@@ -36,6 +36,9 @@ func newCall(args *skel.CmdArgs, verb string) (*call, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: conf.logLevel})).With(
 		"verb", verb, "request_id", id, "container_id", args.ContainerID,
 		"pod", pod.Namespace+"/"+pod.Name)
+	for _, w := range conf.warnings {
+		log.Warn(w)
+	}
 	return &call{conf: conf, pod: pod, log: log, id: id}, nil
 }
 
@@ -81,6 +84,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		Ips:         ipConfigs(prev),
 		Config:      c.pluginConfig(),
 		RequestId:   c.id,
+		Warnings:    c.conf.warnings,
 	})
 	if err != nil {
 		c.log.Error("agent refused or unreachable", "err", err)
@@ -117,6 +121,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		Pod:         c.podRef(),
 		Config:      c.pluginConfig(),
 		RequestId:   c.id,
+		Warnings:    c.conf.warnings,
 	})
 	if err != nil {
 		c.log.Warn("agent DEL failed; left to the agent's GC", "err", err)
@@ -151,6 +156,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 		Ips:         ipConfigs(c.conf.PrevResult.(*current.Result)),
 		Config:      c.pluginConfig(),
 		RequestId:   c.id,
+		Warnings:    c.conf.warnings,
 	})
 	if err != nil {
 		return a.callError(ctx, "CHECK", err)

@@ -59,6 +59,11 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 		} else if r, ok := req.(interface{ GetRequestId() string }); ok {
 			attrs = append(attrs, "request_id", r.GetRequestId())
 		}
+		if w, ok := req.(interface{ GetWarnings() []string }); ok {
+			for _, warning := range w.GetWarnings() {
+				log.Warn("plugin warning", append(attrs[:0:0], append(attrs, "warning", warning)...)...)
+			}
+		}
 		if err != nil {
 			log.Warn("call failed", append(attrs, "err", err)...)
 		} else {
