@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+)
+
+// CNI 1.1 GC through libcni removes every attachment the runtime no longer
+// lists — including one only the agent knows (its ADD reached the agent but
+// the runtime lost it) — and never a listed one.
+func TestGCKeepsOnlyValidAttachments(t *testing.T) {
+	n := newNode(t)
+	n.startAgent()
+	c := n.cni(n.loopbackChain("2s"))
+	keep, drop, orphan := n.pod("keep"), n.pod("drop"), n.pod("orphan")
+	for _, rc := range []*libcni.RuntimeConf{rt("keep", keep), rt("drop", drop)} {
+		if _, err := c.add(rc); err != nil {
+			t.Fatalf("ADD %s: %v", rc.ContainerID, err)
+		}
+	}
+	if _, err := sluicev1.NewCNIClient(n.client()).Add(t.Context(), &sluicev1.AddRequest{
+		ApiVersion: sluicev1.ApiVersion_API_VERSION_1, ContainerId: "orphan", Netns: orphan.Path, IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	err := n.ns.Do(func() error {
+		return c.lib.GCNetworkList(context.Background(), c.conf, &libcni.GCArgs{
+			ValidAttachments: []types.GCAttachment{{ContainerID: "keep", IfName: "eth0"}}})
+	})
+	if err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if s := rulesetState(t, keep); s != "full" {
+		t.Errorf("GC touched a valid attachment: %s", s)
+	}
+	if s := rulesetState(t, drop); s != "none" {
+		t.Errorf("drop: %s", s)
+	}
+	if s := rulesetState(t, orphan); s != "none" {
+		t.Errorf("orphan (known only to the agent): %s", s)
+	}
+	ws := n.listWorkloads(t)
+	if len(ws) != 1 || ws[0].ContainerId != "keep" {
+		t.Errorf("after GC the agent lists %v", ws)
+	}
+	if len(n.agent.logs.lines("msg=call", "/sluice.v1.CNI/GC", "code=OK")) != 1 {
+		t.Errorf("the GC verb never reached the agent:\n%s", n.agent.logs)
+	}
+}
+
+// CNI 1.1 STATUS through libcni: fine when the agent is ready, an error
+// naming the cause when it is not.
+func TestStatusThroughLibcni(t *testing.T) {
+	n := newNode(t)
+	n.startAgent()
+	c := n.cni(n.loopbackChain("2s"))
+	if err := n.ns.Do(func() error { return c.lib.GetStatusNetworkList(context.Background(), c.conf) }); err != nil {
+		t.Fatalf("STATUS with a ready agent: %v", err)
+	}
+	n.agent.stop(t)
+	err := n.ns.Do(func() error { return c.lib.GetStatusNetworkList(context.Background(), c.conf) })
+	if err == nil || !strings.Contains(err.Error(), "not available") {
+		t.Fatalf("STATUS with no agent = %v, want 'not available'", err)
+	}
+}
