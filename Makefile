@@ -15,7 +15,7 @@ FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:F
 
 export SLUICE_CNI_PLUGINS_DIR := $(PLUGINS)
 
-.PHONY: all build plugins kube-apiserver proto verify lint test fuzz demo bench clean
+.PHONY: all build plugins kube-apiserver proto manifests image verify lint test fuzz demo bench clean
 
 all: build
 
@@ -45,8 +45,18 @@ proto:
 		--go-grpc_out=api --go-grpc_opt=paths=source_relative \
 		sluice/v1/agent.proto zds/zds.proto
 
-# Fails when generated code is stale or the tree is not formatted and vetted.
+# deploy/manifests/sluice.yaml, rendered from the chart (helm built from
+# the module proxy into $(CACHE) on first use).
+manifests:
+	hack/helm/manifests.sh
+
+image:
+	docker build -t sluice:$(VERSION) --build-arg VERSION=$(VERSION) .
+
+# Fails when generated code or manifests are stale, or the tree is not
+# formatted and vetted.
 verify: lint
+	hack/helm/verify-manifests.sh
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && cp -r api $$tmp/ && \
 	$(MAKE) -s proto && \
 	if ! diff -r $$tmp/api api >/dev/null; then \

@@ -63,7 +63,13 @@ func daemonSetLeaving(ctx context.Context, rc *rest.Config, namespace, pod strin
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	p, err := client.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
-	if err != nil {
+	switch {
+	case apierrors.IsUnauthorized(err), apierrors.IsForbidden(err):
+		// An uninstall deletes the ServiceAccount and its role together
+		// with the DaemonSet; an upgrade keeps them. Keeping the entry here
+		// would leave every new pod on the node failing its ADD.
+		return true, fmt.Sprintf("lost API access (%v): the agent's RBAC was removed with it", err)
+	case err != nil:
 		return false, fmt.Sprintf("get own pod %s/%s: %v; keeping the entry", namespace, pod, err)
 	}
 	for _, ref := range p.OwnerReferences {
