@@ -38,7 +38,7 @@ func TestApplyCreateRace(t *testing.T) {
 	if got, want := canonical(listTable(t, ns)), canonical(plain.Render()); got != want {
 		t.Errorf("after replace, kernel has\n%s\nwant\n%s", got, want)
 	}
-	if exists, err := tableExists(conn); err != nil || !exists {
+	if exists, err := tableExists(conn, nlTable(TableName)); err != nil || !exists {
 		t.Errorf("tableExists = %t, %v", exists, err)
 	}
 }

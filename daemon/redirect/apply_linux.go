@@ -34,30 +34,61 @@ import (
 // mdlayher/socket), on a locked thread of its own that is moved back before
 // it is released; the caller's thread never changes namespace, so Apply is
 // safe to call from many goroutines at once.
+//
+// A ruleset with policy routes (TPROXY, ambient) has them programmed first
+// (route_linux.go). That order is the safe one: a rule and route for a mark
+// nothing sets yet change no packet's path, while nft rules that mark
+// packets before their route exists would send marked replies out of the
+// pod instead of back to the proxy. If the nft batch then fails, the routes
+// stay inert and the next Apply or Remove converges them.
+//
+// Routes a previous ruleset needed and this one does not are pruned after
+// the batch. A fresh table means a new pod (or one Remove cleaned up), so
+// a ruleset without routes skips rtnetlink altogether on that path.
 func Apply(ns netns.NsHandle, r *Ruleset) error {
+	if len(r.routes) > 0 {
+		if err := ensureRoutes(ns, r.routes); err != nil {
+			return fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err)
+		}
+	}
+	existed, err := applyTable(ns, r)
+	if err != nil {
+		return err
+	}
+	if existed || len(r.routes) > 0 {
+		if err := pruneRoutes(ns, r.routes); err != nil {
+			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
+		}
+	}
+	return nil
+}
+
+// applyTable is Apply's nftables part; it reports whether the table was
+// there before.
+func applyTable(ns netns.NsHandle, r *Ruleset) (existed bool, err error) {
 	conn, err := dial(ns, nftables.AsLasting())
 	if err != nil {
-		return fmt.Errorf("apply table inet %s: %w", TableName, err)
+		return false, fmt.Errorf("apply table inet %s: %w", r.table, err)
 	}
 	defer closeLater(conn)
-	exists, err := tableExists(conn)
-	if err != nil {
-		return fmt.Errorf("apply table inet %s to netns fd %d: %w", TableName, int(ns), err)
-	}
 	p := newProgram(r)
+	exists, err := tableExists(conn, p.table)
+	if err != nil {
+		return false, fmt.Errorf("apply table inet %s to netns fd %d: %w", r.table, int(ns), err)
+	}
 	if !exists {
 		err = commit(conn, p, false)
 		if !errors.Is(err, unix.EEXIST) {
 			if err != nil {
-				return fmt.Errorf("apply table inet %s to netns fd %d: %w", TableName, int(ns), err)
+				return false, fmt.Errorf("apply table inet %s to netns fd %d: %w", r.table, int(ns), err)
 			}
-			return nil
+			return false, nil
 		}
 	}
 	if err := commit(conn, p, true); err != nil {
-		return fmt.Errorf("apply table inet %s to netns fd %d: %w", TableName, int(ns), err)
+		return true, fmt.Errorf("apply table inet %s to netns fd %d: %w", r.table, int(ns), err)
 	}
-	return nil
+	return true, nil
 }
 
 // commit sends p as one batch. replace deletes whatever table is there
@@ -66,11 +97,11 @@ func Apply(ns netns.NsHandle, r *Ruleset) error {
 // EEXIST if it already exists.
 func commit(conn *nftables.Conn, p program, replace bool) error {
 	if replace {
-		conn.AddTable(table)
-		conn.DelTable(table)
-		conn.AddTable(table)
+		conn.AddTable(p.table)
+		conn.DelTable(p.table)
+		conn.AddTable(p.table)
 	} else {
-		conn.CreateTable(table)
+		conn.CreateTable(p.table)
 	}
 	for i, s := range p.sets {
 		if err := conn.AddSet(s, p.elems[i]); err != nil {
@@ -87,9 +118,9 @@ func commit(conn *nftables.Conn, p program, replace bool) error {
 	return conn.Flush()
 }
 
-// tableExists asks the kernel for table inet sluice by name.
-func tableExists(conn *nftables.Conn) (bool, error) {
-	_, err := conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
+// tableExists asks the kernel for the table by name.
+func tableExists(conn *nftables.Conn, table *nftables.Table) (bool, error) {
+	_, err := conn.ListTableOfFamily(table.Name, nftables.TableFamilyINet)
 	switch {
 	case err == nil:
 		return true, nil
@@ -99,17 +130,29 @@ func tableExists(conn *nftables.Conn) (bool, error) {
 	return false, fmt.Errorf("get table: %w", err)
 }
 
-// Remove deletes table inet sluice from ns. A table that is not there is
-// not an error, and costs one GET and no commit.
+// Remove deletes table inet sluice from ns, then the policy routes Apply
+// added there (the reverse of Apply's order, for the same reason). A table
+// that is not there is not an error, and costs one GET and no commit.
 func Remove(ns netns.NsHandle) error {
+	if err := removeTable(ns, TableName); err != nil {
+		return err
+	}
+	if err := pruneRoutes(ns, nil); err != nil {
+		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
+	}
+	return nil
+}
+
+func removeTable(ns netns.NsHandle, name string) error {
 	conn, err := dial(ns, nftables.AsLasting())
 	if err != nil {
-		return fmt.Errorf("remove table inet %s: %w", TableName, err)
+		return fmt.Errorf("remove table inet %s: %w", name, err)
 	}
 	defer closeLater(conn)
-	exists, err := tableExists(conn)
+	table := nlTable(name)
+	exists, err := tableExists(conn, table)
 	if err != nil {
-		return fmt.Errorf("remove table inet %s from netns fd %d: %w", TableName, int(ns), err)
+		return fmt.Errorf("remove table inet %s from netns fd %d: %w", name, int(ns), err)
 	}
 	if !exists {
 		return nil
@@ -119,7 +162,7 @@ func Remove(ns netns.NsHandle) error {
 	conn.AddTable(table)
 	conn.DelTable(table)
 	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("remove table inet %s from netns fd %d: %w", TableName, int(ns), err)
+		return fmt.Errorf("remove table inet %s from netns fd %d: %w", name, int(ns), err)
 	}
 	return nil
 }
@@ -165,6 +208,7 @@ func dial(ns netns.NsHandle, opts ...nftables.ConnOption) (*nftables.Conn, error
 // program is a Ruleset as google/nftables values, in the order they are
 // added to the kernel.
 type program struct {
+	table  *nftables.Table
 	sets   []*nftables.Set
 	elems  [][]nftables.SetElement
 	chains []*nftables.Chain
@@ -172,7 +216,9 @@ type program struct {
 }
 
 func newProgram(r *Ruleset) program {
+	table := nlTable(r.table)
 	p := program{
+		table:  table,
 		sets:   make([]*nftables.Set, len(r.sets)),
 		elems:  make([][]nftables.SetElement, len(r.sets)),
 		chains: make([]*nftables.Chain, len(r.chains)),
@@ -180,10 +226,10 @@ func newProgram(r *Ruleset) program {
 	ids := make(map[string]uint32, len(r.sets))
 	for i, s := range r.sets {
 		ids[s.name] = uint32(i + 1)
-		p.sets[i], p.elems[i] = nlSet(s, uint32(i+1))
+		p.sets[i], p.elems[i] = nlSet(table, s, uint32(i+1))
 	}
 	for i, c := range r.chains {
-		p.chains[i] = nlChain(c)
+		p.chains[i] = nlChain(table, c)
 		for _, rl := range c.rules {
 			p.rules = append(p.rules, &nftables.Rule{
 				Table:    table,

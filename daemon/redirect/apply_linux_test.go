@@ -25,7 +25,15 @@ var elementsRE = regexp.MustCompile(`elements = \{([^}]*)\}`)
 
 // canonical makes nft text comparable: nft wraps long element lists and
 // lists hash-set elements in hash order, neither of which is meaning.
+// Render's trailing comment lines (policy routes) are not nft's to list.
 func canonical(text string) string {
+	var kept []string
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "#") {
+			kept = append(kept, line)
+		}
+	}
+	text = strings.Join(kept, "\n")
 	text = elementsRE.ReplaceAllStringFunc(text, func(m string) string {
 		inner := elementsRE.FindStringSubmatch(m)[1]
 		var elems []string

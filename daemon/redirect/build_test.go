@@ -1,6 +1,7 @@
 package redirect
 
 import (
+	"encoding/json"
 	"flag"
 	"net/netip"
 	"os"
@@ -49,7 +50,35 @@ func goldenSpecs() map[string]Spec {
 			s.CaptureDNS = true
 			s.ExcludeOutboundCIDRs = prefixes("fd00::/8")
 		}),
+		"tproxy": with(func(s *Spec) { s.Interception = InterceptTProxy }),
+		"tproxy-include-ports": with(func(s *Spec) {
+			s.Interception = InterceptTProxy
+			s.IncludeInboundPorts = []uint16{8080}
+			s.ExcludeInterfaces = []string{"net1"}
+			s.IPv6 = false
+		}),
+		"inbound-no-ports": with(func(s *Spec) { s.IncludeNoInboundPorts = true }),
+		"outbound-no-cidrs": with(func(s *Spec) {
+			s.IncludeNoOutboundCIDRs = true
+			s.IncludeOutboundPorts = []uint16{3306}
+		}),
+		"ambient-default": DefaultAmbientSpec(),
+		"ambient-dns":     ambientWith(func(s *Spec) { s.CaptureDNS = true }),
+		"ambient-bypass-inbound": ambientWith(func(s *Spec) {
+			s.BypassInboundCapture = true
+			s.CaptureDNS = true
+		}),
+		"ambient-ipv4-only": ambientWith(func(s *Spec) {
+			s.IPv6 = false
+			s.CaptureDNS = true
+		}),
 	}
+}
+
+func ambientWith(f func(*Spec)) Spec {
+	s := DefaultAmbientSpec()
+	f(&s)
+	return s
 }
 
 func TestGolden(t *testing.T) {
@@ -59,20 +88,43 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Build: %v", err)
 			}
-			path := filepath.Join("testdata", name+".nft")
-			if *update {
-				if err := os.WriteFile(path, []byte(r.Render()), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./daemon/redirect -update)", err)
-			}
-			if got := r.Render(); got != string(want) {
-				t.Errorf("%s differs from Render (run with -update if intended)\ngot:\n%s\nwant:\n%s", path, got, want)
-			}
+			checkGolden(t, name, r.Render())
 		})
+	}
+}
+
+func TestGoldenHost(t *testing.T) {
+	for name, cfg := range map[string]HostConfig{
+		"host":           DefaultHostConfig(),
+		"host-ipv4-only": {ProbeSNATIPv4: DefaultProbeSNATIPv4, IPv4: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := BuildHost(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, name, r.Render())
+		})
+	}
+	if _, err := BuildHost(HostConfig{IPv6: true, ProbeSNATIPv6: DefaultProbeSNATIPv4}); err == nil {
+		t.Error("BuildHost took an IPv4 address for IPv6")
+	}
+}
+
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".nft")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./daemon/redirect -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from Render (run with -update if intended)\ngot:\n%s\nwant:\n%s", path, got, want)
 	}
 }
 
@@ -127,8 +179,13 @@ func TestBuildRejects(t *testing.T) {
 		{"empty interface", func(s *Spec) { s.ExcludeInterfaces = []string{""} }, "empty name"},
 		{"long interface", func(s *Spec) { s.ExcludeInterfaces = []string{"abcdefghijklmnop"} }, "longer than 15"},
 		{"bad interface", func(s *Spec) { s.ExcludeInterfaces = []string{"a b"} }, "not a valid interface name"},
-		{"mode", func(s *Spec) { s.Mode = "ambient" }, `only "sidecar"`},
-		{"interception", func(s *Spec) { s.Interception = "TPROXY" }, `only "REDIRECT"`},
+		{"mode", func(s *Spec) { s.Mode = "gateway" }, `mode "gateway": want "sidecar" or "ambient"`},
+		{"interception", func(s *Spec) { s.Interception = "NONE" }, `want "REDIRECT" or "TPROXY"`},
+		{"no inbound ports and a list", func(s *Spec) { s.IncludeNoInboundPorts, s.IncludeInboundPorts = true, []uint16{80} }, "IncludeNoInboundPorts is set"},
+		{"no outbound cidrs and a list", func(s *Spec) { s.IncludeNoOutboundCIDRs, s.IncludeOutboundCIDRs = true, prefixes("10.0.0.0/8") }, "IncludeNoOutboundCIDRs is set"},
+		{"tproxy main table", func(s *Spec) { s.Interception, s.RouteTable = InterceptTProxy, 254 }, "kernel's main table"},
+		{"tproxy mark outside mask", func(s *Spec) { s.Interception, s.RouteMarkMask = InterceptTProxy, 0xff }, "outside RouteMarkMask"},
+		{"tproxy priority", func(s *Spec) { s.Interception, s.RoutePriority = InterceptTProxy, 32766 }, "RoutePriority 32766"},
 		{"passthrough family", func(s *Spec) { s.InboundPassthroughIPv4 = netip.MustParseAddr("::6") }, "InboundPassthroughIPv4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,6 +196,68 @@ func TestBuildRejects(t *testing.T) {
 				t.Errorf("Build: %v, want error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestBuildRejectsAmbient(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Spec)
+		want string
+	}{
+		{"redirect", func(s *Spec) { s.Interception = InterceptRedirect }, `ambient mode supports only "TPROXY"`},
+		{"sidecar list", func(s *Spec) { s.ExcludeOutboundPorts = []uint16{22} }, "ExcludeOutboundPorts is a sidecar setting"},
+		{"marks clash", func(s *Spec) { s.RouteMark = 0x539 }, "matches ZtunnelMark"},
+		{"no ztunnel mark", func(s *Spec) { s.ZtunnelMark = 0 }, "ZtunnelMark 0x0/0xfff"},
+		{"probe family", func(s *Spec) { s.ProbeSNATIPv6 = DefaultProbeSNATIPv4 }, "ProbeSNATIPv6"},
+		{"hbone port", func(s *Spec) { s.HBONEPort = 0 }, "HBONEPort is 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := DefaultAmbientSpec()
+			tc.edit(&s)
+			_, err := Build(s)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Build: %v, want error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestSpecJSONCompatible: a Spec journaled before the TPROXY, ambient and
+// capture-nothing fields existed loads into the same ruleset.
+func TestSpecJSONCompatible(t *testing.T) {
+	old := `{"Mode":"sidecar","Interception":"REDIRECT","ProxyUID":1337,"ProxyGID":1337,"OutboundPort":15001,` +
+		`"InboundPort":15006,"HBONEPort":15008,"InboundPassthroughIPv4":"127.0.0.6","InboundPassthroughIPv6":"::6",` +
+		`"InboundPassPorts":[15008,15020,15021,15090],"IncludeInboundPorts":null,"ExcludeInboundPorts":null,` +
+		`"IncludeOutboundPorts":null,"ExcludeOutboundPorts":null,"IncludeOutboundCIDRs":null,"ExcludeOutboundCIDRs":null,` +
+		`"ExcludeInterfaces":null,"CaptureDNS":false,"DNSPort":15053,"IPv4":true,"IPv6":true}`
+	var s Spec
+	if err := json.Unmarshal([]byte(old), &s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := Build(DefaultSpec())
+	if got.Hash() != want.Hash() {
+		t.Errorf("old journal builds\n%s\nwant\n%s", got.Render(), want.Render())
+	}
+	// And every Spec survives a round trip.
+	for name, spec := range goldenSpecs() {
+		data, err := json.Marshal(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Spec
+		if err := json.Unmarshal(data, &back); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := Build(spec)
+		b, err := Build(back)
+		if err != nil || a.Hash() != b.Hash() {
+			t.Errorf("%s: round trip through %s: %v", name, data, err)
+		}
 	}
 }
 

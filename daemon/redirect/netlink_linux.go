@@ -20,9 +20,11 @@ import (
 // that each match loads and compares before the next one loads.
 const reg = 1
 
-var table = &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+func nlTable(name string) *nftables.Table {
+	return &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
+}
 
-func nlSet(s set, id uint32) (*nftables.Set, []nftables.SetElement) {
+func nlSet(table *nftables.Table, s set, id uint32) (*nftables.Set, []nftables.SetElement) {
 	ns := &nftables.Set{
 		Table: table,
 		Name:  s.name,
@@ -47,6 +49,10 @@ func nlSet(s set, id uint32) (*nftables.Set, []nftables.SetElement) {
 		}
 		ns.Interval = true
 		elems = intervalElements(s.prefixes)
+	case setIPv4Addrs:
+		ns.KeyType = nftables.TypeIPAddr
+	case setIPv6Addrs:
+		ns.KeyType = nftables.TypeIP6Addr
 	case setIfnames:
 		ns.KeyType = nftables.TypeIFName
 		// nft keeps strings in host byte order and, told otherwise by the
@@ -108,17 +114,28 @@ func ifname(n string) []byte {
 	return b
 }
 
-func nlChain(c chain) *nftables.Chain {
+func nlChain(table *nftables.Table, c chain) *nftables.Chain {
 	nc := &nftables.Chain{Name: c.name, Table: table}
 	if c.hook != 0 {
 		accept := nftables.ChainPolicyAccept
-		prio := nftables.ChainPriority(natDstPriority)
-		nc.Type = nftables.ChainTypeNAT
+		prio := nftables.ChainPriority(c.prio)
 		nc.Priority = &prio
 		nc.Policy = &accept
-		nc.Hooknum = nftables.ChainHookPrerouting
-		if c.hook == hookOutput {
+		switch c.typ {
+		case typeNAT:
+			nc.Type = nftables.ChainTypeNAT
+		case typeFilter:
+			nc.Type = nftables.ChainTypeFilter
+		case typeRoute:
+			nc.Type = nftables.ChainTypeRoute
+		}
+		switch c.hook {
+		case hookPrerouting:
+			nc.Hooknum = nftables.ChainHookPrerouting
+		case hookOutput:
 			nc.Hooknum = nftables.ChainHookOutput
+		case hookPostrouting:
+			nc.Hooknum = nftables.ChainHookPostrouting
 		}
 	}
 	return nc
@@ -134,6 +151,9 @@ func ruleExprs(r rule, setIDs map[string]uint32) []expr.Any {
 	var out []expr.Any
 	for _, m := range r.matches {
 		out = append(out, matchExprs(m, setIDs)...)
+	}
+	for _, st := range r.stmts {
+		out = append(out, stmtExprs(st)...)
 	}
 	return append(out, verdictExprs(r.verdict)...)
 }
@@ -163,12 +183,91 @@ func matchExprs(m match, setIDs map[string]uint32) []expr.Any {
 		}
 		// skuid and skgid compare in host byte order.
 		return []expr.Any{&expr.Meta{Key: key, Register: reg}, cmp(m.neg, binaryutil.NativeEndian.PutUint32(m.id))}
+	case markMatch:
+		out := []expr.Any{markLoad(m.ct)}
+		if m.mask != fullMask {
+			out = append(out, &expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(m.mask), Xor: make([]byte, 4)})
+		}
+		return append(out, cmp(m.neg, binaryutil.NativeEndian.PutUint32(m.value)))
+	case establishedMatch:
+		bits := uint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED)
+		return []expr.Any{
+			&expr.Ct{Register: reg, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+			cmp(true, make([]byte, 4)),
+		}
+	case localSourceMatch:
+		return []expr.Any{
+			&expr.Fib{Register: reg, FlagSADDR: true, ResultADDRTYPE: true},
+			cmp(false, binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)),
+		}
 	}
 	panic(fmt.Sprintf("redirect: no expressions for match %T", m))
 }
 
+func markLoad(ct bool) expr.Any {
+	if ct {
+		return &expr.Ct{Register: reg, Key: expr.CtKeyMARK}
+	}
+	return &expr.Meta{Key: expr.MetaKeyMARK, Register: reg}
+}
+
+func markStore(ct bool) expr.Any {
+	if ct {
+		return &expr.Ct{Register: reg, SourceRegister: true, Key: expr.CtKeyMARK}
+	}
+	return &expr.Meta{Key: expr.MetaKeyMARK, Register: reg, SourceRegister: true}
+}
+
+func stmtExprs(s stmt) []expr.Any {
+	switch s := s.(type) {
+	case markSet:
+		var load []expr.Any
+		switch {
+		case s.from == fromCtMark:
+			load = []expr.Any{markLoad(true)}
+		case s.from == fromMetaMark:
+			load = []expr.Any{markLoad(false)}
+		case s.mask == fullMask:
+			load = []expr.Any{&expr.Immediate{Register: reg, Data: binaryutil.NativeEndian.PutUint32(s.value)}}
+		default:
+			load = []expr.Any{markLoad(s.ct), &expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(^s.mask), Xor: binaryutil.NativeEndian.PutUint32(s.value)}}
+		}
+		return append(load, markStore(s.ct))
+	case tproxyStmt:
+		fam := byte(unix.NFPROTO_UNSPEC)
+		switch s.fam {
+		case ipv4:
+			fam = unix.NFPROTO_IPV4
+		case ipv6:
+			fam = unix.NFPROTO_IPV6
+		}
+		return []expr.Any{
+			&expr.Immediate{Register: reg, Data: binaryutil.BigEndian.PutUint16(s.port)},
+			&expr.TProxy{Family: fam, TableFamily: byte(nftables.TableFamilyINet), RegPort: reg},
+		}
+	case snatStmt:
+		fam := uint32(unix.NFPROTO_IPV4)
+		if s.addr.Is6() {
+			fam = unix.NFPROTO_IPV6
+		}
+		return []expr.Any{
+			&expr.Immediate{Register: reg, Data: s.addr.AsSlice()},
+			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: fam, RegAddrMin: reg, RegAddrMax: reg},
+		}
+	}
+	panic(fmt.Sprintf("redirect: no expressions for statement %T", s))
+}
+
 func verdictExprs(v verdict) []expr.Any {
 	switch v.kind {
+	case verdictNone:
+		return nil
+	case verdictAccept:
+		return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
 	case verdictReturn:
 		return []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}}
 	case verdictJump:

@@ -6,14 +6,14 @@ import (
 	"strings"
 )
 
-// render writes the ruleset the way `nft list table inet sluice` prints it
+// render writes the ruleset the way `nft list table inet <table>` prints it
 // (nft 1.0.x): sets first, then chains, a blank line between blocks. The
 // result is also valid `nft -f` input. nft wraps long element lists; apart
 // from that whitespace the kernel's listing and this text are the same,
 // which the Linux tests check.
-func render(sets []set, chains []chain) string {
+func render(table string, sets []set, chains []chain) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "table inet %s {\n", TableName)
+	fmt.Fprintf(&b, "table inet %s {\n", table)
 	first := true
 	block := func() {
 		if !first {
@@ -62,20 +62,21 @@ func renderSet(b *strings.Builder, s set) {
 		for _, n := range s.ifnames {
 			elems = append(elems, strconv.Quote(n))
 		}
+	case setIPv4Addrs:
+		b.WriteString("\t\ttype ipv4_addr\n")
+	case setIPv6Addrs:
+		b.WriteString("\t\ttype ipv6_addr\n")
 	}
-	fmt.Fprintf(b, "\t\telements = { %s }\n", strings.Join(elems, ", "))
+	if len(elems) > 0 {
+		fmt.Fprintf(b, "\t\telements = { %s }\n", strings.Join(elems, ", "))
+	}
 	b.WriteString("\t}\n")
 }
 
 func renderChain(b *strings.Builder, c chain) {
 	fmt.Fprintf(b, "\tchain %s {\n", c.name)
-	switch c.hook {
-	case hookPrerouting:
-		// nft names the standard priority only for prerouting; it prints
-		// the same value on the output hook as a number.
-		b.WriteString("\t\ttype nat hook prerouting priority dstnat; policy accept;\n")
-	case hookOutput:
-		fmt.Fprintf(b, "\t\ttype nat hook output priority %d; policy accept;\n", natDstPriority)
+	if c.hook != 0 {
+		fmt.Fprintf(b, "\t\ttype %s hook %s priority %s; policy accept;\n", c.typ, c.hook, priorityText(c.hook, c.prio))
 	}
 	for _, r := range c.rules {
 		b.WriteString("\t\t")
@@ -85,14 +86,103 @@ func renderChain(b *strings.Builder, c chain) {
 	b.WriteString("\t}\n")
 }
 
+// priorityText is how nft prints a base chain's priority: by name where
+// it has one for that hook, else as a number (dstnat is only a name on
+// prerouting, srcnat only on postrouting).
+func priorityText(h hookKind, prio int) string {
+	switch {
+	case prio == manglePriority:
+		return "mangle"
+	case prio == natDstPriority && h == hookPrerouting:
+		return "dstnat"
+	case prio == natSrcPriority && h == hookPostrouting:
+		return "srcnat"
+	}
+	return strconv.Itoa(prio)
+}
+
+func (t chainType) String() string {
+	switch t {
+	case typeFilter:
+		return "filter"
+	case typeRoute:
+		return "route"
+	}
+	return "nat"
+}
+
+func (h hookKind) String() string {
+	switch h {
+	case hookPrerouting:
+		return "prerouting"
+	case hookOutput:
+		return "output"
+	}
+	return "postrouting"
+}
+
 // text is the rule as one nft statement line.
 func (r rule) text() string {
-	parts := make([]string, 0, len(r.matches)+2)
+	parts := make([]string, 0, len(r.matches)+len(r.stmts)+2)
 	for _, m := range r.matches {
 		parts = append(parts, matchText(m))
 	}
-	parts = append(parts, r.verdict.text(), "comment "+strconv.Quote(r.tag))
+	for _, s := range r.stmts {
+		parts = append(parts, stmtText(s))
+	}
+	if r.verdict.kind != verdictNone {
+		parts = append(parts, r.verdict.text())
+	}
+	parts = append(parts, "comment "+strconv.Quote(r.tag))
 	return strings.Join(parts, " ")
+}
+
+// renderRoutes writes the policy routes as `ip` commands in nft comments.
+func renderRoutes(routes []policyRoute) string {
+	if len(routes) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("# policy routing, programmed with the table:\n")
+	for _, r := range routes {
+		fmt.Fprintf(&b, "# ip %s rule add fwmark %#x/%#x lookup %d pref %d\n", r.fam.ipFlag(), r.mark, r.mask, r.table, r.priority)
+		fmt.Fprintf(&b, "# ip %s route add local %s dev %s table %d\n", r.fam.ipFlag(), r.fam.defaultPrefix(), loopbackInterface, r.table)
+	}
+	return b.String()
+}
+
+func stmtText(s stmt) string {
+	switch s := s.(type) {
+	case markSet:
+		key := markKey(s.ct)
+		switch {
+		case s.from == fromCtMark:
+			return key + " set ct mark"
+		case s.from == fromMetaMark:
+			return key + " set meta mark"
+		case s.mask == fullMask:
+			return fmt.Sprintf("%s set 0x%08x", key, s.value)
+		}
+		// The kernel does (mark & ^mask) ^ value; nft folds the value
+		// into the mask it prints.
+		return fmt.Sprintf("%s set %s & 0x%08x | 0x%08x", key, key, ^s.mask|s.value, s.value)
+	case tproxyStmt:
+		fam := ""
+		if s.fam != 0 {
+			fam = s.fam.payloadName() + " "
+		}
+		return "tproxy " + fam + "to :" + strconv.Itoa(int(s.port))
+	case snatStmt:
+		return "snat " + addrFamily(s.addr).payloadName() + " to " + s.addr.String()
+	}
+	panic(fmt.Sprintf("redirect: no text for statement %T", s))
+}
+
+func markKey(ct bool) string {
+	if ct {
+		return "ct mark"
+	}
+	return "meta mark"
 }
 
 func matchText(m match) string {
@@ -123,6 +213,19 @@ func matchText(m match) string {
 			key = "skgid"
 		}
 		return "meta " + key + " " + neg(m.neg) + strconv.FormatUint(uint64(m.id), 10)
+	case markMatch:
+		if m.mask == fullMask {
+			return fmt.Sprintf("%s %s0x%08x", markKey(m.ct), neg(m.neg), m.value)
+		}
+		op := "=="
+		if m.neg {
+			op = "!="
+		}
+		return fmt.Sprintf("%s & 0x%08x %s 0x%08x", markKey(m.ct), m.mask, op, m.value)
+	case establishedMatch:
+		return "ct state established,related"
+	case localSourceMatch:
+		return "fib saddr type local"
 	}
 	panic(fmt.Sprintf("redirect: no text for match %T", m))
 }
@@ -131,6 +234,8 @@ func (v verdict) text() string {
 	switch v.kind {
 	case verdictReturn:
 		return "return"
+	case verdictAccept:
+		return "accept"
 	case verdictJump:
 		return "jump " + v.chain
 	case verdictRedirect:
@@ -158,6 +263,21 @@ func (f family) String() string {
 		return "ipv6"
 	}
 	return "ipv4"
+}
+
+// ipFlag is the `ip` command's family option.
+func (f family) ipFlag() string {
+	if f == ipv6 {
+		return "-6"
+	}
+	return "-4"
+}
+
+func (f family) defaultPrefix() string {
+	if f == ipv6 {
+		return "::/0"
+	}
+	return "0.0.0.0/0"
 }
 
 // payloadName is the nft protocol keyword for the family's header.

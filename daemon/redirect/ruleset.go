@@ -41,12 +41,12 @@ func (r *Ruleset) Hash() string {
 type setType uint8
 
 const (
-	setPorts   setType = iota // inet_service
-	setIPv4                   // ipv4_addr, flags interval
-	setIPv6                   // ipv6_addr, flags interval
-	setIfnames                // ifname
-	setIPv4Addrs              // ipv4_addr, single addresses, elements managed outside Build
-	setIPv6Addrs              // ipv6_addr, likewise
+	setPorts     setType = iota // inet_service
+	setIPv4                     // ipv4_addr, flags interval
+	setIPv6                     // ipv6_addr, flags interval
+	setIfnames                  // ifname
+	setIPv4Addrs                // ipv4_addr, single addresses, elements managed outside Build
+	setIPv6Addrs                // ipv6_addr, likewise
 )
 
 // set is a named set. Rules only name it, so what varies per pod lives in

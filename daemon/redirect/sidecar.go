@@ -2,8 +2,8 @@ package redirect
 
 // The sidecar mode: istio-iptables' rules for an Envoy sidecar, chain for
 // chain. REDIRECT sends inbound and outbound TCP through nat; TPROXY
-// (tproxy.go's part below) takes inbound through mangle instead and keeps
-// outbound on REDIRECT, as istio-iptables does.
+// (tproxy.go) takes inbound through mangle instead and keeps outbound on
+// REDIRECT, as istio-iptables does.
 
 func (b *builder) sidecar() {
 	s := b.spec
@@ -189,4 +189,3 @@ func (b *builder) dns() chain {
 		{tag: "dns-redirect-udp", matches: []match{l4protoMatch{udp}}, verdict: redirectTo(s.DNSPort)},
 	}}
 }
-

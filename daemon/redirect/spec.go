@@ -67,7 +67,7 @@ type Spec struct {
 	// IncludeNoInboundPorts captures no inbound port at all (Istio's
 	// includeInboundPorts=""). IncludeInboundPorts must then be empty.
 	IncludeNoInboundPorts bool `json:"includeNoInboundPorts,omitempty"`
-	ExcludeInboundPorts []uint16
+	ExcludeInboundPorts   []uint16
 	// Outbound ports: excluded ones pass; included ones are captured even
 	// when their destination is outside IncludeOutboundCIDRs.
 	IncludeOutboundPorts []uint16
@@ -81,7 +81,7 @@ type Spec struct {
 	// includeOutboundIPRanges=""): only IncludeOutboundPorts are captured.
 	// IncludeOutboundCIDRs must then be empty.
 	IncludeNoOutboundCIDRs bool `json:"includeNoOutboundCIDRs,omitempty"`
-	ExcludeOutboundCIDRs []netip.Prefix
+	ExcludeOutboundCIDRs   []netip.Prefix
 	// Traffic entering or leaving these interfaces is never captured.
 	ExcludeInterfaces []string
 

@@ -1,16 +1,21 @@
 package redirect
 
 import (
+	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicemesh/sluice/internal/nstest"
 	"github.com/sluicemesh/sluice/internal/origdst"
@@ -37,7 +42,30 @@ type topology struct {
 	pod, node *nstest.NS
 }
 
+// newTopology is newNetPair with the sidecar's proxy listeners and the
+// app's servers in the pod.
 func newTopology(t *testing.T) *topology {
+	t.Helper()
+	tp := newNetPair(t)
+	// Proxy listeners in the pod report the original destination; real
+	// servers report only who they are.
+	serveTCP(t, tp.pod, "[::]:15001", "proxy-out", true)
+	serveTCP(t, tp.pod, "[::]:15006", "proxy-in", true)
+	serveTCP(t, tp.pod, "[::]:15053", "dns-proxy-tcp", true)
+	// REDIRECT sends local UDP to 127.0.0.1 or ::1; the answer must come
+	// from there for conntrack to map it back, as a real DNS proxy's does.
+	for _, addr := range []string{"127.0.0.1:15053", "[::1]:15053"} {
+		serveUDP(t, tp.pod, addr, "dns-proxy")
+	}
+	for _, port := range []string{"8080", "9090", "15008", "15020", "15021", "15090"} {
+		serveTCP(t, tp.pod, "[::]:"+port, "pod-"+port, false)
+	}
+	return tp
+}
+
+// newNetPair is the pod and node netns on their veth, with the node's
+// service addresses and servers; the pod has nothing listening yet.
+func newNetPair(t *testing.T) *topology {
 	t.Helper()
 	tp := &topology{pod: nstest.New(t, "pod"), node: nstest.New(t, "node")}
 	nstest.Veth(t, tp.pod, "eth0", []string{podV4 + "/24", podV6 + "/64"}, tp.node, "eth0", []string{nodeV4 + "/24", nodeV6 + "/64"})
@@ -70,19 +98,6 @@ func newTopology(t *testing.T) *topology {
 		t.Fatalf("node service addresses: %v", err)
 	}
 
-	// Proxy listeners in the pod report the original destination; real
-	// servers report only who they are.
-	serveTCP(t, tp.pod, "[::]:15001", "proxy-out", true)
-	serveTCP(t, tp.pod, "[::]:15006", "proxy-in", true)
-	serveTCP(t, tp.pod, "[::]:15053", "dns-proxy-tcp", true)
-	// REDIRECT sends local UDP to 127.0.0.1 or ::1; the answer must come
-	// from there for conntrack to map it back, as a real DNS proxy's does.
-	for _, addr := range []string{"127.0.0.1:15053", "[::1]:15053"} {
-		serveUDP(t, tp.pod, addr, "dns-proxy")
-	}
-	for _, port := range []string{"8080", "9090", "15008", "15020", "15021", "15090"} {
-		serveTCP(t, tp.pod, "[::]:"+port, "pod-"+port, false)
-	}
 	for _, port := range []string{"53", "80", "81"} {
 		serveTCP(t, tp.node, "[::]:"+port, "node-"+port, false)
 	}
@@ -93,11 +108,31 @@ func newTopology(t *testing.T) *topology {
 }
 
 // serveTCP accepts on addr inside ns and greets each connection with
-// "name" or, for a proxy, "name <original destination>".
+// "name" or, for a proxy, "name <original destination>". A proxy listener
+// is transparent, as Envoy's is with TPROXY, and reads the original
+// destination as a proxy does: a connection TPROXY handed over has it as
+// its local address, a REDIRECT-ed one from SO_ORIGINAL_DST.
 func serveTCP(t *testing.T, ns *nstest.NS, addr, name string, proxy bool) {
 	t.Helper()
+	var lc net.ListenConfig
+	if proxy {
+		lc.Control = sockopts(transparent)
+	}
+	serve(t, ns, lc, addr, func(c net.Conn) {
+		greeting := name
+		if proxy {
+			greeting += " " + originalDst(c.(*net.TCPConn), addr)
+		}
+		fmt.Fprintln(c, greeting)
+	})
+}
+
+// serve accepts on addr inside ns and runs handle for each connection,
+// closing it afterwards.
+func serve(t *testing.T, ns *nstest.NS, lc net.ListenConfig, addr string, handle func(net.Conn)) {
+	t.Helper()
 	var l net.Listener
-	if err := ns.Do(func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
+	if err := ns.Do(func() (err error) { l, err = lc.Listen(context.Background(), "tcp", addr); return err }); err != nil {
 		t.Fatalf("listen %s in %s: %v", addr, ns.Name, err)
 	}
 	t.Cleanup(func() { l.Close() })
@@ -107,26 +142,72 @@ func serveTCP(t *testing.T, ns *nstest.NS, addr, name string, proxy bool) {
 			if err != nil {
 				return
 			}
-			greeting := name
-			if proxy {
-				dst, err := origdst.Get(c.(*net.TCPConn))
-				if err != nil {
-					greeting += " error:" + strings.ReplaceAll(err.Error(), " ", "_")
-				} else {
-					greeting += " " + dst.String()
-				}
-			}
-			fmt.Fprintln(c, greeting)
-			c.Close()
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				handle(c)
+			}()
 		}
 	}()
 }
 
+func originalDst(c *net.TCPConn, listenAddr string) string {
+	local := unmapped(c.LocalAddr())
+	if _, port, _ := net.SplitHostPort(listenAddr); strconv.Itoa(int(local.Port())) != port {
+		return local.String()
+	}
+	dst, err := origdst.Get(c)
+	if err != nil {
+		return "error:" + strings.ReplaceAll(err.Error(), " ", "_")
+	}
+	return dst.String()
+}
+
+func unmapped(a net.Addr) netip.AddrPort {
+	ap := a.(*net.TCPAddr).AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// sockopt is one setsockopt on a socket before it binds.
+type sockopt func(fd int) error
+
+// transparent lets a socket accept TPROXY-ed connections and bind an
+// address that is not local (IP_TRANSPARENT; IPV6_TRANSPARENT is the same
+// flag, set through the v6 level for AF_INET6 sockets).
+func transparent(fd int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_IPV6, unix.IPV6_TRANSPARENT, 1); err == nil {
+		return nil
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_TRANSPARENT, 1)
+}
+
+// marked sets SO_MARK, as ztunnel does on its own sockets.
+func marked(mark int) sockopt {
+	return func(fd int) error { return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK, mark) }
+}
+
+func sockopts(opts ...sockopt) func(network, address string, c syscall.RawConn) error {
+	return func(network, address string, c syscall.RawConn) error {
+		var err error
+		if cerr := c.Control(func(fd uintptr) {
+			for _, o := range opts {
+				if err = o(int(fd)); err != nil {
+					return
+				}
+			}
+		}); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+}
+
 // serveUDP answers every datagram on addr inside ns with "name".
-func serveUDP(t *testing.T, ns *nstest.NS, addr, name string) {
+func serveUDP(t *testing.T, ns *nstest.NS, addr, name string, opts ...sockopt) {
 	t.Helper()
 	var pc net.PacketConn
-	if err := ns.Do(func() (err error) { pc, err = net.ListenPacket("udp", addr); return err }); err != nil {
+	lc := net.ListenConfig{Control: sockopts(opts...)}
+	if err := ns.Do(func() (err error) { pc, err = lc.ListenPacket(context.Background(), "udp", addr); return err }); err != nil {
 		t.Fatalf("listen udp %s in %s: %v", addr, ns.Name, err)
 	}
 	t.Cleanup(func() { pc.Close() })
@@ -150,6 +231,32 @@ func dialFrom(t *testing.T, ns *nstest.NS, network, addr string) string {
 		t.Fatalf("from %s: %v", ns.Name, err)
 	}
 	return line
+}
+
+// dialWith connects from inside ns with d (a source address, socket
+// options) and returns the first line the other end sends.
+func dialWith(t *testing.T, ns *nstest.NS, d net.Dialer, network, addr string) string {
+	t.Helper()
+	var line string
+	if err := ns.Do(func() error {
+		d.Timeout = 3 * time.Second
+		c, err := d.Dial(network, addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		if strings.HasPrefix(network, "udp") {
+			if _, err := c.Write([]byte("q\n")); err != nil {
+				return err
+			}
+		}
+		line, err = bufio.NewReader(c).ReadString('\n')
+		return err
+	}); err != nil {
+		t.Fatalf("dial %s %s from %s: %v", network, addr, ns.Name, err)
+	}
+	return strings.TrimSpace(line)
 }
 
 // dialAs connects from inside ns in a child process running as uid:gid.

@@ -105,7 +105,7 @@ func (b *builder) tproxyOutputMark() chain {
 	lo := ifMatch{out: true, name: loopbackInterface}
 	if b.has(setExcludeIfaces) {
 		c.rules = append(c.rules, rule{
-			tag:     "skip-excluded-interfaces-out",
+			tag:     "skip-excluded-interfaces-mark",
 			matches: []match{ifSetMatch{out: true, set: setExcludeIfaces}},
 			verdict: ret(),
 		})

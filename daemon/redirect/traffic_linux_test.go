@@ -1,6 +1,7 @@
 package redirect
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -121,6 +122,55 @@ func TestTraffic(t *testing.T) {
 		mustApply(t, tp, s)
 		expect(t, "v4", dialFrom(t, tp.pod, "tcp", "10.96.0.10:80"), "node-80")
 		expect(t, "v6", dialFrom(t, tp.pod, "tcp", "[fd00:96::10]:80"), "proxy-out [fd00:96::10]:80")
+	})
+
+	t.Run("tproxy inbound", func(t *testing.T) {
+		s := DefaultSpec()
+		s.Interception = InterceptTProxy
+		mustApply(t, tp, s)
+		// The proxy's transparent listener sees the original destination
+		// as its local address: no NAT took place.
+		expect(t, "v4", dialFrom(t, tp.node, "tcp", podV4+":8080"), "proxy-in "+podV4+":8080")
+		expect(t, "v6", dialFrom(t, tp.node, "tcp", "["+podV6+"]:8080"), "proxy-in ["+podV6+"]:8080")
+		expect(t, "pass port", dialFrom(t, tp.node, "tcp", podV4+":15021"), "pod-15021")
+		expect(t, "outbound stays REDIRECT", dialFrom(t, tp.pod, "tcp", "10.96.0.10:80"), "proxy-out 10.96.0.10:80")
+		expect(t, "proxy to self", dialAs(t, tp.pod, 1337, 1337, "tcp", podV4+":8080"), "proxy-in "+podV4+":8080")
+		for _, fam := range []string{"-4", "-6"} {
+			if out := tp.pod.Run(t, "ip", fam, "rule", "list"); strings.Count(out, "lookup 133") != 1 {
+				t.Errorf("ip %s rule list: want one rule for table 133:\n%s", fam, out)
+			}
+		}
+
+		// Back to REDIRECT: the policy routes go with the TPROXY table.
+		mustApply(t, tp, DefaultSpec())
+		if out := tp.pod.Run(t, "ip", "rule", "list"); strings.Contains(out, "lookup 133") {
+			t.Errorf("TPROXY's ip rule outlived it:\n%s", out)
+		}
+		expect(t, "redirect again", dialFrom(t, tp.node, "tcp", podV4+":8080"), "proxy-in "+podV4+":8080")
+	})
+
+	t.Run("no inbound port", func(t *testing.T) {
+		s := DefaultSpec()
+		s.IncludeNoInboundPorts = true
+		mustApply(t, tp, s)
+		expect(t, "inbound v4", dialFrom(t, tp.node, "tcp", podV4+":8080"), "pod-8080")
+		expect(t, "inbound v6", dialFrom(t, tp.node, "tcp", "["+podV6+"]:8080"), "pod-8080")
+		expect(t, "outbound", dialFrom(t, tp.pod, "tcp", "10.96.0.10:80"), "proxy-out 10.96.0.10:80")
+	})
+
+	t.Run("no outbound cidr", func(t *testing.T) {
+		s := DefaultSpec()
+		s.IncludeNoOutboundCIDRs = true
+		s.IncludeOutboundPorts = []uint16{81}
+		mustApply(t, tp, s)
+		expect(t, "v4", dialFrom(t, tp.pod, "tcp", "10.96.0.10:80"), "node-80")
+		expect(t, "v6", dialFrom(t, tp.pod, "tcp", "[fd00:96::10]:80"), "node-80")
+		expect(t, "included port", dialFrom(t, tp.pod, "tcp", "10.96.0.10:81"), "proxy-out 10.96.0.10:81")
+		expect(t, "inbound", dialFrom(t, tp.node, "tcp", podV4+":8080"), "proxy-in "+podV4+":8080")
+
+		s.IncludeOutboundPorts = nil
+		mustApply(t, tp, s)
+		expect(t, "no port either", dialFrom(t, tp.pod, "tcp", "10.96.0.10:81"), "node-81")
 	})
 
 	t.Run("removed", func(t *testing.T) {

@@ -17,11 +17,27 @@ func validate(s Spec) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
-	if s.Mode != ModeSidecar {
-		bad("mode %q: only %q is supported", s.Mode, ModeSidecar)
+	switch {
+	case s.Mode == ModeSidecar:
+		if s.Interception != InterceptRedirect && s.Interception != InterceptTProxy {
+			bad("interception %q: want %q or %q", s.Interception, InterceptRedirect, InterceptTProxy)
+		}
+	case s.Mode == ModeAmbient:
+		if s.Interception != InterceptTProxy {
+			bad("interception %q: ambient mode supports only %q", s.Interception, InterceptTProxy)
+		}
+		errs = append(errs, validateAmbient(s)...)
+	default:
+		bad("mode %q: want %q or %q", s.Mode, ModeSidecar, ModeAmbient)
 	}
-	if s.Interception != InterceptRedirect {
-		bad("interception %q: only %q is supported", s.Interception, InterceptRedirect)
+	if s.Mode == ModeAmbient || s.Interception == InterceptTProxy {
+		errs = append(errs, validateRouting(s)...)
+	}
+	if s.IncludeNoInboundPorts && len(s.IncludeInboundPorts) > 0 {
+		bad("IncludeNoInboundPorts is set but IncludeInboundPorts lists ports")
+	}
+	if s.IncludeNoOutboundCIDRs && len(s.IncludeOutboundCIDRs) > 0 {
+		bad("IncludeNoOutboundCIDRs is set but IncludeOutboundCIDRs lists prefixes")
 	}
 	if !s.IPv4 && !s.IPv6 {
 		bad("neither IPv4 nor IPv6 is enabled: nothing to capture")
@@ -53,11 +69,13 @@ func validate(s Spec) error {
 			}
 		}
 	}
-	if s.IPv4 && !s.InboundPassthroughIPv4.Is4() {
-		bad("InboundPassthroughIPv4 %v is not an IPv4 address", s.InboundPassthroughIPv4)
-	}
-	if s.IPv6 && (!s.InboundPassthroughIPv6.Is6() || s.InboundPassthroughIPv6.Is4In6()) {
-		bad("InboundPassthroughIPv6 %v is not an IPv6 address", s.InboundPassthroughIPv6)
+	if s.Mode == ModeSidecar {
+		if s.IPv4 && !s.InboundPassthroughIPv4.Is4() {
+			bad("InboundPassthroughIPv4 %v is not an IPv4 address", s.InboundPassthroughIPv4)
+		}
+		if s.IPv6 && !isIPv6(s.InboundPassthroughIPv6) {
+			bad("InboundPassthroughIPv6 %v is not an IPv6 address", s.InboundPassthroughIPv6)
+		}
 	}
 	for _, l := range []struct {
 		name     string
@@ -92,4 +110,71 @@ func validate(s Spec) error {
 		return fmt.Errorf("invalid redirect spec: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+func isIPv6(a netip.Addr) bool { return a.Is6() && !a.Is4In6() }
+
+// Route table ids the kernel itself uses: local, main, default, unspec.
+var reservedTables = map[uint32]string{0: "unspec", 253: "default", 254: "main", 255: "local"}
+
+// validateRouting checks the policy-routing fields TPROXY and ambient use.
+func validateRouting(s Spec) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case s.RouteMarkMask == 0:
+		bad("RouteMarkMask is 0")
+	case s.RouteMark == 0 || s.RouteMark&^s.RouteMarkMask != 0:
+		bad("RouteMark %#x is 0 or has bits outside RouteMarkMask %#x", s.RouteMark, s.RouteMarkMask)
+	case s.Mode == ModeSidecar && (s.RouteMark+1)&s.RouteMarkMask == s.RouteMark:
+		// istio-iptables' loopback mark is RouteMark+1, under the mask.
+		bad("RouteMark %#x + 1 does not fit RouteMarkMask %#x", s.RouteMark, s.RouteMarkMask)
+	}
+	if name, ok := reservedTables[s.RouteTable]; ok {
+		bad("RouteTable %d is the kernel's %s table", s.RouteTable, name)
+	}
+	// 0 is the local table's rule, 32766 main's, 32767 default's.
+	if s.RoutePriority == 0 || s.RoutePriority >= 32766 {
+		bad("RoutePriority %d: want 1 to 32765, ahead of the main table", s.RoutePriority)
+	}
+	return errs
+}
+
+// validateAmbient checks the ambient fields, and that no sidecar-only list
+// is set: ambient has no place for it, and ignoring it silently would hide
+// a policy mistake.
+func validateAmbient(s Spec) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if s.ZtunnelMarkMask == 0 || s.ZtunnelMark == 0 || s.ZtunnelMark&^s.ZtunnelMarkMask != 0 {
+		bad("ZtunnelMark %#x/%#x: want a non-zero mark inside a non-zero mask", s.ZtunnelMark, s.ZtunnelMarkMask)
+	} else if s.RouteMark&s.ZtunnelMarkMask == s.ZtunnelMark {
+		bad("RouteMark %#x matches ZtunnelMark %#x/%#x: ztunnel's traffic and the route mark must differ", s.RouteMark, s.ZtunnelMark, s.ZtunnelMarkMask)
+	}
+	if s.IPv4 && !s.ProbeSNATIPv4.Is4() {
+		bad("ProbeSNATIPv4 %v is not an IPv4 address", s.ProbeSNATIPv4)
+	}
+	if s.IPv6 && !isIPv6(s.ProbeSNATIPv6) {
+		bad("ProbeSNATIPv6 %v is not an IPv6 address", s.ProbeSNATIPv6)
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"InboundPassPorts", len(s.InboundPassPorts) > 0},
+		{"IncludeInboundPorts", len(s.IncludeInboundPorts) > 0},
+		{"ExcludeInboundPorts", len(s.ExcludeInboundPorts) > 0},
+		{"IncludeOutboundPorts", len(s.IncludeOutboundPorts) > 0},
+		{"ExcludeOutboundPorts", len(s.ExcludeOutboundPorts) > 0},
+		{"IncludeOutboundCIDRs", len(s.IncludeOutboundCIDRs) > 0},
+		{"ExcludeOutboundCIDRs", len(s.ExcludeOutboundCIDRs) > 0},
+		{"ExcludeInterfaces", len(s.ExcludeInterfaces) > 0},
+		{"IncludeNoInboundPorts", s.IncludeNoInboundPorts},
+		{"IncludeNoOutboundCIDRs", s.IncludeNoOutboundCIDRs},
+	} {
+		if f.set {
+			bad("%s is a sidecar setting; ambient mode does not use it", f.name)
+		}
+	}
+	return errs
 }

@@ -12,33 +12,48 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// Verify reads table inet sluice in ns and compares it with r. It returns
-// one human-readable item per difference, none when the kernel holds
-// exactly r; the error is for failing to read at all.
+// Verify reads table inet sluice in ns, and the policy routes, and compares
+// them with r. It returns one human-readable item per difference, none when
+// the kernel holds exactly r; the error is for failing to read at all.
 //
 // Rules are recognised by their tag (the nft comment Apply gives each) and
 // compared expression by expression, so a rule someone replaced, one that
 // went missing and one someone added are each named. Like Apply it never
 // moves the caller's thread into ns.
 func Verify(ns netns.NsHandle, r *Ruleset) ([]string, error) {
+	drift, err := verifyTable(ns, r)
+	if err != nil {
+		return nil, err
+	}
+	// A ruleset without routes still reports stale ones of ours: Apply
+	// would prune them.
+	routes, err := routeDrift(ns, r.routes)
+	if err != nil {
+		return nil, fmt.Errorf("verify policy routes in netns fd %d: %w", int(ns), err)
+	}
+	return append(drift, routes...), nil
+}
+
+func verifyTable(ns netns.NsHandle, r *Ruleset) ([]string, error) {
 	conn, err := dial(ns, nftables.AsLasting())
 	if err != nil {
-		return nil, fmt.Errorf("verify table inet %s: %w", TableName, err)
+		return nil, fmt.Errorf("verify table inet %s: %w", r.table, err)
 	}
 	defer conn.CloseLasting()
 	fail := func(what string, err error) ([]string, error) {
-		return nil, fmt.Errorf("verify table inet %s in netns fd %d: %s: %w", TableName, int(ns), what, err)
+		return nil, fmt.Errorf("verify table inet %s in netns fd %d: %s: %w", r.table, int(ns), what, err)
 	}
 
 	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return fail("list tables", err)
 	}
-	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == TableName }) {
-		return []string{fmt.Sprintf("table inet %s is missing", TableName)}, nil
+	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == r.table }) {
+		return []string{fmt.Sprintf("table inet %s is missing", r.table)}, nil
 	}
 
 	want := newProgram(r)
+	table := want.table
 	var drift []string
 	driftf := func(format string, args ...any) { drift = append(drift, fmt.Sprintf(format, args...)) }
 
@@ -76,7 +91,7 @@ func Verify(ns netns.NsHandle, r *Ruleset) ([]string, error) {
 	}
 	gotChains := map[string]*nftables.Chain{}
 	for _, c := range chains {
-		if c.Table.Name == TableName {
+		if c.Table.Name == r.table {
 			gotChains[c.Name] = c
 		}
 	}
@@ -197,8 +212,12 @@ func ruleDrift(chainName string, model []rule, want, got []*nftables.Rule) []str
 // sameExprs compares what the kernel reports with what Apply sends,
 // ignoring what the kernel does not echo back: the batch-local set ID of
 // a lookup, and a redirect's max-port register, which it fills in with the
-// min register when none was sent.
+// min register when none was sent. google/nftables v0.3.0 also decodes
+// neither a tproxy expression (it drops it from the rule) nor a ct
+// expression's source register, so those are compared as far as it reads
+// them: the port loaded for a tproxy is still compared, its family is not.
 func sameExprs(got, want []expr.Any) bool {
+	want = slices.DeleteFunc(slices.Clone(want), func(e expr.Any) bool { _, ok := e.(*expr.TProxy); return ok })
 	if len(got) != len(want) {
 		return false
 	}
@@ -220,6 +239,12 @@ func normalise(e expr.Any) expr.Any {
 		c := *e
 		if c.RegisterProtoMax == c.RegisterProtoMin {
 			c.RegisterProtoMax = 0
+		}
+		return &c
+	case *expr.Ct:
+		c := *e
+		if c.SourceRegister {
+			c.SourceRegister, c.Register = false, 0
 		}
 		return &c
 	}

@@ -1,0 +1,87 @@
+package redirect
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// The host table: table inet sluice-host in the node's netns, after
+// istio-cni's CreateHostRulesForHealthChecks. The kubelet probes an ambient
+// pod from the node, with the node's address, as kube-proxy does when it
+// forwards a NodePort or LoadBalancer connection; only the kubelet's must
+// pass ztunnel by. So locally sent TCP to an enrolled pod is SNATed to the
+// probe address, which the pod's prerouting chain lets in uncaptured.
+//
+// Rules are static; which pods are enrolled lives in two sets whose
+// elements come and go per pod (AddHostIPs, RemoveHostIPs).
+
+const (
+	chainHostPostrouting = "postrouting" // ISTIO_POSTRT
+	setHostPodsV4        = "probe-pods-v4"
+	setHostPodsV6        = "probe-pods-v6"
+)
+
+// HostConfig is the host table's configuration.
+type HostConfig struct {
+	ProbeSNATIPv4 netip.Addr
+	ProbeSNATIPv6 netip.Addr
+	IPv4          bool
+	IPv6          bool
+}
+
+// DefaultHostConfig is istio-cni's: both families, Istio's SNAT addresses.
+func DefaultHostConfig() HostConfig {
+	return HostConfig{ProbeSNATIPv4: DefaultProbeSNATIPv4, ProbeSNATIPv6: DefaultProbeSNATIPv6, IPv4: true, IPv6: true}
+}
+
+// BuildHost is the host table for cfg, without set elements. Both sets
+// always exist, so adding a pod address never depends on the config.
+//
+// istio-cni matches "locally sent" with `-m owner --socket-exists`; the
+// nearest nft expression, `meta skuid`, only says so by failing to load,
+// which reads as nothing. `fib saddr type local` says it plainly: a packet
+// whose source is one of the node's addresses was sent by the node. A
+// forwarded packet keeps its remote source until it is masqueraded, and
+// that happens at this same hook, after the first nat chain has decided.
+func BuildHost(cfg HostConfig) (*Ruleset, error) {
+	var errs []error
+	if !cfg.IPv4 && !cfg.IPv6 {
+		errs = append(errs, errors.New("neither IPv4 nor IPv6 is enabled"))
+	}
+	if cfg.IPv4 && !cfg.ProbeSNATIPv4.Is4() {
+		errs = append(errs, fmt.Errorf("ProbeSNATIPv4 %v is not an IPv4 address", cfg.ProbeSNATIPv4))
+	}
+	if cfg.IPv6 && (!cfg.ProbeSNATIPv6.Is6() || cfg.ProbeSNATIPv6.Is4In6()) {
+		errs = append(errs, fmt.Errorf("ProbeSNATIPv6 %v is not an IPv6 address", cfg.ProbeSNATIPv6))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("invalid host config: %w", errors.Join(errs...))
+	}
+	b := &builder{sets: []set{{name: setHostPodsV4, typ: setIPv4Addrs}, {name: setHostPodsV6, typ: setIPv6Addrs}}}
+	c := natChain(chainHostPostrouting, hookPostrouting)
+	for _, x := range []struct {
+		on   bool
+		fam  family
+		set  string
+		addr netip.Addr
+	}{{cfg.IPv4, ipv4, setHostPodsV4, cfg.ProbeSNATIPv4}, {cfg.IPv6, ipv6, setHostPodsV6, cfg.ProbeSNATIPv6}} {
+		if x.on {
+			c.rules = append(c.rules, rule{
+				tag:     "probe-snat" + x.fam.tagSuffix(),
+				matches: []match{localSourceMatch{}, daddrSetMatch{x.fam, x.set}, l4protoMatch{tcp}},
+				stmts:   []stmt{snatStmt{x.addr}},
+			})
+		}
+	}
+	b.chains = []chain{c}
+	return b.ruleset(HostTableName), nil
+}
+
+// hostSet is the set a pod address belongs in.
+func hostSet(a netip.Addr) string {
+	if a.Is4() {
+		return setHostPodsV4
+	}
+	return setHostPodsV6
+}

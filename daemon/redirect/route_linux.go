@@ -1,0 +1,217 @@
+package redirect
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// routeProtocol marks the ip rules and routes sluice adds (the rtnetlink
+// protocol field, `proto 115` in `ip rule`/`ip route`), so Remove and Verify
+// find exactly ours without knowing the Spec that made them.
+const routeProtocol = 115
+
+// routeHandle opens rtnetlink inside ns. Like the nftables socket, it is
+// made on a thread of its own; the caller's thread never changes netns.
+func routeHandle(ns netns.NsHandle) (*netlink.Handle, error) {
+	if int(ns) <= 0 {
+		return nil, fmt.Errorf("netns handle %d is not an open namespace", int(ns))
+	}
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open rtnetlink in netns fd %d: %w", int(ns), err)
+	}
+	return h, nil
+}
+
+func (r policyRoute) nlFamily() int {
+	if r.fam == ipv6 {
+		return netlink.FAMILY_V6
+	}
+	return netlink.FAMILY_V4
+}
+
+func (r policyRoute) nlRule() *netlink.Rule {
+	rl := netlink.NewRule()
+	rl.Family = r.nlFamily()
+	rl.Priority = int(r.priority)
+	rl.Table = int(r.table)
+	rl.Mark = r.mark
+	mask := r.mask
+	rl.Mask = &mask
+	rl.Protocol = routeProtocol
+	return rl
+}
+
+func (r policyRoute) nlRoute() *netlink.Route {
+	dst := &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}
+	if r.fam == ipv6 {
+		dst = &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+	}
+	return &netlink.Route{
+		Family:   r.nlFamily(),
+		Dst:      dst,
+		Type:     unix.RTN_LOCAL,
+		Table:    int(r.table),
+		Protocol: routeProtocol,
+		Scope:    netlink.SCOPE_HOST,
+	}
+}
+
+// routeState is what the kernel holds of ours in one netns.
+type routeState struct {
+	rules  []netlink.Rule
+	routes []netlink.Route
+}
+
+func readRoutes(h *netlink.Handle) (routeState, error) {
+	var st routeState
+	rules, err := h.RuleList(netlink.FAMILY_ALL)
+	if err != nil {
+		return st, fmt.Errorf("list ip rules: %w", err)
+	}
+	for _, rl := range rules {
+		if rl.Protocol == routeProtocol {
+			st.rules = append(st.rules, rl)
+		}
+	}
+	// Table 0 with the table filter asks for every table.
+	st.routes, err = h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Protocol: routeProtocol},
+		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return st, fmt.Errorf("list routes: %w", err)
+	}
+	return st, nil
+}
+
+func (r policyRoute) isRule(rl netlink.Rule) bool {
+	mask := uint32(fullMask)
+	if rl.Mask != nil {
+		mask = *rl.Mask
+	}
+	return rl.Family == r.nlFamily() && rl.Priority == int(r.priority) && rl.Table == int(r.table) &&
+		rl.Mark == r.mark && mask == r.mask && !rl.Invert
+}
+
+func (r policyRoute) isRoute(rt netlink.Route) bool {
+	return rt.Family == r.nlFamily() && rt.Table == int(r.table) && rt.Type == unix.RTN_LOCAL &&
+		rt.Dst != nil && rt.Dst.IP.IsUnspecified() && isDefault(rt.Dst)
+}
+
+func isDefault(n *net.IPNet) bool {
+	ones, _ := n.Mask.Size()
+	return ones == 0
+}
+
+// ensureRoutes adds each wanted rule and route that is missing; present
+// ones are left as they are, so re-applying leaves exactly one of each.
+func ensureRoutes(ns netns.NsHandle, want []policyRoute) error {
+	h, err := routeHandle(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	st, err := readRoutes(h)
+	if err != nil {
+		return err
+	}
+	lo, err := h.LinkByName(loopbackInterface)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", loopbackInterface, err)
+	}
+	for _, w := range want {
+		if !containsFunc(st.routes, w.isRoute) {
+			rt := w.nlRoute()
+			rt.LinkIndex = lo.Attrs().Index
+			// Replace, not add: a local default route someone else put in
+			// our table is taken over rather than failing the pod.
+			if err := h.RouteReplace(rt); err != nil {
+				return fmt.Errorf("add route local %s dev lo table %d: %w", w.fam.defaultPrefix(), w.table, err)
+			}
+		}
+		if !containsFunc(st.rules, w.isRule) {
+			if err := h.RuleAdd(w.nlRule()); err != nil && !errors.Is(err, unix.EEXIST) {
+				return fmt.Errorf("add ip %s rule fwmark %#x/%#x lookup %d: %w", w.fam.ipFlag(), w.mark, w.mask, w.table, err)
+			}
+		}
+	}
+	return nil
+}
+
+// pruneRoutes deletes every rule and route of ours that keep does not
+// name: what a previous Spec needed and this one does not.
+func pruneRoutes(ns netns.NsHandle, keep []policyRoute) error {
+	h, err := routeHandle(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	st, err := readRoutes(h)
+	if err != nil {
+		return err
+	}
+	// Rules first: a rule pointing at a table with no route would let
+	// marked packets fall through to the main table.
+	for _, rl := range st.rules {
+		if !containsFunc(keep, func(k policyRoute) bool { return k.isRule(rl) }) {
+			if err := h.RuleDel(&rl); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("delete ip rule %s: %w", rl.String(), err)
+			}
+		}
+	}
+	for _, rt := range st.routes {
+		if !containsFunc(keep, func(k policyRoute) bool { return k.isRoute(rt) }) {
+			if err := h.RouteDel(&rt); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("delete route %s: %w", rt.String(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// routeDrift names each wanted rule or route that is missing, and each of
+// ours that is not wanted.
+func routeDrift(ns netns.NsHandle, want []policyRoute) ([]string, error) {
+	h, err := routeHandle(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	st, err := readRoutes(h)
+	if err != nil {
+		return nil, err
+	}
+	var drift []string
+	for _, w := range want {
+		if !containsFunc(st.rules, w.isRule) {
+			drift = append(drift, fmt.Sprintf("ip %s rule fwmark %#x/%#x lookup %d pref %d is missing", w.fam.ipFlag(), w.mark, w.mask, w.table, w.priority))
+		}
+		if !containsFunc(st.routes, w.isRoute) {
+			drift = append(drift, fmt.Sprintf("ip %s route local %s dev lo table %d is missing", w.fam.ipFlag(), w.fam.defaultPrefix(), w.table))
+		}
+	}
+	for _, rl := range st.rules {
+		if !containsFunc(want, func(w policyRoute) bool { return w.isRule(rl) }) {
+			drift = append(drift, fmt.Sprintf("ip rule %s is not part of the ruleset", rl.String()))
+		}
+	}
+	for _, rt := range st.routes {
+		if !containsFunc(want, func(w policyRoute) bool { return w.isRoute(rt) }) {
+			drift = append(drift, fmt.Sprintf("route %s is not part of the ruleset", rt.String()))
+		}
+	}
+	return drift, nil
+}
+
+func containsFunc[T any](s []T, f func(T) bool) bool {
+	for _, v := range s {
+		if f(v) {
+			return true
+		}
+	}
+	return false
+}
