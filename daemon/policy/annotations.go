@@ -77,11 +77,10 @@ func SpecFromAnnotations(base redirect.Spec, ann map[string]string) (redirect.Sp
 			s.Interception = redirect.InterceptRedirect
 		case "TPROXY":
 			// Envoy configured for TPROXY binds the original source address
-			// when it forwards inbound traffic to the app, and relies on the
-			// mark-based routing TPROXY capture installs to get replies back.
-			// REDIRECT rules would leave those replies going straight to the
-			// peer, so falling back silently would break the pod.
-			return s, &AnnotationError{annInterceptionMode, v, errUnsupported("TPROXY interception")}
+			// when it forwards inbound traffic to the app and relies on the
+			// mark-based routing of TPROXY capture to get replies back, so it
+			// never falls back to REDIRECT.
+			s.Interception = redirect.InterceptTProxy
 		default:
 			// istio-cni accepts exactly these two; NONE is refused there too.
 			return s, &AnnotationError{annInterceptionMode, v, fmt.Errorf("want REDIRECT or TPROXY")}
@@ -93,20 +92,17 @@ func SpecFromAnnotations(base redirect.Spec, ann map[string]string) (redirect.Sp
 		// catch-all redirect and only includeOutboundPorts is captured.
 		switch strings.TrimSpace(v) {
 		case "*":
-			s.IncludeOutboundCIDRs = nil
+			s.IncludeOutboundCIDRs, s.IncludeNoOutboundCIDRs = nil, false
 		case "":
-			return s, &AnnotationError{annIncludeOutboundCIDRs, v, errUnsupported("capturing no outbound destination")}
+			s.IncludeOutboundCIDRs, s.IncludeNoOutboundCIDRs = nil, true
 		default:
 			p, err := parseCIDRs(v, base)
 			if err != nil {
 				return s, &AnnotationError{annIncludeOutboundCIDRs, v, err}
 			}
-			if len(p) == 0 {
-				// Every range was of a family this node does not capture:
-				// what is left is "no destination", not "every destination".
-				return s, &AnnotationError{annIncludeOutboundCIDRs, v, errUnsupported("capturing no outbound destination (no range of an enabled IP family)")}
-			}
-			s.IncludeOutboundCIDRs = p
+			// Every range may be of a family this node does not capture:
+			// what is left is then "no destination", not "every destination".
+			s.IncludeOutboundCIDRs, s.IncludeNoOutboundCIDRs = p, len(p) == 0
 		}
 	}
 	if v, ok := ann[annExcludeOutboundCIDRs]; ok {
@@ -123,15 +119,15 @@ func SpecFromAnnotations(base redirect.Spec, ann map[string]string) (redirect.Sp
 		// capture at all.
 		switch strings.TrimSpace(v) {
 		case "*":
-			s.IncludeInboundPorts = nil
+			s.IncludeInboundPorts, s.IncludeNoInboundPorts = nil, false
 		case "":
-			return s, &AnnotationError{annIncludeInboundPorts, v, errUnsupported("capturing no inbound port")}
+			s.IncludeInboundPorts, s.IncludeNoInboundPorts = nil, true
 		default:
 			p, err := parsePorts(v)
 			if err != nil {
 				return s, &AnnotationError{annIncludeInboundPorts, v, err}
 			}
-			s.IncludeInboundPorts = p
+			s.IncludeInboundPorts, s.IncludeNoInboundPorts = p, false
 		}
 	}
 	// istio-cni's validator lets "*" through for the three lists below, but

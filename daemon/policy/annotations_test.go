@@ -44,6 +44,12 @@ func TestSpecFromAnnotations(t *testing.T) {
 			want(func(s *redirect.Spec) { s.ExcludeOutboundCIDRs = prefixes("169.254.169.254/32") })},
 		{"exclude cidrs empty", map[string]string{annExcludeOutboundCIDRs: ""}, want(nil)},
 		{"inbound ports all", map[string]string{annIncludeInboundPorts: "*"}, want(nil)},
+		{"tproxy", map[string]string{annInterceptionMode: "TPROXY"},
+			want(func(s *redirect.Spec) { s.Interception = redirect.InterceptTProxy })},
+		{"no outbound cidr", map[string]string{annIncludeOutboundCIDRs: ""},
+			want(func(s *redirect.Spec) { s.IncludeNoOutboundCIDRs = true })},
+		{"no inbound port", map[string]string{annIncludeInboundPorts: " "},
+			want(func(s *redirect.Spec) { s.IncludeNoInboundPorts = true })},
 		{"inbound ports", map[string]string{annIncludeInboundPorts: "8080, 80,8080"},
 			want(func(s *redirect.Spec) { s.IncludeInboundPorts = []uint16{80, 8080} })},
 		{"exclude inbound ports", map[string]string{annExcludeInboundPorts: "9000"},
@@ -86,9 +92,9 @@ func TestSpecFromAnnotationsDropsDisabledFamilies(t *testing.T) {
 	if !reflect.DeepEqual(got.IncludeOutboundCIDRs, prefixes("10.0.0.0/8")) || got.ExcludeOutboundCIDRs != nil {
 		t.Errorf("include %v exclude %v, want [10.0.0.0/8] and none", got.IncludeOutboundCIDRs, got.ExcludeOutboundCIDRs)
 	}
-	_, err = SpecFromAnnotations(base, map[string]string{annIncludeOutboundCIDRs: "fd00::/8"})
-	if err == nil || !strings.Contains(err.Error(), "not supported") {
-		t.Errorf("only-IPv6 ranges on an IPv4 node: got %v, want unsupported (it means capture nothing)", err)
+	got, err = SpecFromAnnotations(base, map[string]string{annIncludeOutboundCIDRs: "fd00::/8"})
+	if err != nil || !got.IncludeNoOutboundCIDRs {
+		t.Errorf("only-IPv6 ranges on an IPv4 node: got %v %v, want capture no destination", got.IncludeNoOutboundCIDRs, err)
 	}
 }
 
@@ -119,10 +125,8 @@ func TestSpecFromAnnotationsInvalid(t *testing.T) {
 	for _, tc := range []struct {
 		ann, value, why string
 	}{
-		{annInterceptionMode, "TPROXY", "not supported"},
 		{annInterceptionMode, "NONE", "want REDIRECT or TPROXY"},
 		{annInterceptionMode, "redirect", "want REDIRECT or TPROXY"},
-		{annIncludeOutboundCIDRs, "", "not supported"},
 		{annIncludeOutboundCIDRs, "10.0.0.0", "not a CIDR"},
 		{annIncludeOutboundCIDRs, "10.0.0.0/33", "not a CIDR"},
 		{annIncludeOutboundCIDRs, "*,10.0.0.0/8", "not a CIDR"},
@@ -130,7 +134,6 @@ func TestSpecFromAnnotationsInvalid(t *testing.T) {
 		{annIncludeOutboundCIDRs, "::ffff:10.0.0.0/104", "IPv4-mapped"},
 		{annExcludeOutboundCIDRs, "*", "not a CIDR"},
 		{annExcludeOutboundCIDRs, "fe80::1%eth0/64", "not a CIDR"},
-		{annIncludeInboundPorts, "", "not supported"},
 		{annIncludeInboundPorts, "http", "not a port"},
 		{annExcludeInboundPorts, "65536", "not a port"},
 		{annExcludeInboundPorts, "*", "not a port"},

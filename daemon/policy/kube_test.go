@@ -78,6 +78,9 @@ func TestKubeAnnotations(t *testing.T) {
 		want       func(*redirect.Spec)
 	}{
 		{annInterceptionMode, "REDIRECT", nil},
+		{annInterceptionMode, "TPROXY", func(s *redirect.Spec) { s.Interception = redirect.InterceptTProxy }},
+		{annIncludeOutboundCIDRs, "", func(s *redirect.Spec) { s.IncludeNoOutboundCIDRs = true }},
+		{annIncludeInboundPorts, "", func(s *redirect.Spec) { s.IncludeNoInboundPorts = true }},
 		{annIncludeOutboundCIDRs, "10.96.0.0/12,fd00::/108", func(s *redirect.Spec) { s.IncludeOutboundCIDRs = prefixes("10.96.0.0/12", "fd00::/108") }},
 		{annIncludeOutboundCIDRs, "*", nil},
 		{annExcludeOutboundCIDRs, "169.254.169.254/32", func(s *redirect.Spec) { s.ExcludeOutboundCIDRs = prefixes("169.254.169.254/32") }},
@@ -89,13 +92,10 @@ func TestKubeAnnotations(t *testing.T) {
 		{annExcludeInterfaces, "net1", func(s *redirect.Spec) { s.ExcludeInterfaces = []string{"net1"} }},
 	}
 	invalid := []struct{ ann, value string }{
-		{annInterceptionMode, "TPROXY"},
 		{annInterceptionMode, "BOGUS"},
 		{annIncludeOutboundCIDRs, "10.0.0.0/40"},
-		{annIncludeOutboundCIDRs, ""},
 		{annExcludeOutboundCIDRs, "nope"},
 		{annIncludeInboundPorts, "80,x"},
-		{annIncludeInboundPorts, ""},
 		{annExcludeInboundPorts, "70000"},
 		{annIncludeOutboundPorts, "*"},
 		{annExcludeOutboundPorts, "0"},

@@ -143,6 +143,8 @@ func modeOf(m redirect.Mode) sluicev1.Mode {
 	switch m {
 	case redirect.ModeSidecar:
 		return sluicev1.Mode_MODE_SIDECAR
+	case redirect.ModeAmbient:
+		return sluicev1.Mode_MODE_AMBIENT
 	}
 	return sluicev1.Mode_MODE_UNSPECIFIED
 }
