@@ -35,7 +35,9 @@ type KubeConfig struct {
 	// LookupWait is how long an ADD waits for a pod missing from the cache
 	// before it asks the API server directly. Default 1s.
 	LookupWait time.Duration
-	Log        *slog.Logger
+	// Ambient, when set, enrols ambient pods; nil passes them through.
+	Ambient *AmbientConfig
+	Log     *slog.Logger
 }
 
 // Kube decides from pod and namespace metadata, the way istio-cni does.
@@ -152,9 +154,22 @@ func (k *Kube) Decide(ctx context.Context, p Pod) (Decision, error) {
 	if obj, ok, _ := k.namespaces.GetStore().GetByKey(p.Namespace); ok {
 		ns = obj.(*corev1.Namespace)
 	}
-	d, err := decideSidecar(pod, ns, k.cfg.Base)
+	d, err := k.decidePod(pod, ns)
 	if err != nil {
 		return Decision{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	return d, nil
+}
+
+// decidePod is the decision for a pod as the cache holds it.
+func (k *Kube) decidePod(pod *corev1.Pod, ns *corev1.Namespace) (Decision, error) {
+	var d Decision
+	var err error
+	if k.cfg.Ambient != nil && isAmbient(pod, ns) {
+		d, err = decideAmbient(pod, *k.cfg.Ambient)
+	} else {
+		d, err = decideSidecar(pod, ns, k.cfg.Base)
+	}
+	d.ServiceAccount = pod.Spec.ServiceAccountName
+	return d, err
 }

@@ -25,6 +25,8 @@ type Decision struct {
 	// Inputs are the policy inputs that shaped Spec, one "source: value"
 	// each, for Debug.Explain.
 	Inputs []string
+	// ServiceAccount is the pod's, which ztunnel needs for its identity.
+	ServiceAccount string
 }
 
 // Static is the standalone policy: every pod gets the same Spec. It is what

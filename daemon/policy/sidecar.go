@@ -37,7 +37,7 @@ func decideSidecar(pod *corev1.Pod, ns *corev1.Namespace, base redirect.Spec) (D
 	}
 	if _, ok := pod.Annotations[annSidecarStatus]; !ok {
 		if mode := dataplaneMode(pod, ns); mode == "ambient" {
-			return skip("ambient pod (" + labelDataplaneMode + "=ambient): sluice has no ambient mode yet")
+			return skip("ambient pod (" + labelDataplaneMode + "=ambient), and ambient is off (--ambient)")
 		}
 		return skip("not injected: no " + annSidecarStatus + " annotation")
 	}
