@@ -67,7 +67,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.netnsRoots, "netns-roots", "/var/run/netns,/run/netns,/proc", "comma-separated directories a pod netns path may lie under")
 	fs.StringVar(&c.hostProc, "host-proc", "/proc", "the host's /proc as mounted for the agent; /proc/<pid>/ns/net paths are read through it")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for pod policy; empty runs standalone with --default-mode for every pod")
-	fs.StringVar(&c.defaultMode, "default-mode", "sidecar", "capture mode in standalone mode: sidecar")
+	fs.StringVar(&c.defaultMode, "default-mode", "sidecar", "capture mode in standalone mode: sidecar, or ambient (with --ambient)")
 	fs.StringVar(&c.allowedUIDs, "allowed-uids", "0", "comma-separated uids allowed to call the socket")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")

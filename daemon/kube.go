@@ -40,13 +40,17 @@ func newKubePolicy(cfg *config, rc *rest.Config, log *slog.Logger) (*policy.Kube
 	if cfg.podNamespace != "" {
 		exclude = append(exclude, cfg.podNamespace)
 	}
-	return policy.NewKube(policy.KubeConfig{
+	kc := policy.KubeConfig{
 		Rest:              rc,
 		NodeName:          cfg.nodeName,
 		ExcludeNamespaces: exclude,
 		Base:              redirect.DefaultSpec(),
 		Log:               log.With("component", "policy"),
-	})
+	}
+	if cfg.ambient {
+		kc.Ambient = &policy.AmbientConfig{Base: redirect.DefaultAmbientSpec(), DNSCapture: cfg.ambientDNSCapture}
+	}
+	return policy.NewKube(kc)
 }
 
 // daemonSetLeaving says whether the agent's own DaemonSet is gone or being

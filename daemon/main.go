@@ -94,15 +94,31 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var amb *ambientNode
+	if cfg.ambient {
+		if amb, err = newAmbient(cfg, opener, store, log); err != nil {
+			return err
+		}
+	}
 	// Repair before serving: pods enrolled before a restart keep capture.
 	if err := store.Reconcile(ctx); err != nil {
 		log.Warn("reconcile at start left errors", "err", err)
 	}
 
+	errc := make(chan error, 4)
 	m := metrics.New()
 	store.OnApply = func(d time.Duration) { m.ApplySeconds.Observe(d.Seconds()) }
 	m.ByLabel("workloads_enrolled", "Enrolled workloads by capture mode.", "mode", store.CountByMode)
 	m.Func("counter", "drift_repairs_total", "Rulesets re-applied because the kernel drifted.", func() float64 { return float64(store.Repairs()) })
+
+	if amb != nil {
+		m.Func("gauge", "ztunnel_connections", "ztunnel instances connected over ZDS.", func() float64 { return float64(amb.zds.Connections()) })
+		go func() {
+			if err := amb.zds.Run(ctx); err != nil {
+				errc <- fmt.Errorf("ztunnel server: %w", err)
+			}
+		}()
+	}
 
 	checks := &health.Checks{}
 	if kube != nil {
@@ -128,7 +144,6 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	defer os.Remove(cfg.socket)
 	checks.Add("grpc", socketServes(cfg.socket))
 
-	errc := make(chan error, 3)
 	go func() { errc <- gs.Serve(lis) }()
 	hsrv := &http.Server{Addr: cfg.healthAddr, Handler: health.Handler(checks, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	hl, err := net.Listen("tcp", cfg.healthAddr)
@@ -157,12 +172,19 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	hs.Shutdown()
-	if inst != nil && uninstallOnExit(cfg, rc, log) {
+	if (inst != nil || amb != nil) && uninstallOnExit(cfg, rc, log) {
 		// Before the drain: new pods should stop calling a leaving agent.
-		if err := inst.Uninstall(); err != nil {
-			log.Error("uninstall on exit", "err", err)
-		} else {
-			log.Info("removed the sluice conflist entry")
+		if inst != nil {
+			if err := inst.Uninstall(); err != nil {
+				log.Error("uninstall on exit", "err", err)
+			} else {
+				log.Info("removed the sluice conflist entry")
+			}
+		}
+		if amb != nil {
+			if err := amb.uninstall(); err != nil {
+				log.Error("remove the host probe table on exit", "err", err)
+			}
 		}
 	}
 	drain(gs, cfg.drain)
@@ -171,13 +193,18 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 }
 
 func staticPolicy(cfg *config) (rpc.Policy, error) {
-	spec := redirect.DefaultSpec()
 	switch cfg.defaultMode {
 	case string(redirect.ModeSidecar):
-	default:
-		return nil, fmt.Errorf("--default-mode %q: want sidecar", cfg.defaultMode)
+		return policy.NewStatic(redirect.DefaultSpec())
+	case string(redirect.ModeAmbient):
+		if !cfg.ambient {
+			return nil, fmt.Errorf("--default-mode ambient needs --ambient")
+		}
+		spec := redirect.DefaultAmbientSpec()
+		spec.CaptureDNS = cfg.ambientDNSCapture
+		return policy.NewStatic(spec)
 	}
-	return policy.NewStatic(spec)
+	return nil, fmt.Errorf("--default-mode %q: want sidecar or ambient", cfg.defaultMode)
 }
 
 // drain lets in-flight calls finish (a pod's ADD half-done is worse than a

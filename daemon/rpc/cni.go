@@ -15,6 +15,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
 
 // Policy decides what a pod gets.
@@ -160,6 +161,9 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, policy.ErrPodNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ztunnel.ErrNotConnected):
+		// ztunnel restarts and upgrades are routine: the runtime retries.
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, podns.ErrNotExist):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

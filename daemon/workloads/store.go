@@ -34,14 +34,16 @@ func (a Attachment) String() string { return a.ContainerID + "/" + a.IfName }
 // Record is one enrolled attachment, as journaled.
 type Record struct {
 	Attachment
-	PodNamespace string        `json:"podNamespace,omitempty"`
-	PodName      string        `json:"podName,omitempty"`
-	PodUID       string        `json:"podUID,omitempty"`
-	Netns        string        `json:"netns"`
-	IPs          []string      `json:"ips,omitempty"`
-	Spec         redirect.Spec `json:"spec"`
-	RulesetHash  string        `json:"rulesetHash"`
-	EnrolledAt   time.Time     `json:"enrolledAt"`
+	PodNamespace string `json:"podNamespace,omitempty"`
+	PodName      string `json:"podName,omitempty"`
+	PodUID       string `json:"podUID,omitempty"`
+	// ServiceAccount is the pod's, for ztunnel (ambient).
+	ServiceAccount string        `json:"serviceAccount,omitempty"`
+	Netns          string        `json:"netns"`
+	IPs            []string      `json:"ips,omitempty"`
+	Spec           redirect.Spec `json:"spec"`
+	RulesetHash    string        `json:"rulesetHash"`
+	EnrolledAt     time.Time     `json:"enrolledAt"`
 }
 
 // Store holds the enrolled workloads.
@@ -56,6 +58,8 @@ type Store struct {
 	repairs atomic.Int64
 	// OnApply, when set before serving, observes each ruleset transaction.
 	OnApply func(time.Duration)
+	// Ambient, when set before serving, hands ambient pods to ztunnel.
+	Ambient *Ambient
 
 	// Calls for one container are serialised (a retried ADD racing its own
 	// DEL must not interleave); calls for different ones run in parallel.
@@ -118,6 +122,21 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	s.mu.Lock()
 	s.recs[r.Attachment] = &r
 	s.mu.Unlock()
+	if !isAmbient(&r) {
+		return nil
+	}
+	if err := s.handOver(ctx, &r); err != nil {
+		// All or nothing: an ambient pod without ztunnel is a black hole.
+		s.mu.Lock()
+		delete(s.recs, r.Attachment)
+		s.mu.Unlock()
+		cleanup := errors.Join(s.takeBack(context.WithoutCancel(ctx), &r), redirect.Remove(ns))
+		s.forget(r.Attachment)
+		if cleanup != nil {
+			s.log.Error("rolling back a failed ambient enrolment", "attachment", r.Attachment.String(), "err", cleanup)
+		}
+		return err
+	}
 	return nil
 }
 
@@ -159,6 +178,11 @@ func (s *Store) Release(ctx context.Context, a Attachment, netnsPath string) err
 	s.mu.RUnlock()
 	if r != nil {
 		netnsPath = r.Netns
+		if isAmbient(r) {
+			if err := s.takeBack(ctx, r); err != nil {
+				return fmt.Errorf("release %s: %w", a, err)
+			}
+		}
 	}
 	if netnsPath != "" {
 		if err := s.removeTable(netnsPath); err != nil {
@@ -292,6 +316,11 @@ func (s *Store) reconcileOne(r Record) error {
 	ns, err := s.opener.Open(r.Netns)
 	if errors.Is(err, podns.ErrNotExist) {
 		s.log.Info("netns gone; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns)
+		if isAmbient(&r) {
+			if err := s.takeBack(context.Background(), &r); err != nil {
+				return fmt.Errorf("drop %s: %w", r.Attachment, err)
+			}
+		}
 		if err := s.deleteRecord(r.Attachment); err != nil {
 			return err
 		}
@@ -304,6 +333,13 @@ func (s *Store) reconcileOne(r Record) error {
 		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 	}
 	defer ns.Close()
+	if isAmbient(&r) && s.Ambient != nil {
+		// The host table may have been recreated empty (an uninstall and a
+		// reinstall, a reboot of the agent's host netns in tests).
+		if err := redirect.AddHostIPs(s.Ambient.Host, podAddrs(&r)...); err != nil {
+			return fmt.Errorf("reconcile %s: host probe table: %w", r.Attachment, err)
+		}
+	}
 	return s.repair(ns, r)
 }
 

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/daemon/ztunnel"
+)
+
+// ambientNode is what --ambient adds to the agent: the host probe table in
+// the host netns and the ZDS server ztunnel connects to.
+type ambientNode struct {
+	host netns.NsHandle
+	zds  *ztunnel.Server
+}
+
+// newAmbient prepares the host side and the ZDS socket. It runs after the
+// journal is loaded and before the ZDS server serves: ztunnel drops every
+// workload its first snapshot leaves out.
+func newAmbient(cfg *config, opener *podns.Opener, store *workloads.Store, log *slog.Logger) (*ambientNode, error) {
+	path := cfg.hostNetns
+	if path == "" {
+		// Nothing has moved a thread yet, so /proc/self is still ours.
+		path = "/proc/self/ns/net"
+	}
+	host, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("--host-netns %s: %w", path, err)
+	}
+	if err := redirect.EnsureHostTable(host, redirect.DefaultHostConfig()); err != nil {
+		host.Close()
+		return nil, fmt.Errorf("host probe table in %s: %w", path, err)
+	}
+	zds, err := ztunnel.New(ztunnel.Config{
+		Path:     cfg.ztunnelSocket,
+		Snapshot: store.ZtunnelSnapshot,
+		Open:     opener.Open,
+		Logger:   log.With("component", "ztunnel"),
+	})
+	if err != nil {
+		host.Close()
+		return nil, err
+	}
+	store.Ambient = &workloads.Ambient{Ztunnel: zds, Host: host}
+	return &ambientNode{host: host, zds: zds}, nil
+}
+
+// uninstall removes the host side; only on an uninstall exit, never on an
+// upgrade, where the new agent keeps using it.
+func (a *ambientNode) uninstall() error { return redirect.RemoveHostTable(a.host) }

@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicemesh/sluice/api/zds"
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+// zdsClient plays ztunnel on the ZDS socket: hello, then one request per
+// packet, each acked.
+type zdsClient struct {
+	t  *testing.T
+	uc *net.UnixConn
+}
+
+func connectZDS(t *testing.T, path string) *zdsClient {
+	t.Helper()
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatalf("ztunnel: dial %s: %v", path, err)
+	}
+	t.Cleanup(func() { uc.Close() })
+	z := &zdsClient{t: t, uc: uc}
+	z.send(&zds.ZdsHello{Version: zds.Version_V1})
+	return z
+}
+
+func (z *zdsClient) send(m proto.Message) {
+	z.t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		z.t.Fatal(err)
+	}
+	if _, _, err := z.uc.WriteMsgUnix(b, nil, nil); err != nil {
+		z.t.Fatalf("ztunnel: write: %v", err)
+	}
+}
+
+// next reads a request, acks it, and returns it with the inode of the netns
+// an Add carried.
+func (z *zdsClient) next() (*zds.WorkloadRequest, uint64) {
+	z.t.Helper()
+	z.uc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf, oob := make([]byte, 1024), make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := z.uc.ReadMsgUnix(buf, oob)
+	if err != nil || n == 0 {
+		z.t.Fatalf("ztunnel: read: %v (%d bytes)", err, n)
+	}
+	req := &zds.WorkloadRequest{}
+	if err := proto.Unmarshal(buf[:n], req); err != nil {
+		z.t.Fatalf("ztunnel: decode: %v", err)
+	}
+	var ino uint64
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 {
+			z.t.Fatalf("ztunnel: control messages: %v", err)
+		}
+		fds, err := unix.ParseUnixRights(&msgs[0])
+		if err != nil || len(fds) != 1 {
+			z.t.Fatalf("ztunnel: SCM_RIGHTS: %v %v", fds, err)
+		}
+		var st unix.Stat_t
+		unix.Fstat(fds[0], &st)
+		unix.Close(fds[0])
+		ino = st.Ino
+	}
+	z.send(&zds.WorkloadResponse{Payload: &zds.WorkloadResponse_Ack{Ack: &zds.Ack{}}})
+	return req, ino
+}
+
+func netnsInode(t *testing.T, ns *nstest.NS) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(ns.Path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// The ambient path end to end: ADD waits for ztunnel (fails "try again"
+// without one), hands it the pod's netns over ZDS, lists the pod IP in the
+// node's probe table and captures the app's traffic to ztunnel's port;
+// a restarted agent re-sends the pod in its snapshot; DEL tells ztunnel and
+// cleans the node; an uninstall exit removes the host table.
+func TestAmbientHandsPodsToZtunnel(t *testing.T) {
+	n := newNode(t)
+	zsock := filepath.Join(t.TempDir(), "ztunnel", "ztunnel.sock")
+	args := []string{"--ambient", "--default-mode", "ambient", "--host-netns", n.ns.Path, "--ztunnel-socket", zsock}
+	n.startAgent(args...)
+	c := n.cni(n.conflist("1.1.0", ""))
+	pod := n.pod("amb")
+	rc := rt("amb1", pod)
+
+	if _, err := c.add(rc); err == nil || !strings.Contains(err.Error(), "no ztunnel connected") {
+		t.Fatalf("ADD with no ztunnel = %v, want a try-again error naming ztunnel", err)
+	}
+	if err := c.del(rc); err != nil {
+		t.Fatal(err)
+	}
+
+	z := connectZDS(t, zsock)
+	if req, _ := z.next(); req.GetSnapshotSent() == nil {
+		t.Fatalf("first message %v, want an empty snapshot", req)
+	}
+	added := make(chan error, 1)
+	go func() { _, err := c.add(rc); added <- err }()
+	req, ino := z.next()
+	if req.GetAdd().GetUid() != "uid-amb" || ino != netnsInode(t, pod) {
+		t.Fatalf("ztunnel got %v with netns inode %d, want Add uid-amb with the pod's netns %d", req, ino, netnsInode(t, pod))
+	}
+	if err := <-added; err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	n.expectInSync(t, "amb1")
+	if out := n.ns.Run(t, "nft", "list", "set", "inet", "sluice-host", "probe-pods-v4"); !strings.Contains(out, "10.244.0.") {
+		t.Fatalf("pod IP not in the host probe set:\n%s", out)
+	}
+	p := startProxy(t, pod, "15001")
+	if _, err := dialFrom(t, pod, "10.96.0.10:80"); err != nil {
+		t.Fatal(err)
+	}
+	p.expect(t, "10.96.0.10:80")
+
+	// A restarted agent gives the new connection every enrolled pod.
+	n.agent.cmd.Process.Kill()
+	<-n.agent.done
+	n.startAgent(args...)
+	z = connectZDS(t, zsock)
+	if req, ino := z.next(); req.GetAdd().GetUid() != "uid-amb" || ino != netnsInode(t, pod) {
+		t.Fatalf("snapshot after restart starts with %v, want Add uid-amb", req)
+	}
+	if req, _ := z.next(); req.GetSnapshotSent() == nil {
+		t.Fatalf("snapshot not closed: %v", req)
+	}
+
+	deleted := make(chan error, 1)
+	go func() { deleted <- c.del(rc) }()
+	if req, _ := z.next(); req.GetDel().GetUid() != "uid-amb" {
+		t.Fatalf("ztunnel got %v on DEL, want Del uid-amb", req)
+	}
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	if out := n.ns.Run(t, "nft", "list", "set", "inet", "sluice-host", "probe-pods-v4"); strings.Contains(out, "10.244.0.") {
+		t.Fatalf("pod IP left in the host probe set after DEL:\n%s", out)
+	}
+	if s := rulesetState(t, pod); s != "none" {
+		t.Fatalf("pod netns after DEL: %s", s)
+	}
+	n.agent.stop(t)
+	if err := n.ns.Command("nft", "list", "table", "inet", "sluice-host").Run(); err == nil {
+		t.Fatal("host table left after an uninstall exit")
+	}
+	if _, err := os.Stat(zsock); !os.IsNotExist(err) {
+		t.Fatalf("ZDS socket left after exit: %v", err)
+	}
+}
