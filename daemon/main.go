@@ -22,6 +22,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/health"
 	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/podns"
@@ -121,9 +122,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 
 	checks := &health.Checks{}
+	var rec *events.Recorder // nil records nothing (standalone)
 	if kube != nil {
 		go kube.Run(ctx)
 		checks.Add("policy", kube.Synced)
+		if rec, err = startRepair(ctx, cfg, rc, kube, store, m, log); err != nil {
+			return err
+		}
+		defer flushEvents(rec)
 	}
 	var inst *installer.Installer
 	if cfg.install {
@@ -135,7 +141,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		m.Func("counter", "installer_writes_total", "Files the installer wrote (installs and repairs).", func() float64 { return float64(st().Writes) })
 		m.Func("counter", "installer_restores_total", "Repairs of a binary or entry someone else removed or changed.", func() float64 { return float64(st().Restores) })
 	}
-	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight)}
+	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight), Events: rec}
 	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
 	lis, err := rpc.Listen(cfg.socket)
 	if err != nil {

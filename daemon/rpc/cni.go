@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
@@ -33,6 +34,7 @@ type CNI struct {
 	Workloads *workloads.Store
 	Ready     Readiness
 	Inflight  Inflight
+	Events    *events.Recorder // nil records nothing (standalone)
 }
 
 func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddResponse, error) {
@@ -51,23 +53,26 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	pod := podOf(req.Pod)
 	d, err := s.Policy.Decide(ctx, pod)
 	if err != nil {
+		s.Events.CaptureFailed(pod, err)
 		return nil, toStatus(err)
 	}
 	if !d.Capture {
 		return &sluicev1.AddResponse{Enrolled: false, Reason: d.Reason}, nil
 	}
 	rec := workloads.Record{
-		Attachment:   a,
-		PodNamespace: pod.Namespace,
-		PodName:      pod.Name,
-		PodUID:       pod.UID,
-		Netns:        req.Netns,
-		Spec:         d.Spec,
+		Attachment:     a,
+		PodNamespace:   pod.Namespace,
+		PodName:        pod.Name,
+		PodUID:         pod.UID,
+		Netns:          req.Netns,
+		Spec:           d.Spec,
+		ServiceAccount: d.ServiceAccount,
 	}
 	for _, ip := range req.Ips {
 		rec.IPs = append(rec.IPs, ip.Address)
 	}
 	if err := s.Workloads.Enroll(ctx, rec); err != nil {
+		s.Events.CaptureFailed(pod, err)
 		return nil, toStatus(err)
 	}
 	return &sluicev1.AddResponse{Enrolled: true, Mode: modeOf(d.Spec.Mode), Reason: d.Reason}, nil

@@ -44,6 +44,10 @@ type Record struct {
 	Spec           redirect.Spec `json:"spec"`
 	RulesetHash    string        `json:"rulesetHash"`
 	EnrolledAt     time.Time     `json:"enrolledAt"`
+	// Late marks an enrolment the agent made for a pod found running
+	// uncaptured, not a CNI ADD: the runtime never lists it as a valid
+	// attachment, so GC leaves it to the reconciler.
+	Late bool `json:"late,omitempty"`
 }
 
 // Store holds the enrolled workloads.
@@ -60,6 +64,8 @@ type Store struct {
 	OnApply func(time.Duration)
 	// Ambient, when set before serving, hands ambient pods to ztunnel.
 	Ambient *Ambient
+	// OnRepair, when set before serving, hears of each drift repair.
+	OnRepair func(r Record, drift []string)
 
 	// Calls for one container are serialised (a retried ADD racing its own
 	// DEL must not interleave); calls for different ones run in parallel.
@@ -238,11 +244,12 @@ func (s *Store) Check(ctx context.Context, a Attachment, netnsPath string, spec 
 	return append(drift, kernel...), nil
 }
 
-// GC releases every attachment of ours that is not in valid.
+// GC releases every attachment of ours that is not in valid; late
+// enrolments are not the runtime's to list.
 func (s *Store) GC(ctx context.Context, valid []Attachment) ([]Attachment, error) {
 	var stale []Attachment
 	for _, r := range s.List() {
-		if !slices.Contains(valid, r.Attachment) {
+		if !r.Late && !slices.Contains(valid, r.Attachment) {
 			stale = append(stale, r.Attachment)
 		}
 	}
@@ -360,6 +367,9 @@ func (s *Store) repair(ns netns.NsHandle, r Record) error {
 		return fmt.Errorf("repair %s: %w", r.Attachment, err)
 	}
 	s.repairs.Add(1)
+	if s.OnRepair != nil {
+		s.OnRepair(r, drift)
+	}
 	return nil
 }
 

@@ -168,3 +168,20 @@ func TestEnrollRefusesBadNetns(t *testing.T) {
 		t.Fatalf("refused Enroll wrote %d files", len(ents))
 	}
 }
+
+// A late enrolment is the agent's own, never in the runtime's valid list:
+// CNI GC must not strip a live pod of its capture.
+func TestGCLeavesLateEnrolments(t *testing.T) {
+	f := newFixture(t)
+	ns := nstest.NewIn(t, f.root, "late")
+	r := Record{Attachment: Attachment{ContainerID: "late-u1", IfName: "eth0"}, Netns: ns.Path, Spec: redirect.DefaultSpec(), Late: true}
+	if err := f.store.Enroll(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := f.store.GC(context.Background(), nil); err != nil || len(removed) != 0 {
+		t.Fatalf("GC removed %v (%v)", removed, err)
+	}
+	if !hasTable(t, ns) {
+		t.Fatal("GC removed a late enrolment's table")
+	}
+}

@@ -1,0 +1,162 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sluicemesh/sluice/daemon/policy"
+)
+
+func newRecorder(t *testing.T, c kubernetes.Interface) *Recorder {
+	t.Helper()
+	r := New(Config{Client: c, NodeName: node, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	t.Cleanup(func() { r.Shutdown(context.Background()) })
+	return r
+}
+
+// shutdown flushes r; the Events are in the API server when it returns.
+func shutdown(t *testing.T, r *Recorder) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r.Shutdown(ctx)
+}
+
+func listEvents(t *testing.T, c kubernetes.Interface, ns string) []corev1.Event {
+	t.Helper()
+	l, err := c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list events in %s: %v", ns, err)
+	}
+	return l.Items
+}
+
+func TestRecorderCreatesEventsOnPods(t *testing.T) {
+	agentClient, admin := kube(t)
+	ns := namespace(t, admin)
+	r := newRecorder(t, agentClient)
+	pod := policy.Pod{Namespace: ns, Name: "cart", UID: "0000-cart"}
+	r.CaptureFailed(pod, errors.New("apply ruleset: netlink said no"))
+	r.RulesetRepaired(pod, []string{"rule out-redirect missing"})
+	r.Pod(ns, "other", "0000-other", corev1.EventTypeNormal, ReasonCaptureRepaired, "programmed late")
+	shutdown(t, r)
+
+	got := map[string]corev1.Event{}
+	for _, ev := range listEvents(t, admin, ns) {
+		got[ev.Reason] = ev
+	}
+	for reason, want := range map[string]struct{ typ, pod, uid, msg string }{
+		ReasonCaptureFailed:   {corev1.EventTypeWarning, "cart", "0000-cart", "netlink said no"},
+		ReasonRulesetRepaired: {corev1.EventTypeNormal, "cart", "0000-cart", "out-redirect missing"},
+		ReasonCaptureRepaired: {corev1.EventTypeNormal, "other", "0000-other", "programmed late"},
+	} {
+		ev, ok := got[reason]
+		switch {
+		case !ok:
+			t.Errorf("no %s event; have %v", reason, got)
+		case ev.Type != want.typ || ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Name != want.pod ||
+			string(ev.InvolvedObject.UID) != want.uid || !strings.Contains(ev.Message, want.msg):
+			t.Errorf("%s event: %s on %s %s (uid %s): %q; want %s on pod %s (uid %s) saying %q",
+				reason, ev.Type, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.InvolvedObject.UID, ev.Message,
+				want.typ, want.pod, want.uid, want.msg)
+		case ev.Source.Host != node || ev.Source.Component != component || ev.Count != 1:
+			t.Errorf("%s event: source %+v count %d; want host %s, component %s, count 1", reason, ev.Source, ev.Count, node, component)
+		}
+	}
+}
+
+func TestRecorderCountsRepeats(t *testing.T) {
+	agentClient, admin := kube(t)
+	ns := namespace(t, admin)
+	r := newRecorder(t, agentClient)
+	pod := policy.Pod{Namespace: ns, Name: "flaky", UID: "0000-flaky"}
+	for range 3 {
+		r.CaptureFailed(pod, errors.New("same cause"))
+	}
+	r.CaptureFailed(pod, errors.New("another cause"))
+	shutdown(t, r)
+
+	counts := map[string]int32{}
+	for _, ev := range listEvents(t, admin, ns) {
+		counts[ev.Message] += ev.Count
+		if ev.LastTimestamp.Before(&ev.FirstTimestamp) {
+			t.Errorf("repeated event %s: last seen %v before first %v", ev.Name, ev.LastTimestamp, ev.FirstTimestamp)
+		}
+	}
+	if len(counts) != 2 {
+		t.Fatalf("events by message %v: want one Event per distinct message", counts)
+	}
+	for msg, n := range counts {
+		want := int32(1)
+		if strings.Contains(msg, "same cause") {
+			want = 3
+		}
+		if n != want {
+			t.Errorf("event %q has count %d, want %d", msg, n, want)
+		}
+	}
+}
+
+func TestRecorderShutdownFlushesThenDrops(t *testing.T) {
+	agentClient, admin := kube(t)
+	ns := namespace(t, admin)
+	r := newRecorder(t, agentClient)
+	const n = 40
+	for i := range n {
+		r.Pod(ns, fmt.Sprintf("p%d", i), "", corev1.EventTypeNormal, ReasonCaptureRepaired, "flush me")
+	}
+	shutdown(t, r)
+	if got := len(listEvents(t, admin, ns)); got != n {
+		t.Errorf("%d events after Shutdown, want all %d queued before it", got, n)
+	}
+	r.Pod(ns, "late", "", corev1.EventTypeNormal, ReasonCaptureRepaired, "after shutdown")
+	if r.Dropped() != 1 {
+		t.Errorf("Dropped = %d after an event past Shutdown, want 1", r.Dropped())
+	}
+}
+
+// An unreachable API server costs one failed call per Event, counted and
+// logged, and never blocks the caller.
+func TestRecorderAPIServerAway(t *testing.T) {
+	c := kubernetes.NewForConfigOrDie(&rest.Config{Host: "http://127.0.0.1:1"})
+	r := newRecorder(t, c)
+	r.Pod("ns", "p", "u", corev1.EventTypeWarning, ReasonCaptureFailed, "nobody hears this")
+	shutdown(t, r)
+	if r.Failed() != 1 {
+		t.Errorf("Failed = %d, want 1", r.Failed())
+	}
+}
+
+// Standalone agents have no recorder; every method is a no-op on nil.
+func TestNilRecorder(t *testing.T) {
+	var r *Recorder
+	r.Pod("ns", "p", "u", corev1.EventTypeNormal, "Reason", "msg")
+	r.CaptureFailed(policy.Pod{Namespace: "ns", Name: "p"}, errors.New("x"))
+	r.RulesetRepaired(policy.Pod{Namespace: "ns", Name: "p"}, nil)
+	r.Shutdown(context.Background())
+	if r.Dropped() != 0 || r.Failed() != 0 {
+		t.Error("a nil recorder counted something")
+	}
+}
+
+func TestTruncateKeepsRunes(t *testing.T) {
+	s := strings.Repeat("é", 600) // 1200 bytes
+	got := truncate(s, maxMessage)
+	if len(got) > maxMessage || !utf8.ValidString(got) || !strings.HasSuffix(got, "...") {
+		t.Errorf("truncate: %d bytes, valid UTF-8 %v, marked %v", len(got), utf8.ValidString(got), strings.HasSuffix(got, "..."))
+	}
+	if truncate("short", maxMessage) != "short" {
+		t.Error("truncate changed a short message")
+	}
+}

@@ -1,0 +1,322 @@
+package repair
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+const (
+	// agent is the identity policy, repair and events run as: bound to
+	// deploy/rbac/clusterrole.yaml and nothing else.
+	agent    = "sluice-agent"
+	rbacFile = "../../deploy/rbac/clusterrole.yaml"
+)
+
+var (
+	envOnce sync.Once
+	testEnv *kubetest.Env
+	envStop func()
+	envErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if envStop != nil {
+		envStop()
+	}
+	os.Exit(code)
+}
+
+// kube returns the shared Env and an admin client, starting the API server
+// on first use.
+func kube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
+	t.Helper()
+	nstest.RequireRoot(t)
+	envOnce.Do(func() {
+		testEnv, envStop, envErr = kubetest.StartMain(agent)
+		if envErr == nil {
+			envErr = testEnv.BindClusterRole(agent, rbacFile)
+		}
+	})
+	if envErr != nil {
+		t.Fatalf("kube-apiserver: %v", envErr)
+	}
+	return testEnv, kubernetes.NewForConfigOrDie(testEnv.AdminConfig())
+}
+
+// agentParts is what the agent wires together around a Repairer.
+type agentParts struct {
+	node   string // unique per test: a Repairer sees only its own test's pods
+	policy *policy.Kube
+	store  *workloads.Store
+	events *events.Recorder
+	client kubernetes.Interface
+}
+
+// startAgentParts runs the policy, a store and an event recorder as the
+// agent would, as its user, until t ends.
+func startAgentParts(t *testing.T) *agentParts {
+	t.Helper()
+	e, _ := kube(t)
+	log := testLog(t)
+	node := "node-" + strconv.FormatInt(nodeSeq.Add(1), 10)
+	k, err := policy.NewKube(policy.KubeConfig{
+		Rest: e.Config(agent), NodeName: node, ExcludeNamespaces: []string{"kube-system"},
+		Base: redirect.DefaultSpec(), Log: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { k.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	opener, err := podns.NewOpener([]string{t.TempDir(), "/proc"}, "/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := workloads.Open(t.TempDir(), opener, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(e.Config(agent))
+	rec := events.New(events.Config{Client: client, NodeName: node, Log: log})
+	t.Cleanup(func() { rec.Shutdown(context.Background()) })
+	return &agentParts{node: node, policy: k, store: store, events: rec, client: client}
+}
+
+// runRepair runs a Repairer in mode until t ends. checked receives the
+// key of every pod it has finished checking.
+func (a *agentParts) runRepair(t *testing.T, mode string) (r *Repairer, checked <-chan string) {
+	t.Helper()
+	r, err := New(Config{Policy: a.policy, Store: a.store, Client: a.client, Events: a.events,
+		HostProc: "/proc", Mode: mode, NodeName: a.node, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan string, 100)
+	r.onChecked = func(key string) {
+		select {
+		case ch <- key:
+		default:
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return r, ch
+}
+
+func testLog(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, nil))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+var nsSeq, nodeSeq atomic.Int64
+
+func namespace(t *testing.T, c kubernetes.Interface) string {
+	t.Helper()
+	name := "r" + strconv.FormatInt(nsSeq.Add(1), 10)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := c.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	return name
+}
+
+// createPod creates a pod on the test's node: injected, as Istio's
+// injector leaves a sidecar pod, or plain.
+func (a *agentParts) createPod(t *testing.T, c kubernetes.Interface, ns, name string, injected bool) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if injected {
+		p.Annotations = map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "istio-proxy", Image: "proxyv2"})
+	}
+	got, err := c.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)
+	}
+	return got
+}
+
+// setRunning writes the status a kubelet writes once the sandbox is up.
+func setRunning(t *testing.T, c kubernetes.Interface, p *corev1.Pod, ip netip.Addr) *corev1.Pod {
+	t.Helper()
+	p = p.DeepCopy()
+	p.Status.Phase = corev1.PodRunning
+	p.Status.PodIP = ip.String()
+	p.Status.PodIPs = []corev1.PodIP{{IP: ip.String()}}
+	got, err := c.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("set pod %s/%s running: %v", p.Namespace, p.Name, err)
+	}
+	return got
+}
+
+// sandbox is a pod's network as a runtime would have left it: a netns with
+// the pod's IP on eth0 and a process in it. With inCgroup the process sits
+// in a cgroup naming the pod, as the kubelet's cgroupfs driver places it;
+// without, only the IP can find it.
+func sandbox(t *testing.T, uid string, ip netip.Addr, inCgroup bool) *nstest.NS {
+	t.Helper()
+	pod := nstest.New(t, "pod")
+	nstest.Veth(t, pod, "eth0", []string{netip.PrefixFrom(ip, ip.BitLen()).String()}, nstest.New(t, "peer"), "veth0", nil)
+	var cg string
+	if inCgroup {
+		// Made before the process, so removed after it: cleanups run last
+		// registered first, and a cgroup with a process cannot go.
+		cg = podCgroup(t, uid)
+	}
+	cmd := pod.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	procNet := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"
+	want, err := os.Stat(pod.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nstest.Eventually(t, 5*time.Second, func() bool {
+		got, err := os.Stat(procNet)
+		return err == nil && os.SameFile(got, want)
+	}, "the pod's process never entered its netns")
+	if cg != "" {
+		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+			t.Fatalf("move the pod's process into %s: %v", cg, err)
+		}
+	}
+	return pod
+}
+
+// podCgroup creates <cgroup mount>/sluice-test-.../besteffort/pod<uid> and
+// removes it when the test ends. A cgroup v2 mount is preferred.
+func podCgroup(t *testing.T, uid string) string {
+	t.Helper()
+	top := filepath.Join(cgroupMount(t), fmt.Sprintf("sluice-test-%d-%s", os.Getpid(), uid[:8]))
+	leaf := filepath.Join(top, "besteffort", "pod"+uid)
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		t.Fatalf("create cgroup %s: %v", leaf, err)
+	}
+	t.Cleanup(func() {
+		for d := leaf; strings.HasPrefix(d, top); d = filepath.Dir(d) {
+			if err := os.Remove(d); err != nil {
+				t.Errorf("remove cgroup %s: %v", d, err)
+			}
+		}
+	})
+	return leaf
+}
+
+func cgroupMount(t *testing.T) string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var v1 string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, fstype := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(fstype) < 1 {
+			continue
+		}
+		switch fstype[0] {
+		case "cgroup2":
+			return fields[4]
+		case "cgroup":
+			if v1 == "" {
+				v1 = fields[4]
+			}
+		}
+	}
+	if v1 == "" {
+		t.Skip("no cgroup mount to place test processes in")
+	}
+	return v1
+}
+
+// testIP is a random address from the benchmarking range, so no other
+// namespace on the machine holds it.
+func testIP(t *testing.T) netip.Addr {
+	t.Helper()
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return netip.AddrFrom4([4]byte{198, 18 + b[0]&1, b[1], b[2] | 1})
+}
+
+// waitEvent waits for an Event with reason on the pod and returns it.
+func waitEvent(t *testing.T, c kubernetes.Interface, p *corev1.Pod, reason string) corev1.Event {
+	t.Helper()
+	var found corev1.Event
+	nstest.Eventually(t, 10*time.Second, func() bool {
+		l, err := c.CoreV1().Events(p.Namespace).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, ev := range l.Items {
+			if ev.InvolvedObject.UID == p.UID && ev.Reason == reason {
+				found = ev
+				return true
+			}
+		}
+		return false
+	}, "no %s event on pod %s/%s", reason, p.Namespace, p.Name)
+	return found
+}
+
+// enrolledAs returns the store's record of the pod.
+func enrolledAs(s *workloads.Store, uid string) (workloads.Record, bool) {
+	for _, r := range s.List() {
+		if r.PodUID == uid {
+			return r, true
+		}
+	}
+	return workloads.Record{}, false
+}

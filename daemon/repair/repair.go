@@ -1,0 +1,265 @@
+// Package repair finds pods on this node that policy says must be captured
+// but are running without it — they started before the agent was ready, or
+// while it was down and the plugin was not in the chain — and does what
+// --repair-mode says: programs their rules late (apply), labels them
+// (label), or deletes them so they are recreated through the plugin
+// (delete). Each action is recorded as an Event on the pod.
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+)
+
+// The repair modes (--repair-mode).
+const (
+	ModeApply  = "apply"
+	ModeLabel  = "label"
+	ModeDelete = "delete"
+)
+
+// The outcomes Repairs counts.
+const (
+	OutcomeApplied  = "applied"
+	OutcomeLabelled = "labelled"
+	OutcomeDeleted  = "deleted"
+	OutcomeFailed   = "failed"
+)
+
+const (
+	// Pods are repaired a few at a time: one slow netns scan or API call
+	// must not hold the rest, and a node's worth of late pods must not
+	// flood the API server.
+	workers = 4
+	// The budget for one pod: policy lookup, netns search, apply, API calls.
+	perPod = 30 * time.Second
+)
+
+// Config configures a Repairer.
+type Config struct {
+	Policy *policy.Kube
+	Store  *workloads.Store
+	// Client labels and deletes pods; the identity needs patch and delete
+	// on pods (deploy/rbac/clusterrole.yaml).
+	Client kubernetes.Interface
+	Events *events.Recorder // nil records nothing
+	// HostProc is the host's /proc as the agent sees it (--host-proc).
+	HostProc string
+	Mode     string
+	NodeName string
+	Log      *slog.Logger
+}
+
+// Repairer watches this node's pods for uncaptured ones.
+type Repairer struct {
+	cfg Config
+	log *slog.Logger
+
+	mu sync.Mutex
+	// failedAt holds, per pod, the resourceVersion whose repair failed: the
+	// same version is not tried again (a replay or resync would loop on
+	// it), a newer one is, once.
+	failedAt map[types.UID]string
+	outcomes map[string]int
+
+	// swept is closed once every pod cached at start has been queued.
+	swept chan struct{}
+	// onChecked, set by tests before Run, sees each pod key once checked:
+	// the only way to know a pod was left alone on purpose.
+	onChecked func(key string)
+}
+
+// New validates cfg.
+func New(cfg Config) (*Repairer, error) {
+	switch cfg.Mode {
+	case ModeApply, ModeLabel, ModeDelete:
+	default:
+		return nil, fmt.Errorf("repair: mode %q: want %s, %s or %s", cfg.Mode, ModeApply, ModeLabel, ModeDelete)
+	}
+	switch {
+	case cfg.Policy == nil:
+		return nil, errors.New("repair: no Kubernetes policy")
+	case cfg.Store == nil:
+		return nil, errors.New("repair: no workload store")
+	case cfg.Client == nil:
+		return nil, errors.New("repair: no Kubernetes client")
+	case cfg.Mode == ModeApply && cfg.HostProc == "":
+		return nil, errors.New("repair: mode apply needs the host's /proc to find pod netns")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Repairer{
+		cfg:      cfg,
+		log:      cfg.Log,
+		failedAt: map[types.UID]string{},
+		outcomes: map[string]int{},
+		swept:    make(chan struct{}),
+	}, nil
+}
+
+// Run waits for the policy's caches, checks every pod of this node, then
+// every pod added or updated, until ctx ends.
+func (r *Repairer) Run(ctx context.Context) error {
+	synced := func(context.Context) (bool, error) { ok, _ := r.cfg.Policy.Synced(); return ok, nil }
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, synced); err != nil {
+		return fmt.Errorf("repair: wait for the policy caches: %w", err)
+	}
+	q := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "repair"})
+	// Registered on a synced informer, the handler is first sent every
+	// cached pod: that is the sweep at start.
+	reg, err := r.cfg.Policy.AddPodHandler(r.handler(q))
+	if err != nil {
+		q.ShutDown()
+		return fmt.Errorf("repair: %w", err)
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for r.next(ctx, q) {
+			}
+		})
+	}
+	defer func() { q.ShutDown(); wg.Wait() }()
+	r.log.Info("checking pods for missing capture", "mode", r.cfg.Mode, "node", r.cfg.NodeName)
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return reg.HasSynced(), nil
+	}); err == nil {
+		close(r.swept)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// handler queues pods that may be uncaptured; the checks that cost
+// something run on the workers.
+func (r *Repairer) handler(q workqueue.TypedInterface[string]) cache.ResourceEventHandler {
+	enqueue := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || !settled(pod) {
+			return
+		}
+		if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+			q.Add(key)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				r.mu.Lock()
+				delete(r.failedAt, pod.UID)
+				r.mu.Unlock()
+			}
+		},
+	}
+}
+
+// next checks one queued pod; false once the queue is shut down. The
+// queue never hands out a key being worked on, so one pod is never
+// repaired twice at once.
+func (r *Repairer) next(ctx context.Context, q workqueue.TypedInterface[string]) bool {
+	key, shutdown := q.Get()
+	if shutdown {
+		return false
+	}
+	defer q.Done(key)
+	ctx, cancel := context.WithTimeout(ctx, perPod)
+	defer cancel()
+	r.check(ctx, key)
+	if r.onChecked != nil {
+		r.onChecked(key)
+	}
+	return true
+}
+
+// check repairs the pod at key if it is settled, uncaptured, and policy
+// wants it captured.
+func (r *Repairer) check(ctx context.Context, key string) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return
+	}
+	pod, ok := r.cfg.Policy.CachedPod(namespace, name)
+	if !ok || !settled(pod) {
+		return
+	}
+	if r.enrolled(pod.UID) {
+		r.mu.Lock()
+		delete(r.failedAt, pod.UID)
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Lock()
+	failed := r.failedAt[pod.UID] == pod.ResourceVersion
+	r.mu.Unlock()
+	if failed {
+		return
+	}
+	if r.cfg.Mode == ModeLabel && pod.Labels[LabelUncaptured] == "true" {
+		return
+	}
+	d, err := r.cfg.Policy.Decide(ctx, policy.Pod{Namespace: namespace, Name: name, UID: string(pod.UID)})
+	if err != nil {
+		r.failed(pod, fmt.Errorf("ask policy about pod %s: %w", key, err))
+		return
+	}
+	if !d.Capture {
+		return
+	}
+	var outcome string
+	switch r.cfg.Mode {
+	case ModeApply:
+		outcome, err = r.apply(ctx, pod, d)
+	case ModeLabel:
+		outcome, err = r.label(ctx, pod)
+	case ModeDelete:
+		outcome, err = r.delete(ctx, pod)
+	}
+	if err != nil {
+		r.failed(pod, err)
+		return
+	}
+	r.mu.Lock()
+	delete(r.failedAt, pod.UID)
+	r.outcomes[outcome]++
+	r.mu.Unlock()
+}
+
+// enrolled reports whether any attachment of the pod is enrolled.
+func (r *Repairer) enrolled(uid types.UID) bool {
+	for _, rec := range r.cfg.Store.List() {
+		if rec.PodUID == string(uid) {
+			return true
+		}
+	}
+	return false
+}
+
+// Repairs counts uncaptured pods handled since start, by outcome
+// (applied, labelled, deleted, failed).
+func (r *Repairer) Repairs() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.outcomes)
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/metrics"
+	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/repair"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+)
+
+// startRepair runs late enrolment (pods found running uncaptured, handled
+// per --repair-mode) and returns the Event recorder the rest of the agent
+// reports capture failures and drift repairs with.
+func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy.Kube, store *workloads.Store, m *metrics.Metrics, log *slog.Logger) (*events.Recorder, error) {
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+	}
+	rec := events.New(events.Config{Client: client, NodeName: cfg.nodeName, Log: log.With("component", "events")})
+	rep, err := repair.New(repair.Config{Policy: kube, Store: store, Client: client, Events: rec,
+		HostProc: cfg.hostProc, Mode: cfg.repairMode, NodeName: cfg.nodeName, Log: log.With("component", "repair")})
+	if err != nil {
+		rec.Shutdown(context.Background())
+		return nil, err
+	}
+	go func() {
+		if err := rep.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("repair of uncaptured pods stopped", "err", err)
+		}
+	}()
+	m.ByLabel("uncaptured_pods_repaired", "Pods found running uncaptured, by what --repair-mode did (applied, labelled, deleted, failed).", "outcome", rep.Repairs)
+	store.OnRepair = func(r workloads.Record, drift []string) {
+		rec.RulesetRepaired(policy.Pod{Namespace: r.PodNamespace, Name: r.PodName, UID: r.PodUID}, drift)
+	}
+	return rec, nil
+}
+
+// flushEvents gives queued Events a few seconds to reach the API server.
+func flushEvents(rec *events.Recorder) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec.Shutdown(ctx)
+}
