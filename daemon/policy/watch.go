@@ -28,3 +28,24 @@ func (k *Kube) AddPodHandler(h cache.ResourceEventHandler) (cache.ResourceEventH
 func (k *Kube) CachedPod(namespace, name string) (*corev1.Pod, bool) {
 	return k.cached(namespace+"/"+name, "")
 }
+
+// AddNamespaceHandler registers h for namespaces, like AddPodHandler.
+func (k *Kube) AddNamespaceHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	reg, err := k.namespaces.AddEventHandler(h)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes policy: add namespace event handler: %w", err)
+	}
+	return reg, nil
+}
+
+// CachedPodKeys lists the "namespace/name" keys of this node's cached pods
+// in namespace.
+func (k *Kube) CachedPodKeys(namespace string) []string {
+	var keys []string
+	for _, key := range k.pods.GetStore().ListKeys() {
+		if ns, _, err := cache.SplitMetaNamespaceKey(key); err == nil && ns == namespace {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}

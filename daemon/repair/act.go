@@ -21,10 +21,20 @@ const why = "the pod is running without sluice traffic capture: it started while
 
 // apply finds the pod's netns and enrolls it as an ADD would have.
 func (r *Repairer) apply(ctx context.Context, pod *corev1.Pod, d policy.Decision) (string, error) {
+	if err := r.enroll(ctx, pod, d); err != nil {
+		return "", err
+	}
+	r.event(pod, corev1.EventTypeNormal, events.ReasonCaptureRepaired,
+		fmt.Sprintf("%s; its capture rules were programmed now (%s)", why, d.Reason))
+	return OutcomeApplied, nil
+}
+
+// enroll finds a running pod's netns and enrols it under a late id.
+func (r *Repairer) enroll(ctx context.Context, pod *corev1.Pod, d policy.Decision) error {
 	ips := podIPs(pod)
 	netns, err := podns.FindPodNetns(r.cfg.HostProc, string(pod.UID), ips)
 	if err != nil {
-		return "", err
+		return err
 	}
 	rec := workloads.Record{
 		Attachment:     workloads.Attachment{ContainerID: LateContainerID(string(pod.UID)), IfName: "eth0"},
@@ -38,13 +48,11 @@ func (r *Repairer) apply(ctx context.Context, pod *corev1.Pod, d policy.Decision
 		Late:           true,
 	}
 	if err := r.cfg.Store.Enroll(ctx, rec); err != nil {
-		return "", fmt.Errorf("enroll pod %s/%s late: %w", pod.Namespace, pod.Name, err)
+		return fmt.Errorf("enroll pod %s/%s late: %w", pod.Namespace, pod.Name, err)
 	}
-	r.log.Info("programmed capture late for an uncaptured pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID,
-		"netns", netns, "attachment", rec.Attachment.String())
-	r.event(pod, corev1.EventTypeNormal, events.ReasonCaptureRepaired,
-		fmt.Sprintf("%s; its capture rules were programmed now, in the network namespace of %s (%s)", why, netns, d.Reason))
-	return OutcomeApplied, nil
+	r.log.Info("programmed capture for a running pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID,
+		"netns", netns, "attachment", rec.Attachment.String(), "mode", d.Spec.Mode)
+	return nil
 }
 
 // label marks the pod for someone else to act on. The patch carries the

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 )
 
@@ -40,6 +41,8 @@ const (
 	OutcomeLabelled = "labelled"
 	OutcomeDeleted  = "deleted"
 	OutcomeFailed   = "failed"
+	// An ambient pod enrolled live (a label change), not a repair.
+	OutcomeAmbient = "ambient-enrolled"
 )
 
 const (
@@ -124,8 +127,12 @@ func (r *Repairer) Run(ctx context.Context) error {
 	q := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "repair"})
 	// Registered on a synced informer, the handler is first sent every
 	// cached pod: that is the sweep at start.
-	reg, err := r.cfg.Policy.AddPodHandler(r.handler(q))
+	reg, err := r.cfg.Policy.AddPodHandler(r.handler(ctx, q))
 	if err != nil {
+		q.ShutDown()
+		return fmt.Errorf("repair: %w", err)
+	}
+	if _, err := r.cfg.Policy.AddNamespaceHandler(r.namespaceHandler(q)); err != nil {
 		q.ShutDown()
 		return fmt.Errorf("repair: %w", err)
 	}
@@ -149,7 +156,7 @@ func (r *Repairer) Run(ctx context.Context) error {
 
 // handler queues pods that may be uncaptured; the checks that cost
 // something run on the workers.
-func (r *Repairer) handler(q workqueue.TypedInterface[string]) cache.ResourceEventHandler {
+func (r *Repairer) handler(ctx context.Context, q workqueue.TypedInterface[string]) cache.ResourceEventHandler {
 	enqueue := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok || !settled(pod) {
@@ -170,6 +177,7 @@ func (r *Repairer) handler(q workqueue.TypedInterface[string]) cache.ResourceEve
 				r.mu.Lock()
 				delete(r.failedAt, pod.UID)
 				r.mu.Unlock()
+				go r.releaseLate(ctx, pod.UID)
 			}
 		},
 	}
@@ -204,36 +212,45 @@ func (r *Repairer) check(ctx context.Context, key string) {
 	if !ok || !settled(pod) {
 		return
 	}
-	if r.enrolled(pod.UID) {
-		r.mu.Lock()
-		delete(r.failedAt, pod.UID)
-		r.mu.Unlock()
-		return
-	}
 	r.mu.Lock()
 	failed := r.failedAt[pod.UID] == pod.ResourceVersion
 	r.mu.Unlock()
 	if failed {
 		return
 	}
-	if r.cfg.Mode == ModeLabel && pod.Labels[LabelUncaptured] == "true" {
+	recs := r.records(pod.UID)
+	if len(recs) == 0 && r.cfg.Mode == ModeLabel && pod.Labels[LabelUncaptured] == "true" {
 		return
 	}
 	d, err := r.cfg.Policy.Decide(ctx, policy.Pod{Namespace: namespace, Name: name, UID: string(pod.UID)})
 	if err != nil {
-		r.failed(pod, fmt.Errorf("ask policy about pod %s: %w", key, err))
+		if len(recs) == 0 {
+			r.failed(pod, fmt.Errorf("ask policy about pod %s: %w", key, err))
+		}
+		return
+	}
+	if len(recs) > 0 {
+		if err := r.reconcileEnrolled(ctx, pod, recs, d); err != nil {
+			r.failed(pod, err)
+			return
+		}
+		r.mu.Lock()
+		delete(r.failedAt, pod.UID)
+		r.mu.Unlock()
 		return
 	}
 	if !d.Capture {
 		return
 	}
 	var outcome string
-	switch r.cfg.Mode {
-	case ModeApply:
+	switch {
+	case d.Spec.Mode == redirect.ModeAmbient:
+		outcome, err = OutcomeAmbient, r.enrollAmbient(ctx, pod, d)
+	case r.cfg.Mode == ModeApply:
 		outcome, err = r.apply(ctx, pod, d)
-	case ModeLabel:
+	case r.cfg.Mode == ModeLabel:
 		outcome, err = r.label(ctx, pod)
-	case ModeDelete:
+	case r.cfg.Mode == ModeDelete:
 		outcome, err = r.delete(ctx, pod)
 	}
 	if err != nil {
@@ -246,14 +263,15 @@ func (r *Repairer) check(ctx context.Context, key string) {
 	r.mu.Unlock()
 }
 
-// enrolled reports whether any attachment of the pod is enrolled.
-func (r *Repairer) enrolled(uid types.UID) bool {
+// records are the pod's enrolled attachments.
+func (r *Repairer) records(uid types.UID) []workloads.Record {
+	var out []workloads.Record
 	for _, rec := range r.cfg.Store.List() {
 		if rec.PodUID == string(uid) {
-			return true
+			out = append(out, rec)
 		}
 	}
-	return false
+	return out
 }
 
 // Repairs counts uncaptured pods handled since start, by outcome
