@@ -57,6 +57,7 @@ image:
 # formatted and vetted.
 verify: lint
 	hack/helm/verify-manifests.sh
+	hack/govulncheck/run.sh
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && cp -r api $$tmp/ && \
 	$(MAKE) -s proto && \
 	if ! diff -r $$tmp/api api >/dev/null; then \
