@@ -51,6 +51,9 @@ func checkIfName(name string) error {
 		return fmt.Errorf("if_name %q is not allowed", name)
 	case strings.ContainsAny(name, "/: \t\n\r\v\f"):
 		return fmt.Errorf("if_name %q contains '/', ':' or whitespace", name)
+	case strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		// The kernel takes a C string: a NUL would cut the name short.
+		return fmt.Errorf("if_name %q contains a control character", name)
 	}
 	return nil
 }

@@ -28,6 +28,8 @@ func TestCheckAttachment(t *testing.T) {
 		{"ok", "eth0/x", false},
 		{"ok", "eth:0", false},
 		{"ok", "eth 0", false},
+		{"ok", "eth\x000", false},
+		{"ok", "\x7f", false},
 		{"ok", "0123456789abcdef", false},
 	} {
 		_, err := checkAttachment(tc.id, tc.ifName)
