@@ -126,6 +126,12 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if kube != nil {
 		go kube.Run(ctx)
 		checks.Add("policy", kube.Synced)
+		m.Func("gauge", "policy_caches_synced", "1 once the pod and namespace informers have synced.", func() float64 {
+			if ok, _ := kube.Synced(); ok {
+				return 1
+			}
+			return 0
+		})
 		if rec, err = startRepair(ctx, cfg, rc, kube, store, m, log); err != nil {
 			return err
 		}

@@ -16,7 +16,7 @@ import (
 )
 
 // apiVersion is the wire contract this plugin speaks.
-const apiVersion = sluicev1.ApiVersion_API_VERSION_1
+const apiVersion = sluicev1.ApiVersion_API_VERSION_2
 
 // agent is one connection to sluice-agent, used for a single CNI call.
 type agent struct {

@@ -11,7 +11,7 @@ import (
 // The agent serves its own API version and the one before it, so a node
 // can upgrade the agent and the plugin in either order.
 const (
-	apiVersion    = sluicev1.ApiVersion_API_VERSION_1
+	apiVersion    = sluicev1.ApiVersion_API_VERSION_2
 	minAPIVersion = sluicev1.ApiVersion_API_VERSION_1
 )
 

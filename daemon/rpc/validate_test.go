@@ -40,12 +40,14 @@ func TestCheckAttachment(t *testing.T) {
 }
 
 func TestCheckAPIVersion(t *testing.T) {
-	if err := checkAPIVersion(apiVersion); err != nil {
-		t.Errorf("own version refused: %v", err)
+	for _, v := range []sluicev1.ApiVersion{apiVersion, apiVersion - 1} {
+		if err := checkAPIVersion(v); err != nil {
+			t.Errorf("version %d refused: %v", v, err)
+		}
 	}
 	for _, v := range []int32{0, int32(apiVersion) + 1, -1} {
 		err := checkAPIVersion(sluiceVersion(v))
-		if err == nil || !strings.Contains(err.Error(), "serves 1 through 1") {
+		if err == nil || !strings.Contains(err.Error(), "serves 1 through 2") {
 			t.Errorf("version %d: %v", v, err)
 		}
 	}

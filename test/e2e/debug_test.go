@@ -66,7 +66,7 @@ func TestGrpcurl(t *testing.T) {
 	for _, tc := range []struct{ method, body, want string }{
 		{"sluice.v1.Debug/ListWorkloads", `{}`, `"containerId": "grpc1"`},
 		{"sluice.v1.Debug/GetWorkload", `{"container_id":"grpc1"}`, `table inet sluice`},
-		{"sluice.v1.Debug/Version", `{}`, `"apiVersion": "API_VERSION_1"`},
+		{"sluice.v1.Debug/Version", `{}`, `"apiVersion": "API_VERSION_2"`},
 		{"sluice.v1.Debug/Explain", `{"pod":{"namespace":"default","name":"x"}}`, `redirect to :15001`},
 		{"grpc.health.v1.Health/Check", `{}`, `"SERVING"`},
 	} {

@@ -225,3 +225,24 @@ func TestAgentRefusesHostileRequests(t *testing.T) {
 		t.Fatalf("good ADD after hostile input: %v", err)
 	}
 }
+
+// Version skew: a plugin one API version behind the agent (mid-upgrade)
+// still gets its pods captured; anything outside the served range is
+// refused with both versions named.
+func TestAgentServesThePreviousAPIVersion(t *testing.T) {
+	n := newNode(t)
+	n.startAgent()
+	pod := n.pod("old")
+	cni := sluicev1.NewCNIClient(n.client())
+	if _, err := cni.Add(t.Context(), &sluicev1.AddRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_1,
+		ContainerId: "old1", Netns: pod.Path, IfName: "eth0"}); err != nil {
+		t.Fatalf("ADD at the previous API version: %v", err)
+	}
+	if s := rulesetState(t, pod); s != "full" {
+		t.Fatalf("previous-version ADD: %s", s)
+	}
+	_, err := cni.Add(t.Context(), &sluicev1.AddRequest{ApiVersion: 3, ContainerId: "new1", Netns: pod.Path, IfName: "eth0"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "api_version 3") || !strings.Contains(err.Error(), "1 through 2") {
+		t.Fatalf("ADD at a future API version = %v, want FailedPrecondition naming 3 and the served range", err)
+	}
+}

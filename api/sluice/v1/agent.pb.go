@@ -41,6 +41,8 @@ type ApiVersion int32
 const (
 	ApiVersion_API_VERSION_UNSPECIFIED ApiVersion = 0
 	ApiVersion_API_VERSION_1           ApiVersion = 1
+	// Adds the plugin's warnings to Add, Del and Check requests.
+	ApiVersion_API_VERSION_2 ApiVersion = 2
 )
 
 // Enum value maps for ApiVersion.
@@ -48,10 +50,12 @@ var (
 	ApiVersion_name = map[int32]string{
 		0: "API_VERSION_UNSPECIFIED",
 		1: "API_VERSION_1",
+		2: "API_VERSION_2",
 	}
 	ApiVersion_value = map[string]int32{
 		"API_VERSION_UNSPECIFIED": 0,
 		"API_VERSION_1":           1,
+		"API_VERSION_2":           2,
 	}
 )
 
@@ -1704,11 +1708,12 @@ const file_sluice_v1_agent_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\x0e2\x0f.sluice.v1.ModeR\x04mode\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
 	"\x06inputs\x18\x04 \x03(\tR\x06inputs\x12\x18\n" +
-	"\aruleset\x18\x05 \x01(\tR\aruleset*<\n" +
+	"\aruleset\x18\x05 \x01(\tR\aruleset*O\n" +
 	"\n" +
 	"ApiVersion\x12\x1b\n" +
 	"\x17API_VERSION_UNSPECIFIED\x10\x00\x12\x11\n" +
-	"\rAPI_VERSION_1\x10\x01*@\n" +
+	"\rAPI_VERSION_1\x10\x01\x12\x11\n" +
+	"\rAPI_VERSION_2\x10\x02*@\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fMODE_SIDECAR\x10\x01\x12\x10\n" +
