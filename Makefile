@@ -7,10 +7,10 @@ PLUGINS   := $(CACHE)/cni-plugins/$(shell $(GO) list -m -f '{{.Version}}' github
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=$(VERSION)
 # `make test` fuzzes each target briefly; `make fuzz FUZZTIME=10m` digs deeper.
-FUZZTIME  ?= 5s
+FUZZTIME  ?= 20000x
 FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve \
 	./daemon/rpc:FuzzCheckAttachment ./installer/conflist:FuzzInsertEntry \
-	./installer/conflist:FuzzRemoveEntry ./installer/conflist:FuzzConfToConflist \
+	./installer/conflist:FuzzRemoveEntry ./installer/conflist:FuzzFromConf \
 	./daemon/policy:FuzzSpecFromAnnotations
 
 export SLUICE_CNI_PLUGINS_DIR := $(PLUGINS)
@@ -76,7 +76,10 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		out=$$($(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg 2>&1); rc=$$?; \
+		echo "$$out" | tail -3; \
+		if [ $$rc -ne 0 ]; then echo "$$out"; exit 1; fi; \
+		if echo "$$out" | grep -q 'no fuzz tests to fuzz'; then echo "fuzz target $$name not found in $$pkg" >&2; exit 1; fi; \
 	done
 
 bench:
