@@ -234,6 +234,8 @@ type churnResult struct {
 	addWall, delWall time.Duration
 	errors           int
 	firstErr         error
+	// CPU the ADD storm cost: the whole machine's and the agent's.
+	addCPU cpuTimes
 }
 
 // churn starts count ADDs at once, waits for all, then count DELs at once.
@@ -268,7 +270,16 @@ func (n *node) churn(count int) (*churnResult, error) {
 		wg.Wait()
 		return time.Since(start)
 	}
+	before, err := readCPU(n.agent.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
 	res.addWall = storm(&res.add, n.add)
+	after, err := readCPU(n.agent.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	res.addCPU = after.sub(before)
 	res.delWall = storm(&res.del, n.del)
 	for _, p := range paths {
 		n.nd.remove(p)

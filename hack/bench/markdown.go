@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -148,6 +149,12 @@ func writeReport(c config, r *results) error {
 	p("")
 	table(fmt.Sprintf("3. Churn: %d simultaneous ADDs, then %d simultaneous DELs", c.churn, c.churn), ch.add, ch.del)
 	p("ADD wall time %s (%.0f ADD/s), DEL wall time %s (%.0f DEL/s), errors %d.", ms(ch.addWall), addRate, ms(ch.delWall), float64(len(ch.del.d))/ch.delWall.Seconds(), ch.errors)
+	if n := len(ch.add.d); n > 0 {
+		p("CPU during the ADD storm: %s busy of %s available on %d cores (%.0f%%); per ADD %.1f ms in all, of which the agent %.1f ms.",
+			ms(ch.addCPU.machine), ms(ch.addWall*time.Duration(runtime.NumCPU())), runtime.NumCPU(),
+			100*ch.addCPU.machine.Seconds()/(ch.addWall.Seconds()*float64(runtime.NumCPU())),
+			float64(ch.addCPU.machine.Microseconds())/1000/float64(n), float64(ch.addCPU.process.Microseconds())/1000/float64(n))
+	}
 	if ch.firstErr != nil {
 		p("First error: `%v`", ch.firstErr)
 	}
