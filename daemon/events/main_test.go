@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -23,34 +22,20 @@ const (
 	node     = "node-a"
 )
 
-// The API server starts on first use, so the pure tests never pay for it.
-var (
-	envOnce sync.Once
-	testEnv *kubetest.Env
-	envStop func()
-	envErr  error
-)
+// shared starts the API server on first use, so the pure tests never pay
+// for it, with the agent bound to its shipped ClusterRole.
+var shared = &kubetest.Shared{User: agent, RBACFile: rbacFile}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if envStop != nil {
-		envStop()
-	}
+	shared.Stop()
 	os.Exit(code)
 }
 
 // kube returns the agent's client and an admin client.
 func kube(t *testing.T) (agentClient, admin kubernetes.Interface) {
 	t.Helper()
-	envOnce.Do(func() {
-		testEnv, envStop, envErr = kubetest.StartMain(agent)
-		if envErr == nil {
-			envErr = testEnv.BindClusterRole(agent, rbacFile)
-		}
-	})
-	if envErr != nil {
-		t.Fatalf("kube-apiserver: %v", envErr)
-	}
+	testEnv := shared.Get(t)
 	return kubernetes.NewForConfigOrDie(testEnv.Config(agent)), kubernetes.NewForConfigOrDie(testEnv.AdminConfig())
 }
 

@@ -1,7 +1,6 @@
 package podns
 
 import (
-	"bufio"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -21,7 +20,7 @@ func TestFindPodNetnsByCgroup(t *testing.T) {
 		t.Run(driver, func(t *testing.T) {
 			uid := newUID(t)
 			pod := nstest.New(t, "pod")
-			cg := podCgroup(t, driver, uid)
+			cg := nstest.PodCgroup(t, driver, uid)
 			first := sleepIn(t, pod, cg)
 			sleepIn(t, pod, cg) // a later container of the same pod
 			// The host-side processes of the node are never the answer.
@@ -63,7 +62,7 @@ func TestFindPodNetnsNotFound(t *testing.T) {
 	uid := newUID(t)
 	// A host-network pod: its process is in the pod's cgroup but shares
 	// the agent's netns, which must never be programmed.
-	sleepIn(t, nil, podCgroup(t, "cgroupfs", uid))
+	sleepIn(t, nil, nstest.PodCgroup(t, "cgroupfs", uid))
 	_, err := FindPodNetns("/proc", uid, []netip.Addr{netip.MustParseAddr("192.0.2.77")})
 	if !errors.Is(err, ErrPodNetnsNotFound) {
 		t.Fatalf("err = %v, want ErrPodNetnsNotFound", err)
@@ -156,70 +155,4 @@ func sleepIn(t *testing.T, ns *nstest.NS, cg string) int {
 		}
 	}
 	return pid
-}
-
-// podCgroup creates a cgroup whose path names the pod the way the kubelet's
-// cgroup driver does, under a directory unique to the test, and removes it
-// when the test ends (after its processes are killed: cleanups run last
-// registered first). It prefers a cgroup v2 mount and falls back to a v1
-// hierarchy.
-func podCgroup(t *testing.T, driver, uid string) string {
-	t.Helper()
-	nstest.RequireRoot(t)
-	root := cgroupMount(t)
-	top := filepath.Join(root, fmt.Sprintf("sluice-test-%d-%s", os.Getpid(), uid[:8]))
-	var leaf string
-	switch driver {
-	case "cgroupfs":
-		leaf = filepath.Join(top, "besteffort", "pod"+uid)
-	case "systemd":
-		top += ".slice"
-		leaf = filepath.Join(top, "kubepods-besteffort-pod"+systemdUID(uid)+".slice")
-	default:
-		t.Fatalf("unknown cgroup driver %q", driver)
-	}
-	if err := os.MkdirAll(leaf, 0o755); err != nil {
-		t.Fatalf("create cgroup %s: %v", leaf, err)
-	}
-	t.Cleanup(func() {
-		// A cgroup is removed with rmdir, deepest first.
-		for d := leaf; strings.HasPrefix(d, top); d = filepath.Dir(d) {
-			if err := os.Remove(d); err != nil {
-				t.Errorf("remove cgroup %s: %v", d, err)
-			}
-		}
-	})
-	return leaf
-}
-
-// cgroupMount is a cgroup2 mount point, or failing that a v1 one.
-func cgroupMount(t *testing.T) string {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var v1 string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ... mount-point ... - fstype source options
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, fstype := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(fstype) < 1 {
-			continue
-		}
-		switch fstype[0] {
-		case "cgroup2":
-			return fields[4]
-		case "cgroup":
-			if v1 == "" {
-				v1 = fields[4]
-			}
-		}
-	}
-	if v1 == "" {
-		t.Skip("no cgroup mount to place test processes in")
-	}
-	return v1
 }

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,20 +27,13 @@ const (
 	rbacFile = "../../deploy/rbac/clusterrole.yaml"
 )
 
-// The API server starts on first use, so the pure tests and fuzzing never
-// pay for it; TestMain stops it.
-var (
-	envOnce sync.Once
-	testEnv *kubetest.Env
-	envStop func()
-	envErr  error
-)
+// shared starts the API server on first use, so the pure tests never pay
+// for it, with the agent bound to its shipped ClusterRole.
+var shared = &kubetest.Shared{User: agent, RBACFile: rbacFile}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if envStop != nil {
-		envStop()
-	}
+	shared.Stop()
 	os.Exit(code)
 }
 
@@ -49,15 +41,7 @@ func TestMain(m *testing.M) {
 // and granting the agent its ClusterRole on first call.
 func kube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
 	t.Helper()
-	envOnce.Do(func() {
-		testEnv, envStop, envErr = kubetest.StartMain(agent)
-		if envErr == nil {
-			envErr = testEnv.BindClusterRole(agent, rbacFile)
-		}
-	})
-	if envErr != nil {
-		t.Fatalf("kube-apiserver: %v", envErr)
-	}
+	testEnv := shared.Get(t)
 	return testEnv, kubernetes.NewForConfigOrDie(testEnv.AdminConfig())
 }
 

@@ -1,17 +1,12 @@
 package repair
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,18 +31,13 @@ const (
 	rbacFile = "../../deploy/rbac/clusterrole.yaml"
 )
 
-var (
-	envOnce sync.Once
-	testEnv *kubetest.Env
-	envStop func()
-	envErr  error
-)
+// shared starts the API server on first use, so the pure tests never pay
+// for it, with the agent bound to its shipped ClusterRole.
+var shared = &kubetest.Shared{User: agent, RBACFile: rbacFile}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if envStop != nil {
-		envStop()
-	}
+	shared.Stop()
 	os.Exit(code)
 }
 
@@ -56,15 +46,7 @@ func TestMain(m *testing.M) {
 func kube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
 	t.Helper()
 	nstest.RequireRoot(t)
-	envOnce.Do(func() {
-		testEnv, envStop, envErr = kubetest.StartMain(agent)
-		if envErr == nil {
-			envErr = testEnv.BindClusterRole(agent, rbacFile)
-		}
-	})
-	if envErr != nil {
-		t.Fatalf("kube-apiserver: %v", envErr)
-	}
+	testEnv := shared.Get(t)
 	return testEnv, kubernetes.NewForConfigOrDie(testEnv.AdminConfig())
 }
 
@@ -207,7 +189,7 @@ func sandbox(t *testing.T, uid string, ip netip.Addr, inCgroup bool) *nstest.NS 
 	if inCgroup {
 		// Made before the process, so removed after it: cleanups run last
 		// registered first, and a cgroup with a process cannot go.
-		cg = podCgroup(t, uid)
+		cg = nstest.PodCgroup(t, "cgroupfs", uid)
 	}
 	cmd := pod.Command("sleep", "300")
 	if err := cmd.Start(); err != nil {
@@ -229,86 +211,6 @@ func sandbox(t *testing.T, uid string, ip netip.Addr, inCgroup bool) *nstest.NS 
 		}
 	}
 	return pod
-}
-
-// podCgroup creates <cgroup mount>/sluice-test-.../besteffort/pod<uid> and
-// removes it when the test ends. A cgroup v2 mount is preferred.
-func podCgroup(t *testing.T, uid string) string {
-	t.Helper()
-	top := filepath.Join(cgroupMount(t), fmt.Sprintf("sluice-test-%d-%s", os.Getpid(), uid[:8]))
-	leaf := filepath.Join(top, "besteffort", "pod"+uid)
-	if err := os.MkdirAll(leaf, 0o755); err != nil {
-		t.Fatalf("create cgroup %s: %v", leaf, err)
-	}
-	t.Cleanup(func() {
-		for d := leaf; strings.HasPrefix(d, top); d = filepath.Dir(d) {
-			if err := os.Remove(d); err != nil {
-				t.Errorf("remove cgroup %s: %v", d, err)
-			}
-		}
-	})
-	return leaf
-}
-
-func cgroupMount(t *testing.T) string {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var v1 string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, fstype := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(fstype) < 1 {
-			continue
-		}
-		switch fstype[0] {
-		case "cgroup2":
-			return fields[4]
-		case "cgroup":
-			if v1 == "" {
-				v1 = fields[4]
-			}
-		}
-	}
-	if v1 == "" {
-		t.Skip("no cgroup mount to place test processes in")
-	}
-	return v1
-}
-
-// testIP is a random address from the benchmarking range, so no other
-// namespace on the machine holds it.
-func testIP(t *testing.T) netip.Addr {
-	t.Helper()
-	b := make([]byte, 3)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return netip.AddrFrom4([4]byte{198, 18 + b[0]&1, b[1], b[2] | 1})
-}
-
-// waitEvent waits for an Event with reason on the pod and returns it.
-func waitEvent(t *testing.T, c kubernetes.Interface, p *corev1.Pod, reason string) corev1.Event {
-	t.Helper()
-	var found corev1.Event
-	nstest.Eventually(t, 10*time.Second, func() bool {
-		l, err := c.CoreV1().Events(p.Namespace).List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		for _, ev := range l.Items {
-			if ev.InvolvedObject.UID == p.UID && ev.Reason == reason {
-				found = ev
-				return true
-			}
-		}
-		return false
-	}, "no %s event on pod %s/%s", reason, p.Namespace, p.Name)
-	return found
 }
 
 // enrolledAs returns the store's record of the pod.

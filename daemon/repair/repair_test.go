@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -29,7 +30,7 @@ func TestApplyRepairsPodsRunningAtStart(t *testing.T) {
 			a := startAgentParts(t)
 			_, admin := kube(t)
 			ns := namespace(t, admin)
-			ip := testIP(t)
+			ip := nstest.TestIP(t)
 			pod := setRunning(t, admin, a.createPod(t, admin, ns, "early", true), ip)
 			sb := sandbox(t, string(pod.UID), ip, tc.inCgroup)
 
@@ -42,7 +43,7 @@ func TestApplyRepairsPodsRunningAtStart(t *testing.T) {
 			if out := sb.Run(t, "nft", "list", "table", "inet", "sluice"); !strings.Contains(out, "15001") {
 				t.Errorf("the pod's netns has no outbound redirect:\n%s", out)
 			}
-			ev := waitEvent(t, admin, pod, events.ReasonCaptureRepaired)
+			ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonCaptureRepaired)
 			if ev.Type != corev1.EventTypeNormal || !strings.Contains(ev.Message, "not ready or not running") {
 				t.Errorf("event %s %q: want Normal, saying why the pod was uncaptured", ev.Type, ev.Message)
 			}
@@ -58,7 +59,7 @@ func TestApplyRepairsPodOnUpdate(t *testing.T) {
 	a := startAgentParts(t)
 	_, admin := kube(t)
 	ns := namespace(t, admin)
-	ip := testIP(t)
+	ip := nstest.TestIP(t)
 	pod := a.createPod(t, admin, ns, "later", true)
 	sb := sandbox(t, string(pod.UID), ip, true)
 	r, _ := a.runRepair(t, ModeApply)
@@ -70,7 +71,7 @@ func TestApplyRepairsPodOnUpdate(t *testing.T) {
 	pod = setRunning(t, admin, pod, ip)
 	waitEnrolled(t, a, pod)
 	sb.Run(t, "nft", "list", "table", "inet", "sluice")
-	waitEvent(t, admin, pod, events.ReasonCaptureRepaired)
+	kubetest.WaitPodEvent(t, admin, pod, events.ReasonCaptureRepaired)
 }
 
 // label mode marks the pod and records a warning; it programs nothing.
@@ -78,7 +79,7 @@ func TestLabelMarksUncapturedPod(t *testing.T) {
 	a := startAgentParts(t)
 	_, admin := kube(t)
 	ns := namespace(t, admin)
-	ip := testIP(t)
+	ip := nstest.TestIP(t)
 	pod := setRunning(t, admin, a.createPod(t, admin, ns, "marked", true), ip)
 	sandbox(t, string(pod.UID), ip, true)
 	r, _ := a.runRepair(t, ModeLabel)
@@ -87,7 +88,7 @@ func TestLabelMarksUncapturedPod(t *testing.T) {
 		p, err := admin.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 		return err == nil && p.Labels[LabelUncaptured] == "true"
 	}, "pod never labelled %s=true", LabelUncaptured)
-	ev := waitEvent(t, admin, pod, events.ReasonUncaptured)
+	ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonUncaptured)
 	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, LabelUncaptured) {
 		t.Errorf("event %s %q: want a Warning naming the label", ev.Type, ev.Message)
 	}
@@ -108,7 +109,7 @@ func TestDeleteEvictsUncapturedPod(t *testing.T) {
 	a := startAgentParts(t)
 	_, admin := kube(t)
 	ns := namespace(t, admin)
-	ip := testIP(t)
+	ip := nstest.TestIP(t)
 	pod := setRunning(t, admin, a.createPod(t, admin, ns, "evicted", true), ip)
 	r, _ := a.runRepair(t, ModeDelete)
 
@@ -116,7 +117,7 @@ func TestDeleteEvictsUncapturedPod(t *testing.T) {
 		p, err := admin.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil
 	}, "pod never deleted")
-	ev := waitEvent(t, admin, pod, events.ReasonUncapturedDeleted)
+	ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonUncapturedDeleted)
 	if ev.Type != corev1.EventTypeWarning {
 		t.Errorf("event type %s, want Warning", ev.Type)
 	}
@@ -130,7 +131,7 @@ func TestPassedThroughPodIsLeftAlone(t *testing.T) {
 	a := startAgentParts(t)
 	_, admin := kube(t)
 	ns := namespace(t, admin)
-	ip := testIP(t)
+	ip := nstest.TestIP(t)
 	plain := setRunning(t, admin, a.createPod(t, admin, ns, "plain", false), ip)
 	sb := sandbox(t, string(plain.UID), ip, true)
 	r, checked := a.runRepair(t, ModeApply)
@@ -157,11 +158,11 @@ func TestFailedRepairRetriesOnlyOnUpdate(t *testing.T) {
 	_, admin := kube(t)
 	ns := namespace(t, admin)
 	// Running, but no process of it exists on this machine: no netns.
-	pod := setRunning(t, admin, a.createPod(t, admin, ns, "ghost", true), testIP(t))
+	pod := setRunning(t, admin, a.createPod(t, admin, ns, "ghost", true), nstest.TestIP(t))
 	r, checked := a.runRepair(t, ModeApply)
 
 	waitChecked(t, checked, ns+"/ghost")
-	ev := waitEvent(t, admin, pod, events.ReasonCaptureRepairFailed)
+	ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonCaptureRepairFailed)
 	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "pod"+string(pod.UID)) {
 		t.Errorf("event %s %q: want a Warning saying what was looked for", ev.Type, ev.Message)
 	}

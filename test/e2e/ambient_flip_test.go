@@ -28,7 +28,7 @@ func TestAmbientLabelFlipOnRunningPod(t *testing.T) {
 		t.Fatalf("want an empty snapshot, got %v", req)
 	}
 
-	ip := repairTestIP(t)
+	ip := nstest.TestIP(t)
 	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app"},
 		Spec: corev1.PodSpec{NodeName: kubeNode, ServiceAccountName: "app-sa", Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
 	pod := runningPod(t, c, "mesh", plain, ip)

@@ -36,9 +36,6 @@ import (
 // binDir holds freshly built sluice, sluice-agent and the reference plugins.
 var binDir string
 
-// afterAll runs once the package's tests are done (shared servers).
-var afterAll []func()
-
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		os.Exit(child(os.Args[2:]))
@@ -59,11 +56,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "e2e: build:", err)
 			return 1
 		}
-		defer func() {
-			for _, f := range afterAll {
-				f()
-			}
-		}()
+		defer sharedAPI.Stop()
 		return m.Run()
 	}()
 	os.Exit(code)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,28 +26,14 @@ const (
 )
 
 // The test kube-apiserver starts on the first test that needs it and is
-// stopped after the package's tests.
-var (
-	kubeOnce sync.Once
-	kubeEnv  *kubetest.Env
-	kubeErr  error
-)
+// stopped after the package's tests (TestMain).
+var sharedAPI = &kubetest.Shared{User: agentUser, RBACFile: "../../deploy/rbac/clusterrole.yaml"}
 
 func sharedKube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
 	t.Helper()
 	nstest.RequireRoot(t)
-	kubeOnce.Do(func() {
-		var stop func()
-		kubeEnv, stop, kubeErr = kubetest.StartMain(agentUser)
-		if kubeErr == nil {
-			afterAll = append(afterAll, stop)
-			kubeErr = kubeEnv.BindClusterRole(agentUser, "../../deploy/rbac/clusterrole.yaml")
-		}
-	})
-	if kubeErr != nil {
-		t.Fatalf("kube-apiserver: %v", kubeErr)
-	}
-	return kubeEnv, kubernetes.NewForConfigOrDie(kubeEnv.AdminConfig())
+	env := sharedAPI.Get(t)
+	return env, kubernetes.NewForConfigOrDie(env.AdminConfig())
 }
 
 // kubeAgent starts the agent against the API server as the agent's own

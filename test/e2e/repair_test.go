@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -32,7 +30,7 @@ func TestRepairAppliesToPodRunningBeforeAgent(t *testing.T) {
 	env, c := sharedKube(t)
 	createNamespace(t, c, "early")
 	n := newNode(t)
-	ip := repairTestIP(t)
+	ip := nstest.TestIP(t)
 	pod := runningPod(t, c, "early", sidecarPod("early", nil), ip)
 	sb := n.podSandbox(t, "early", pod, ip)
 
@@ -50,7 +48,7 @@ func TestRepairAppliesToPodRunningBeforeAgent(t *testing.T) {
 	if out := sb.Run(t, "nft", "list", "table", "inet", "sluice"); !strings.Contains(out, "15001") {
 		t.Errorf("the pod's netns has no outbound redirect:\n%s", out)
 	}
-	ev := waitPodEvent(t, c, pod, "CaptureRepaired")
+	ev := kubetest.WaitPodEvent(t, c, pod, "CaptureRepaired")
 	if ev.Type != corev1.EventTypeNormal {
 		t.Errorf("CaptureRepaired is %s, want Normal", ev.Type)
 	}
@@ -61,7 +59,7 @@ func TestRepairLabelsUncapturedPod(t *testing.T) {
 	env, c := sharedKube(t)
 	createNamespace(t, c, "marked")
 	n := newNode(t)
-	ip := repairTestIP(t)
+	ip := nstest.TestIP(t)
 	pod := runningPod(t, c, "marked", sidecarPod("marked", nil), ip)
 	sb := n.podSandbox(t, "marked", pod, ip)
 
@@ -70,7 +68,7 @@ func TestRepairLabelsUncapturedPod(t *testing.T) {
 		p, err := c.CoreV1().Pods("marked").Get(context.Background(), "marked", metav1.GetOptions{})
 		return err == nil && p.Labels["sluice.dev/uncaptured"] == "true"
 	}, "the agent never labelled the uncaptured pod:\n%s", n.agent.logs)
-	if ev := waitPodEvent(t, c, pod, "Uncaptured"); ev.Type != corev1.EventTypeWarning {
+	if ev := kubetest.WaitPodEvent(t, c, pod, "Uncaptured"); ev.Type != corev1.EventTypeWarning {
 		t.Errorf("Uncaptured is %s, want Warning", ev.Type)
 	}
 	if s := rulesetState(t, sb); s != "none" {
@@ -84,14 +82,14 @@ func TestRepairDeletesUncapturedPod(t *testing.T) {
 	env, c := sharedKube(t)
 	createNamespace(t, c, "evicted")
 	n := newNode(t)
-	pod := runningPod(t, c, "evicted", sidecarPod("evicted", nil), repairTestIP(t))
+	pod := runningPod(t, c, "evicted", sidecarPod("evicted", nil), nstest.TestIP(t))
 
 	n.kubeAgent(env, "--repair-mode", "delete")
 	nstest.Eventually(t, 10*time.Second, func() bool {
 		p, err := c.CoreV1().Pods("evicted").Get(context.Background(), "evicted", metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil
 	}, "the agent never deleted the uncaptured pod:\n%s", n.agent.logs)
-	waitPodEvent(t, c, pod, "UncapturedDeleted")
+	kubetest.WaitPodEvent(t, c, pod, "UncapturedDeleted")
 }
 
 // A failed ADD leaves a CaptureFailed warning on the pod, where its owner
@@ -108,7 +106,7 @@ func TestCaptureFailureRecordedOnPod(t *testing.T) {
 	if _, err := cni.add(rtFor("bad1", n.pod("bad"), bad)); err == nil {
 		t.Fatal("ADD with an invalid annotation succeeded")
 	}
-	ev := waitPodEvent(t, c, bad, "CaptureFailed")
+	ev := kubetest.WaitPodEvent(t, c, bad, "CaptureFailed")
 	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "10.0.0.0/33") {
 		t.Errorf("CaptureFailed event %s %q: want a Warning naming the bad value", ev.Type, ev.Message)
 	}
@@ -141,7 +139,7 @@ func (n *node) podSandbox(t *testing.T, name string, pod *corev1.Pod, ip netip.A
 	t.Helper()
 	sb := n.pod(name)
 	nstest.Veth(t, sb, "eth0", []string{netip.PrefixFrom(ip, ip.BitLen()).String()}, nstest.New(t, name+"-peer"), "veth0", nil)
-	cg := repairPodCgroup(t, string(pod.UID))
+	cg := nstest.PodCgroup(t, "cgroupfs", string(pod.UID))
 	cmd := sb.Command("sleep", "300")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -160,80 +158,4 @@ func (n *node) podSandbox(t *testing.T, name string, pod *corev1.Pod, ip netip.A
 		t.Fatalf("move the pod's process into %s: %v", cg, err)
 	}
 	return sb
-}
-
-// repairPodCgroup creates <cgroup mount>/sluice-e2e-.../pod<uid> (cgroup
-// v2 preferred) and removes it after the test's processes are gone.
-func repairPodCgroup(t *testing.T, uid string) string {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var root, v1 string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() && root == "" {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, fstype := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(fstype) < 1 {
-			continue
-		}
-		switch {
-		case fstype[0] == "cgroup2":
-			root = fields[4]
-		case fstype[0] == "cgroup" && v1 == "":
-			v1 = fields[4]
-		}
-	}
-	if root == "" {
-		root = v1
-	}
-	if root == "" {
-		t.Skip("no cgroup mount to place test processes in")
-	}
-	top := filepath.Join(root, fmt.Sprintf("sluice-e2e-%d-%s", os.Getpid(), uid[:8]))
-	leaf := filepath.Join(top, "pod"+uid)
-	if err := os.MkdirAll(leaf, 0o755); err != nil {
-		t.Fatalf("create cgroup %s: %v", leaf, err)
-	}
-	t.Cleanup(func() {
-		for _, d := range []string{leaf, top} {
-			if err := os.Remove(d); err != nil {
-				t.Errorf("remove cgroup %s: %v", d, err)
-			}
-		}
-	})
-	return leaf
-}
-
-// repairTestIP is a random address from the benchmarking range, so no
-// other netns on the machine holds it.
-func repairTestIP(t *testing.T) netip.Addr {
-	t.Helper()
-	b := make([]byte, 3)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return netip.AddrFrom4([4]byte{198, 18 + b[0]&1, b[1], b[2] | 1})
-}
-
-// waitPodEvent waits for an Event with reason on pod.
-func waitPodEvent(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, reason string) corev1.Event {
-	t.Helper()
-	var found corev1.Event
-	nstest.Eventually(t, 10*time.Second, func() bool {
-		l, err := c.CoreV1().Events(pod.Namespace).List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		for _, ev := range l.Items {
-			if ev.InvolvedObject.UID == pod.UID && ev.Reason == reason {
-				found = ev
-				return true
-			}
-		}
-		return false
-	}, "no %s event on pod %s/%s", reason, pod.Namespace, pod.Name)
-	return found
 }

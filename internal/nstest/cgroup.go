@@ -1,0 +1,88 @@
+package nstest
+
+import (
+	"bufio"
+	"crypto/rand"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// PodCgroup creates a cgroup whose path names the pod the way a kubelet's
+// cgroup driver ("cgroupfs" or "systemd") does, under a directory unique to
+// the test, and removes it when the test ends — after the test's processes
+// are killed, since cleanups run last registered first. A cgroup v2 mount
+// is preferred, a v1 hierarchy the fallback.
+func PodCgroup(t testing.TB, driver, uid string) string {
+	t.Helper()
+	RequireRoot(t)
+	top := filepath.Join(cgroupMount(t), fmt.Sprintf("sluice-test-%d-%s", os.Getpid(), uid[:8]))
+	var leaf string
+	switch driver {
+	case "cgroupfs":
+		leaf = filepath.Join(top, "besteffort", "pod"+uid)
+	case "systemd":
+		top += ".slice"
+		leaf = filepath.Join(top, "kubepods-besteffort-pod"+strings.ReplaceAll(uid, "-", "_")+".slice")
+	default:
+		t.Fatalf("unknown cgroup driver %q", driver)
+	}
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		t.Fatalf("create cgroup %s: %v", leaf, err)
+	}
+	t.Cleanup(func() {
+		// A cgroup is removed with rmdir, deepest first.
+		for d := leaf; strings.HasPrefix(d, top); d = filepath.Dir(d) {
+			if err := os.Remove(d); err != nil {
+				t.Errorf("remove cgroup %s: %v", d, err)
+			}
+		}
+	})
+	return leaf
+}
+
+// cgroupMount is a cgroup2 mount point, or failing that a v1 one.
+func cgroupMount(t testing.TB) string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var v1 string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// ... mount-point ... - fstype source options
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, fstype := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(fstype) < 1 {
+			continue
+		}
+		switch fstype[0] {
+		case "cgroup2":
+			return fields[4]
+		case "cgroup":
+			if v1 == "" {
+				v1 = fields[4]
+			}
+		}
+	}
+	if v1 == "" {
+		t.Skip("no cgroup mount to place test processes in")
+	}
+	return v1
+}
+
+// TestIP is a random address from the benchmarking range (198.18.0.0/15),
+// so no other netns on the machine holds it.
+func TestIP(t testing.TB) netip.Addr {
+	t.Helper()
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return netip.AddrFrom4([4]byte{198, 18 + b[0]&1, b[1], b[2] | 1})
+}
