@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
 const (
@@ -68,20 +69,8 @@ func startPolicy(t *testing.T, lookupWait time.Duration) *Kube {
 	done := make(chan struct{})
 	go func() { k.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, 30*time.Second, "policy caches to sync", func() bool { ok, _ := k.Synced(); return ok })
+	nstest.Eventually(t, 30*time.Second, func() bool { ok, _ := k.Synced(); return ok }, "policy caches to sync")
 	return k
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 type testWriter struct{ t *testing.T }

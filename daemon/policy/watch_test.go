@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nstest"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -13,10 +14,10 @@ func TestKubePodHandlerAndCache(t *testing.T) {
 	_, c := kube(t)
 	ns := namespace(t, c, nil)
 	before := createPod(t, c, ns, node, injected(func(p *corev1.Pod) { p.Name = "before" }))
-	waitFor(t, 10*time.Second, "the cache to hold the pod", func() bool {
+	nstest.Eventually(t, 10*time.Second, func() bool {
 		_, ok := k.CachedPod(ns, before.Name)
 		return ok
-	})
+	}, "the cache to hold the pod")
 
 	seen := make(chan string, 16)
 	reg, err := k.AddPodHandler(cache.ResourceEventHandlerFuncs{
@@ -29,7 +30,7 @@ func TestKubePodHandlerAndCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the handler's replay", reg.HasSynced)
+	nstest.Eventually(t, 10*time.Second, reg.HasSynced, "the handler's replay")
 	expectName(t, seen, before.Name, "replay of a pod cached before the handler")
 
 	after := createPod(t, c, ns, node, injected(func(p *corev1.Pod) { p.Name = "after" }))
