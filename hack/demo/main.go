@@ -199,7 +199,11 @@ func (d *demo) startAgent(ctx context.Context, node string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("sluice-agent not ready after 10s: %v %v", resp, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
