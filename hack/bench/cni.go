@@ -55,12 +55,12 @@ func newNode(nd *nsDir, dir string, b bins) (*node, error) {
 		}
 	}
 	n.lib = libcni.NewCNIConfigWithCacheDir([]string{b.dir}, filepath.Join(dir, "cache"), nil)
-	n.sluice, err = libcni.ConfFromBytes([]byte(fmt.Sprintf(
+	n.sluice, err = libcni.NetworkPluginConfFromBytes([]byte(fmt.Sprintf(
 		`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"timeout":"2s","prevResult":%s}`, n.socket, prevResult)))
 	if err != nil {
 		return nil, err
 	}
-	n.loopback, err = libcni.ConfFromBytes([]byte(`{"cniVersion":"1.0.0","name":"bench-lo","type":"loopback"}`))
+	n.loopback, err = libcni.NetworkPluginConfFromBytes([]byte(`{"cniVersion":"1.0.0","name":"bench-lo","type":"loopback"}`))
 	if err != nil {
 		return nil, err
 	}

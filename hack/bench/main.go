@@ -25,17 +25,15 @@ import (
 )
 
 type config struct {
-	smoke     bool
-	out       string // the markdown file
-	plots     string // dir of the plots; the markdown links them relative to out
-	rules     int    // fresh netns per rule tool
-	pods      int    // pods enrolled in the scale run
-	e2ePods   int    // of those, how many make the end-to-end ADD row
-	small     int    // "few pods" for the scale comparison
-	probes    int    // probe ADDs at few and at many pods
-	churn     int    // simultaneous ADDs, then DELs
-	execs     int    // execs per binary for the footprint
-	keepGoing bool
+	smoke   bool
+	out     string // the markdown file
+	rules   int    // fresh netns per rule tool
+	pods    int    // pods enrolled in the scale run
+	e2ePods int    // of those, how many make the end-to-end ADD row
+	small   int    // "few pods" for the scale comparison
+	probes  int    // probe ADDs at few and at many pods
+	churn   int    // simultaneous ADDs, then DELs
+	execs   int    // execs per binary for the footprint
 }
 
 func main() {

@@ -11,7 +11,6 @@ VULNDB_VERSION=v0.0.0-20261105234957-e22db6528018
 VULN_VERSION=v1.9.0
 cache="${SLUICE_CACHE:-$HOME/.cache/sluice}"
 db="$cache/vulndb/$VULNDB_VERSION"
-tool="$cache/tools/govulncheck-$VULN_VERSION/govulncheck"
 
 if [ ! -f "$db/index/db.json" ]; then
 	src=$(GOFLAGS= go mod download -json "golang.org/x/vulndb@$VULNDB_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
@@ -21,7 +20,5 @@ if [ ! -f "$db/index/db.json" ]; then
 	mkdir -p "$(dirname "$db")"
 	mv "$tmp/db" "$db"
 fi
-if [ ! -x "$tool" ]; then
-	GOBIN="$(dirname "$tool")" GOFLAGS= CGO_ENABLED=0 go install "golang.org/x/vuln/cmd/govulncheck@$VULN_VERSION"
-fi
-"$tool" -format json -db "file://$db" ./... | go run ./hack/govulncheck
+hack/gotool.sh golang.org/x/vuln/cmd/govulncheck "$VULN_VERSION" -format json -db "file://$db" ./... |
+	go run ./hack/govulncheck
