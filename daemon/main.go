@@ -67,7 +67,13 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+// run serves until ctx (the signal) ends, then drains. The background
+// components (informers, ZDS, installer, resync) run on their own context,
+// cancelled only after the drain: an in-flight ADD may still need them (an
+// ambient ADD waits for ztunnel's ack).
+func run(sig context.Context, cfg *config, log *slog.Logger) error {
+	ctx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
 	log.Info("starting", "version", buildinfo.Version, "socket", cfg.socket, "state_dir", cfg.stateDir)
 	uids, err := cfg.uids()
 	if err != nil {
@@ -176,7 +182,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	log.Info("serving", "socket", cfg.socket, "health_addr", hl.Addr().String())
 
 	select {
-	case <-ctx.Done():
+	case <-sig.Done():
 		log.Info("signal received; draining", "timeout", cfg.drain)
 	case err := <-errc:
 		gs.Stop()
@@ -184,22 +190,23 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	hs.Shutdown()
-	if (inst != nil || amb != nil) && uninstallOnExit(cfg, rc, log) {
+	leaving := (inst != nil || amb != nil) && uninstallOnExit(cfg, rc, log)
+	if leaving && inst != nil {
 		// Before the drain: new pods should stop calling a leaving agent.
-		if inst != nil {
-			if err := inst.Uninstall(); err != nil {
-				log.Error("uninstall on exit", "err", err)
-			} else {
-				log.Info("removed the sluice conflist entry")
-			}
-		}
-		if amb != nil {
-			if err := amb.uninstall(); err != nil {
-				log.Error("remove the host probe table on exit", "err", err)
-			}
+		if err := inst.Uninstall(); err != nil {
+			log.Error("uninstall on exit", "err", err)
+		} else {
+			log.Info("removed the sluice conflist entry")
 		}
 	}
 	drain(gs, cfg.drain)
+	stopBackground()
+	if leaving && amb != nil {
+		// After the drain: an ambient ADD still in flight needs the table.
+		if err := amb.uninstall(); err != nil {
+			log.Error("remove the host probe table on exit", "err", err)
+		}
+	}
 	hsrv.Close()
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +50,19 @@ func (z *zdsClient) send(m proto.Message) {
 // an Add carried.
 func (z *zdsClient) next() (*zds.WorkloadRequest, uint64) {
 	z.t.Helper()
+	req, ino := z.nextUnacked()
+	z.ack()
+	return req, ino
+}
+
+func (z *zdsClient) ack() {
+	z.t.Helper()
+	z.send(&zds.WorkloadResponse{Payload: &zds.WorkloadResponse_Ack{Ack: &zds.Ack{}}})
+}
+
+// nextUnacked reads a request without acking it.
+func (z *zdsClient) nextUnacked() (*zds.WorkloadRequest, uint64) {
+	z.t.Helper()
 	z.uc.SetReadDeadline(time.Now().Add(10 * time.Second))
 	buf, oob := make([]byte, 1024), make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := z.uc.ReadMsgUnix(buf, oob)
@@ -74,7 +88,6 @@ func (z *zdsClient) next() (*zds.WorkloadRequest, uint64) {
 		unix.Close(fds[0])
 		ino = st.Ino
 	}
-	z.send(&zds.WorkloadResponse{Payload: &zds.WorkloadResponse_Ack{Ack: &zds.Ack{}}})
 	return req, ino
 }
 
@@ -163,5 +176,43 @@ func TestAmbientHandsPodsToZtunnel(t *testing.T) {
 	}
 	if _, err := os.Stat(zsock); !os.IsNotExist(err) {
 		t.Fatalf("ZDS socket left after exit: %v", err)
+	}
+}
+
+// SIGTERM drains: an ADD in flight when the signal arrives (here, an
+// ambient ADD waiting for ztunnel's ack) completes, with everything it
+// needs still running.
+func TestSIGTERMDrainsInFlightADD(t *testing.T) {
+	n := newNode(t)
+	zsock := filepath.Join(t.TempDir(), "ztunnel", "ztunnel.sock")
+	a := n.startAgent("--ambient", "--default-mode", "ambient", "--host-netns", n.ns.Path, "--ztunnel-socket", zsock)
+	z := connectZDS(t, zsock)
+	if req, _ := z.next(); req.GetSnapshotSent() == nil {
+		t.Fatalf("want an empty snapshot, got %v", req)
+	}
+	c := n.cni(n.conflist("1.1.0", ""))
+	pod := n.pod("drain")
+	added := make(chan error, 1)
+	go func() { _, err := c.add(rt("drain1", pod)); added <- err }()
+	// The ADD is now inside the agent, waiting for the ack.
+	req, ino := z.nextUnacked()
+	if req.GetAdd().GetUid() != "uid-drain" || ino != netnsInode(t, pod) {
+		t.Fatalf("ztunnel got %v", req)
+	}
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	nstest.Eventually(t, 5*time.Second, func() bool {
+		return len(a.logs.lines("signal received; draining")) == 1
+	}, "agent did not start draining")
+	z.ack()
+	if err := <-added; err != nil {
+		t.Fatalf("the in-flight ADD failed across SIGTERM: %v", err)
+	}
+	select {
+	case <-a.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent did not exit after draining")
+	}
+	if !a.cmd.ProcessState.Success() {
+		t.Fatalf("agent exit: %v\n%s", a.cmd.ProcessState, a.logs)
 	}
 }
