@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/redirect"
@@ -44,6 +45,10 @@ type Record struct {
 	Spec           redirect.Spec `json:"spec"`
 	RulesetHash    string        `json:"rulesetHash"`
 	EnrolledAt     time.Time     `json:"enrolledAt"`
+	// NetnsInode identifies the namespace enrolled: a path can come to name
+	// another one (a /proc/<pid> path after pid reuse), which must then be
+	// treated as this one gone, never touched.
+	NetnsInode uint64 `json:"netnsInode,omitempty"`
 	// Late marks an enrolment the agent made for a pod found running
 	// uncaptured, not a CNI ADD: the runtime never lists it as a valid
 	// attachment, so GC leaves it to the reconciler.
@@ -115,6 +120,9 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 		return fmt.Errorf("enroll %s: %w", r.Attachment, err)
 	}
 	r.RulesetHash = rs.Hash()
+	if r.NetnsInode, err = inode(ns); err != nil {
+		return fmt.Errorf("enroll %s: %w", r.Attachment, err)
+	}
 	if r.EnrolledAt.IsZero() {
 		r.EnrolledAt = time.Now().UTC().Truncate(time.Second)
 	}
@@ -183,15 +191,16 @@ func (s *Store) Release(ctx context.Context, a Attachment, netnsPath string) err
 	r := s.recs[a]
 	s.mu.RUnlock()
 	if r != nil {
-		netnsPath = r.Netns
 		if isAmbient(r) {
 			if err := s.takeBack(ctx, r); err != nil {
 				return fmt.Errorf("release %s: %w", a, err)
 			}
 		}
-	}
-	if netnsPath != "" {
-		if err := s.removeTable(netnsPath); err != nil {
+		if err := s.removeTable(r.Netns, r.NetnsInode); err != nil {
+			return fmt.Errorf("release %s: %w", a, err)
+		}
+	} else if netnsPath != "" {
+		if err := s.removeTable(netnsPath, 0); err != nil {
 			return fmt.Errorf("release %s: %w", a, err)
 		}
 	}
@@ -204,8 +213,8 @@ func (s *Store) Release(ctx context.Context, a Attachment, netnsPath string) err
 	return nil
 }
 
-func (s *Store) removeTable(netnsPath string) error {
-	ns, err := s.opener.Open(netnsPath)
+func (s *Store) removeTable(netnsPath string, ino uint64) error {
+	ns, err := s.openEnrolled(netnsPath, ino)
 	if errors.Is(err, podns.ErrNotExist) {
 		return nil
 	}
@@ -295,7 +304,7 @@ func (s *Store) Verify(r Record) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := s.opener.Open(r.Netns)
+	ns, err := s.openEnrolled(r.Netns, r.NetnsInode)
 	if err != nil {
 		return nil, err
 	}
@@ -320,7 +329,7 @@ func (s *Store) Reconcile(ctx context.Context) error {
 
 func (s *Store) reconcileOne(r Record) error {
 	defer s.lock(r.Attachment)()
-	ns, err := s.opener.Open(r.Netns)
+	ns, err := s.openEnrolled(r.Netns, r.NetnsInode)
 	if errors.Is(err, podns.ErrNotExist) {
 		s.log.Info("netns gone; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns)
 		if isAmbient(&r) {
@@ -391,4 +400,32 @@ func (s *Store) Resync(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// openEnrolled opens an enrolled netns by path, and reports it gone when the
+// path now names another namespace than the one enrolled (ino; 0 = unknown,
+// a journal from before inodes were recorded).
+func (s *Store) openEnrolled(path string, ino uint64) (netns.NsHandle, error) {
+	ns, err := s.opener.Open(path)
+	if err != nil || ino == 0 {
+		return ns, err
+	}
+	got, err := inode(ns)
+	if err != nil {
+		ns.Close()
+		return netns.None(), err
+	}
+	if got != ino {
+		ns.Close()
+		return netns.None(), fmt.Errorf("netns %s is no longer the one enrolled (inode %d, was %d): %w", path, got, ino, podns.ErrNotExist)
+	}
+	return ns, nil
+}
+
+func inode(ns netns.NsHandle) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(ns), &st); err != nil {
+		return 0, fmt.Errorf("stat netns: %w", err)
+	}
+	return st.Ino, nil
 }

@@ -185,3 +185,24 @@ func TestGCLeavesLateEnrolments(t *testing.T) {
 		t.Fatal("GC removed a late enrolment's table")
 	}
 }
+
+// A path that comes to name another netns (a /proc/<pid> path after pid
+// reuse) is the enrolled one gone: the reconciler drops the record and never
+// touches the namespace now behind the path.
+func TestReconcileNeverTouchesAReusedPath(t *testing.T) {
+	f := newFixture(t)
+	ns, _ := f.enroll(t, "reused")
+	unix.Unmount(ns.Path, unix.MNT_DETACH)
+	os.Remove(ns.Path)
+	other := nstest.NewIn(t, f.root, "reused") // same path, another netns
+	s := f.open(t)
+	if err := s.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.List()) != 0 {
+		t.Fatalf("record kept for a path that names another netns: %+v", s.List())
+	}
+	if hasTable(t, other) {
+		t.Fatal("the reconciler programmed the namespace now behind the path")
+	}
+}
