@@ -3,6 +3,8 @@ package redirect
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 )
 
 // Chain names, the nftables counterparts of istio-iptables' chains.
@@ -62,18 +64,17 @@ func Build(s Spec) (*Ruleset, error) {
 
 type builder struct {
 	spec   Spec
-	sets   []set
-	chains []chain
+	sets   []nft.Set
+	chains []nft.Chain
 	routes []policyRoute
 }
 
 func (b *builder) ruleset(table string) *Ruleset {
+	t := &nft.Table{Name: table, Sets: b.sets, Chains: b.chains}
 	return &Ruleset{
-		table:  table,
-		sets:   b.sets,
-		chains: b.chains,
+		table:  t,
 		routes: b.routes,
-		text:   render(table, b.sets, b.chains) + renderRoutes(b.routes),
+		text:   t.Render() + renderRoutes(b.routes),
 	}
 }
 
@@ -96,16 +97,16 @@ func (b *builder) addSets() {
 		if len(p) > 0 {
 			p = slices.Clone(p)
 			slices.Sort(p)
-			b.sets = append(b.sets, set{name: name, typ: setPorts, ports: slices.Compact(p)})
+			b.sets = append(b.sets, nft.Set{Name: name, Type: nft.SetPorts, Ports: slices.Compact(p)})
 		}
 	}
-	cidrs := func(name string, fam family, all []netip.Prefix) {
+	cidrs := func(name string, fam nft.Family, all []netip.Prefix) {
 		if p := normalisePrefixes(fam, all); len(p) > 0 {
-			typ := setIPv4
-			if fam == ipv6 {
-				typ = setIPv6
+			typ := nft.SetIPv4
+			if fam == nft.IPv6 {
+				typ = nft.SetIPv6
 			}
-			b.sets = append(b.sets, set{name: name, typ: typ, prefixes: p})
+			b.sets = append(b.sets, nft.Set{Name: name, Type: typ, Prefixes: p})
 		}
 	}
 	if !s.IncludeNoInboundPorts {
@@ -115,76 +116,69 @@ func (b *builder) addSets() {
 	}
 	ports(setOutboundInclude, s.IncludeOutboundPorts)
 	ports(setOutboundExclude, s.ExcludeOutboundPorts)
-	cidrs(setIncludeV4, ipv4, s.IncludeOutboundCIDRs)
-	cidrs(setIncludeV6, ipv6, s.IncludeOutboundCIDRs)
-	cidrs(setExcludeV4, ipv4, s.ExcludeOutboundCIDRs)
-	cidrs(setExcludeV6, ipv6, s.ExcludeOutboundCIDRs)
+	cidrs(setIncludeV4, nft.IPv4, s.IncludeOutboundCIDRs)
+	cidrs(setIncludeV6, nft.IPv6, s.IncludeOutboundCIDRs)
+	cidrs(setExcludeV4, nft.IPv4, s.ExcludeOutboundCIDRs)
+	cidrs(setExcludeV6, nft.IPv6, s.ExcludeOutboundCIDRs)
 	if len(s.ExcludeInterfaces) > 0 {
 		names := slices.Clone(s.ExcludeInterfaces)
 		slices.Sort(names)
-		b.sets = append(b.sets, set{name: setExcludeIfaces, typ: setIfnames, ifnames: slices.Compact(names)})
+		b.sets = append(b.sets, nft.Set{Name: setExcludeIfaces, Type: nft.SetIfnames, Ifnames: slices.Compact(names)})
 	}
 }
 
 func (b *builder) has(name string) bool {
-	return slices.ContainsFunc(b.sets, func(s set) bool { return s.name == name })
+	return slices.ContainsFunc(b.sets, func(s nft.Set) bool { return s.Name == name })
 }
 
 // families are the address families captured.
-func (b *builder) families() []family {
-	var f []family
+func (b *builder) families() []nft.Family {
+	var f []nft.Family
 	if b.spec.IPv4 {
-		f = append(f, ipv4)
+		f = append(f, nft.IPv4)
 	}
 	if b.spec.IPv6 {
-		f = append(f, ipv6)
+		f = append(f, nft.IPv6)
 	}
 	return f
 }
 
 // familyGuard confines an entry rule to the one captured family; with both
 // families on, the inet table sees both and no guard is needed.
-func (b *builder) familyGuard() []match {
+func (b *builder) familyGuard() []nft.Match {
 	if f := b.families(); len(f) == 1 {
-		return []match{nfprotoMatch{f[0]}}
+		return []nft.Match{nft.NFProtoMatch{Family: f[0]}}
 	}
 	return nil
 }
 
-func (b *builder) passthrough(f family) netip.Addr {
-	if f == ipv6 {
+func (b *builder) passthrough(f nft.Family) netip.Addr {
+	if f == nft.IPv6 {
 		return b.spec.InboundPassthroughIPv6
 	}
 	return b.spec.InboundPassthroughIPv4
 }
 
-func (f family) loopback() netip.Addr {
-	if f == ipv6 {
+func loopback(f nft.Family) netip.Addr {
+	if f == nft.IPv6 {
 		return loopbackV6
 	}
 	return loopbackV4
 }
 
-func (f family) tagSuffix() string {
-	if f == ipv6 {
+func tagSuffix(f nft.Family) string {
+	if f == nft.IPv6 {
 		return "-v6"
 	}
 	return "-v4"
 }
 
-func addrFamily(a netip.Addr) family {
-	if a.Is4() {
-		return ipv4
-	}
-	return ipv6
-}
-
 // normalisePrefixes keeps fam's prefixes, masked, sorted, without any that
 // lie inside another: an interval set refuses overlapping elements.
-func normalisePrefixes(fam family, all []netip.Prefix) []netip.Prefix {
+func normalisePrefixes(fam nft.Family, all []netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range all {
-		if addrFamily(p.Addr()) == fam {
+		if nft.AddrFamily(p.Addr()) == fam {
 			out = append(out, p.Masked())
 		}
 	}

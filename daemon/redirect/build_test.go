@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.nft from the current builder")
@@ -150,12 +152,12 @@ func TestTagsUnique(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen := map[string]bool{}
-		for _, c := range r.chains {
-			for _, rl := range c.rules {
-				if seen[rl.tag] {
-					t.Errorf("%s: tag %q used twice", name, rl.tag)
+		for _, c := range r.table.Chains {
+			for _, rl := range c.Rules {
+				if seen[rl.Tag] {
+					t.Errorf("%s: tag %q used twice", name, rl.Tag)
 				}
-				seen[rl.tag] = true
+				seen[rl.Tag] = true
 			}
 		}
 	}
@@ -271,7 +273,7 @@ func TestBuildReportsAllProblems(t *testing.T) {
 }
 
 func TestNormalisePrefixes(t *testing.T) {
-	got := normalisePrefixes(ipv4, prefixes("10.1.2.3/16", "10.0.0.0/8", "192.168.0.0/24", "fd00::/8", "11.0.0.0/8"))
+	got := normalisePrefixes(nft.IPv4, prefixes("10.1.2.3/16", "10.0.0.0/8", "192.168.0.0/24", "fd00::/8", "11.0.0.0/8"))
 	want := prefixes("10.0.0.0/8", "11.0.0.0/8", "192.168.0.0/24")
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)

@@ -3,6 +3,7 @@ package redirect
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 	"net/netip"
 )
 
@@ -58,23 +59,23 @@ func BuildHost(cfg HostConfig) (*Ruleset, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("invalid host config: %w", errors.Join(errs...))
 	}
-	b := &builder{sets: []set{{name: setHostPodsV4, typ: setIPv4Addrs}, {name: setHostPodsV6, typ: setIPv6Addrs}}}
-	c := natChain(chainHostPostrouting, hookPostrouting)
+	b := &builder{sets: []nft.Set{{Name: setHostPodsV4, Type: nft.SetIPv4Addrs}, {Name: setHostPodsV6, Type: nft.SetIPv6Addrs}}}
+	c := nft.NATChain(chainHostPostrouting, nft.HookPostrouting)
 	for _, x := range []struct {
 		on   bool
-		fam  family
+		fam  nft.Family
 		set  string
 		addr netip.Addr
-	}{{cfg.IPv4, ipv4, setHostPodsV4, cfg.ProbeSNATIPv4}, {cfg.IPv6, ipv6, setHostPodsV6, cfg.ProbeSNATIPv6}} {
+	}{{cfg.IPv4, nft.IPv4, setHostPodsV4, cfg.ProbeSNATIPv4}, {cfg.IPv6, nft.IPv6, setHostPodsV6, cfg.ProbeSNATIPv6}} {
 		if x.on {
-			c.rules = append(c.rules, rule{
-				tag:     "probe-snat" + x.fam.tagSuffix(),
-				matches: []match{localSourceMatch{}, daddrSetMatch{x.fam, x.set}, l4protoMatch{tcp}},
-				stmts:   []stmt{snatStmt{x.addr}},
+			c.Rules = append(c.Rules, nft.Rule{
+				Tag:     "probe-snat" + tagSuffix(x.fam),
+				Matches: []nft.Match{nft.LocalSourceMatch{}, nft.DaddrSetMatch{Family: x.fam, Set: x.set}, nft.L4ProtoMatch{Proto: nft.TCP}},
+				Stmts:   []nft.Stmt{nft.SNATStmt{Addr: x.addr}},
 			})
 		}
 	}
-	b.chains = []chain{c}
+	b.chains = []nft.Chain{c}
 	return b.ruleset(HostTableName), nil
 }
 

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
+
+	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 )
 
 // EnsureHostTable creates or repairs table inet sluice-host in ns (the
@@ -18,31 +19,7 @@ func EnsureHostTable(ns netns.NsHandle, cfg HostConfig) error {
 	if err != nil {
 		return err
 	}
-	conn, err := dial(ns, nftables.AsLasting())
-	if err != nil {
-		return fmt.Errorf("ensure table inet %s: %w", HostTableName, err)
-	}
-	defer closeLater(conn)
-	p := newProgram(r)
-	conn.AddTable(p.table)
-	for _, s := range p.sets {
-		// No elements: adding an existing set of the same type is a no-op
-		// and leaves its elements alone.
-		if err := conn.AddSet(s, nil); err != nil {
-			return fmt.Errorf("ensure table inet %s: add set %s: %w", HostTableName, s.Name, err)
-		}
-	}
-	for _, c := range p.chains {
-		conn.AddChain(c)
-		conn.FlushChain(c)
-	}
-	for _, rl := range p.rules {
-		conn.AddRule(rl)
-	}
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("ensure table inet %s in netns fd %d: %w", HostTableName, int(ns), err)
-	}
-	return nil
+	return nft.Ensure(ns, r.table)
 }
 
 // AddHostIPs adds pod addresses to the host table's sets; one already
@@ -60,7 +37,7 @@ func RemoveHostIPs(ns netns.NsHandle, ips ...netip.Addr) error {
 // RemoveHostTable deletes table inet sluice-host from ns; a missing table
 // is not an error.
 func RemoveHostTable(ns netns.NsHandle) error {
-	return removeTable(ns, HostTableName)
+	return nft.Remove(ns, HostTableName)
 }
 
 func changeHostIPs(ns netns.NsHandle, remove bool, ips []netip.Addr) error {
@@ -68,41 +45,20 @@ func changeHostIPs(ns netns.NsHandle, remove bool, ips []netip.Addr) error {
 	if remove {
 		verb = "remove"
 	}
-	byset := map[string][]nftables.SetElement{}
+	byset := map[string][]netip.Addr{}
 	for _, ip := range ips {
 		ip = ip.Unmap()
 		if !ip.IsValid() {
 			return fmt.Errorf("%s pod address in table inet %s: invalid address", verb, HostTableName)
 		}
-		byset[hostSet(ip)] = append(byset[hostSet(ip)], nftables.SetElement{Key: ip.AsSlice()})
+		byset[hostSet(ip)] = append(byset[hostSet(ip)], ip)
 	}
 	if len(byset) == 0 {
 		return nil
 	}
-	conn, err := dial(ns)
-	if err != nil {
-		return fmt.Errorf("%s pod addresses in table inet %s: %w", verb, HostTableName, err)
+	sets := []nft.Addrs{{Set: setHostPodsV4, Addrs: byset[setHostPodsV4]}, {Set: setHostPodsV6, Addrs: byset[setHostPodsV6]}}
+	if remove {
+		return nft.RemoveAddrs(ns, HostTableName, sets...)
 	}
-	table := nlTable(HostTableName)
-	for _, name := range []string{setHostPodsV4, setHostPodsV6} {
-		elems := byset[name]
-		if len(elems) == 0 {
-			continue
-		}
-		s := &nftables.Set{Table: table, Name: name}
-		// Adding first makes the delete valid whether or not the element
-		// was there, as Remove does for the table: still one transaction.
-		if err := conn.SetAddElements(s, elems); err != nil {
-			return fmt.Errorf("%s pod addresses in set %s: %w", verb, name, err)
-		}
-		if remove {
-			if err := conn.SetDeleteElements(s, elems); err != nil {
-				return fmt.Errorf("%s pod addresses in set %s: %w", verb, name, err)
-			}
-		}
-	}
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("%s pod addresses %v in table inet %s in netns fd %d: %w", verb, ips, HostTableName, int(ns), err)
-	}
-	return nil
+	return nft.AddAddrs(ns, HostTableName, sets...)
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 )
 
 // routeProtocol marks the ip rules and routes sluice adds (the rtnetlink
@@ -29,7 +31,7 @@ func routeHandle(ns netns.NsHandle) (*netlink.Handle, error) {
 }
 
 func (r policyRoute) nlFamily() int {
-	if r.fam == ipv6 {
+	if r.fam == nft.IPv6 {
 		return netlink.FAMILY_V6
 	}
 	return netlink.FAMILY_V4
@@ -49,7 +51,7 @@ func (r policyRoute) nlRule() *netlink.Rule {
 
 func (r policyRoute) nlRoute() *netlink.Route {
 	dst := &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}
-	if r.fam == ipv6 {
+	if r.fam == nft.IPv6 {
 		dst = &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
 	}
 	return &netlink.Route{
@@ -89,7 +91,7 @@ func readRoutes(h *netlink.Handle) (routeState, error) {
 }
 
 func (r policyRoute) isRule(rl netlink.Rule) bool {
-	mask := uint32(fullMask)
+	mask := uint32(nft.FullMask)
 	if rl.Mask != nil {
 		mask = *rl.Mask
 	}
@@ -130,12 +132,12 @@ func ensureRoutes(ns netns.NsHandle, want []policyRoute) error {
 			// Replace, not add: a local default route someone else put in
 			// our table is taken over rather than failing the pod.
 			if err := h.RouteReplace(rt); err != nil {
-				return fmt.Errorf("add route local %s dev lo table %d: %w", w.fam.defaultPrefix(), w.table, err)
+				return fmt.Errorf("add route local %s dev lo table %d: %w", defaultPrefix(w.fam), w.table, err)
 			}
 		}
 		if !containsFunc(st.rules, w.isRule) {
 			if err := h.RuleAdd(w.nlRule()); err != nil && !errors.Is(err, unix.EEXIST) {
-				return fmt.Errorf("add ip %s rule fwmark %#x/%#x lookup %d: %w", w.fam.ipFlag(), w.mark, w.mask, w.table, err)
+				return fmt.Errorf("add ip %s rule fwmark %#x/%#x lookup %d: %w", ipFlag(w.fam), w.mark, w.mask, w.table, err)
 			}
 		}
 	}
@@ -188,10 +190,10 @@ func routeDrift(ns netns.NsHandle, want []policyRoute) ([]string, error) {
 	var drift []string
 	for _, w := range want {
 		if !containsFunc(st.rules, w.isRule) {
-			drift = append(drift, fmt.Sprintf("ip %s rule fwmark %#x/%#x lookup %d pref %d is missing", w.fam.ipFlag(), w.mark, w.mask, w.table, w.priority))
+			drift = append(drift, fmt.Sprintf("ip %s rule fwmark %#x/%#x lookup %d pref %d is missing", ipFlag(w.fam), w.mark, w.mask, w.table, w.priority))
 		}
 		if !containsFunc(st.routes, w.isRoute) {
-			drift = append(drift, fmt.Sprintf("ip %s route local %s dev lo table %d is missing", w.fam.ipFlag(), w.fam.defaultPrefix(), w.table))
+			drift = append(drift, fmt.Sprintf("ip %s route local %s dev lo table %d is missing", ipFlag(w.fam), defaultPrefix(w.fam), w.table))
 		}
 	}
 	for _, rl := range st.rules {

@@ -1,5 +1,7 @@
 package redirect
 
+import "github.com/sluicemesh/sluice/daemon/redirect/nft"
+
 // The sidecar mode: istio-iptables' rules for an Envoy sidecar, chain for
 // chain. REDIRECT sends inbound and outbound TCP through nat; TPROXY
 // (tproxy.go) takes inbound through mangle instead and keeps outbound on
@@ -18,161 +20,161 @@ func (b *builder) sidecar() {
 	}
 	// The proxy forwarding to its own pod is redirected to the inbound
 	// listener from the nat output chain in every interception mode.
-	b.chains = append(b.chains, chain{name: chainInRedirect, rules: []rule{{
-		tag:     "in-redirect",
-		matches: []match{l4protoMatch{tcp}},
-		verdict: redirectTo(s.InboundPort),
+	b.chains = append(b.chains, nft.Chain{Name: chainInRedirect, Rules: []nft.Rule{{
+		Tag:     "in-redirect",
+		Matches: []nft.Match{nft.L4ProtoMatch{Proto: nft.TCP}},
+		Verdict: nft.RedirectTo(s.InboundPort),
 	}}})
 	if tproxy {
 		b.chains = append(b.chains, b.tproxyOutputMark())
 		b.routes = b.policyRoutes()
 	}
-	b.chains = append(b.chains, b.output(), b.outbound(), chain{name: chainOutRedirect, rules: []rule{{
-		tag:     "out-redirect",
-		matches: []match{l4protoMatch{tcp}},
-		verdict: redirectTo(s.OutboundPort),
+	b.chains = append(b.chains, b.output(), b.outbound(), nft.Chain{Name: chainOutRedirect, Rules: []nft.Rule{{
+		Tag:     "out-redirect",
+		Matches: []nft.Match{nft.L4ProtoMatch{Proto: nft.TCP}},
+		Verdict: nft.RedirectTo(s.OutboundPort),
 	}}})
 	if s.CaptureDNS {
 		b.chains = append(b.chains, b.dns())
 	}
 }
 
-func (b *builder) prerouting() chain {
-	c := natChain(chainPrerouting, hookPrerouting)
+func (b *builder) prerouting() nft.Chain {
+	c := nft.NATChain(chainPrerouting, nft.HookPrerouting)
 	if b.has(setExcludeIfaces) {
-		c.rules = append(c.rules, rule{
-			tag:     "skip-excluded-interfaces-in",
-			matches: []match{ifSetMatch{out: false, set: setExcludeIfaces}},
-			verdict: ret(),
+		c.Rules = append(c.Rules, nft.Rule{
+			Tag:     "skip-excluded-interfaces-in",
+			Matches: []nft.Match{nft.IfSetMatch{Out: false, Set: setExcludeIfaces}},
+			Verdict: nft.Return(),
 		})
 	}
-	c.rules = append(c.rules, rule{
-		tag:     "inbound-tcp",
-		matches: append(b.familyGuard(), l4protoMatch{tcp}),
-		verdict: jump(chainInbound),
+	c.Rules = append(c.Rules, nft.Rule{
+		Tag:     "inbound-tcp",
+		Matches: append(b.familyGuard(), nft.L4ProtoMatch{Proto: nft.TCP}),
+		Verdict: nft.Jump(chainInbound),
 	})
 	return c
 }
 
-func (b *builder) inbound() chain {
-	c := chain{name: chainInbound}
+func (b *builder) inbound() nft.Chain {
+	c := nft.Chain{Name: chainInbound}
 	for _, r := range []struct{ set, tag string }{
 		{setInboundPass, "inbound-pass-ports"},
 		{setInboundExclude, "inbound-exclude-ports"},
 	} {
 		if b.has(r.set) {
-			c.rules = append(c.rules, rule{tag: r.tag, matches: []match{portSetMatch{tcp, r.set}}, verdict: ret()})
+			c.Rules = append(c.Rules, nft.Rule{Tag: r.tag, Matches: []nft.Match{nft.PortSetMatch{Proto: nft.TCP, Set: r.set}}, Verdict: nft.Return()})
 		}
 	}
 	if b.has(setInboundInclude) {
-		c.rules = append(c.rules, rule{
-			tag:     "inbound-include-ports",
-			matches: []match{portSetMatch{tcp, setInboundInclude}},
-			verdict: jump(chainInRedirect),
+		c.Rules = append(c.Rules, nft.Rule{
+			Tag:     "inbound-include-ports",
+			Matches: []nft.Match{nft.PortSetMatch{Proto: nft.TCP, Set: setInboundInclude}},
+			Verdict: nft.Jump(chainInRedirect),
 		})
 	} else {
-		c.rules = append(c.rules, rule{
-			tag:     "inbound-all-ports",
-			matches: []match{l4protoMatch{tcp}},
-			verdict: jump(chainInRedirect),
+		c.Rules = append(c.Rules, nft.Rule{
+			Tag:     "inbound-all-ports",
+			Matches: []nft.Match{nft.L4ProtoMatch{Proto: nft.TCP}},
+			Verdict: nft.Jump(chainInRedirect),
 		})
 	}
 	return c
 }
 
-func (b *builder) output() chain {
-	c := natChain(chainOutput, hookOutput)
+func (b *builder) output() nft.Chain {
+	c := nft.NATChain(chainOutput, nft.HookOutput)
 	if b.has(setExcludeIfaces) {
-		c.rules = append(c.rules, rule{
-			tag:     "skip-excluded-interfaces-out",
-			matches: []match{ifSetMatch{out: true, set: setExcludeIfaces}},
-			verdict: ret(),
+		c.Rules = append(c.Rules, nft.Rule{
+			Tag:     "skip-excluded-interfaces-out",
+			Matches: []nft.Match{nft.IfSetMatch{Out: true, Set: setExcludeIfaces}},
+			Verdict: nft.Return(),
 		})
 	}
 	if b.spec.CaptureDNS {
 		// UDP never enters the outbound chain (it is TCP's, as
 		// ISTIO_OUTPUT is), so DNS over UDP is diverted here.
-		c.rules = append(c.rules, rule{
-			tag:     "dns-udp",
-			matches: append(b.familyGuard(), portMatch{proto: udp, port: dnsPort}),
-			verdict: jump(chainDNS),
+		c.Rules = append(c.Rules, nft.Rule{
+			Tag:     "dns-udp",
+			Matches: append(b.familyGuard(), nft.PortMatch{Proto: nft.UDP, Port: dnsPort}),
+			Verdict: nft.Jump(chainDNS),
 		})
 	}
-	c.rules = append(c.rules, rule{
-		tag:     "outbound-tcp",
-		matches: append(b.familyGuard(), l4protoMatch{tcp}),
-		verdict: jump(chainOutbound),
+	c.Rules = append(c.Rules, nft.Rule{
+		Tag:     "outbound-tcp",
+		Matches: append(b.familyGuard(), nft.L4ProtoMatch{Proto: nft.TCP}),
+		Verdict: nft.Jump(chainOutbound),
 	})
 	return c
 }
 
 // outbound is ISTIO_OUTPUT, in istio-iptables' order; the order is the
 // semantics, each rule only sees what the ones before it let through.
-func (b *builder) outbound() chain {
+func (b *builder) outbound() nft.Chain {
 	s := b.spec
-	c := chain{name: chainOutbound}
-	add := func(tag string, v verdict, m ...match) {
-		c.rules = append(c.rules, rule{tag: tag, matches: m, verdict: v})
+	c := nft.Chain{Name: chainOutbound}
+	add := func(tag string, v nft.Verdict, m ...nft.Match) {
+		c.Rules = append(c.Rules, nft.Rule{Tag: tag, Matches: m, Verdict: v})
 	}
-	lo := ifMatch{out: true, name: loopbackInterface}
+	lo := nft.IfMatch{Out: true, Name: loopbackInterface}
 
 	// Port exclusions come before the loopback rules below, so the proxy
 	// calling its own pod on an excluded port is not sent to inbound.
 	if b.has(setOutboundExclude) {
-		add("outbound-exclude-ports", ret(), portSetMatch{tcp, setOutboundExclude})
+		add("outbound-exclude-ports", nft.Return(), nft.PortSetMatch{Proto: nft.TCP, Set: setOutboundExclude})
 	}
 	for _, f := range b.families() {
-		add("inbound-passthrough"+f.tagSuffix(), ret(), lo, addrMatch{src: true, addr: b.passthrough(f)})
+		add("inbound-passthrough"+tagSuffix(f), nft.Return(), lo, nft.AddrMatch{Src: true, Addr: b.passthrough(f)})
 	}
 	for _, owner := range []struct {
 		name string
 		gid  bool
 		id   uint32
 	}{{"uid", false, s.ProxyUID}, {"gid", true, s.ProxyGID}} {
-		proxy := ownerMatch{gid: owner.gid, id: owner.id}
+		proxy := nft.OwnerMatch{GID: owner.gid, ID: owner.id}
 		// The app called itself through a service VIP and the proxy is
 		// now forwarding that over loopback: it must enter as inbound.
 		// HBONE to ourselves is the proxy's own tunnel and is left alone.
 		for _, f := range b.families() {
-			add("proxy-"+owner.name+"-to-self"+f.tagSuffix(), jump(chainInRedirect),
-				lo, addrMatch{neg: true, addr: f.loopback()}, portMatch{proto: tcp, neg: true, port: s.HBONEPort}, proxy)
+			add("proxy-"+owner.name+"-to-self"+tagSuffix(f), nft.Jump(chainInRedirect),
+				lo, nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: s.HBONEPort}, proxy)
 		}
 		// The app calling itself by its endpoint address over loopback.
-		add("app-"+owner.name+"-loopback", ret(), lo, ownerMatch{gid: owner.gid, neg: true, id: owner.id})
+		add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.OwnerMatch{GID: owner.gid, Neg: true, ID: owner.id})
 		// The proxy's own outbound traffic: capturing it would loop.
-		add("proxy-"+owner.name, ret(), proxy)
+		add("proxy-"+owner.name, nft.Return(), proxy)
 	}
 	if s.CaptureDNS {
-		add("dns-tcp", jump(chainDNS), portMatch{proto: tcp, port: dnsPort})
+		add("dns-tcp", nft.Jump(chainDNS), nft.PortMatch{Proto: nft.TCP, Port: dnsPort})
 	}
 	for _, f := range b.families() {
-		add("localhost"+f.tagSuffix(), ret(), addrMatch{addr: f.loopback()})
+		add("localhost"+tagSuffix(f), nft.Return(), nft.AddrMatch{Addr: loopback(f)})
 	}
 	for _, x := range []struct {
 		set string
-		fam family
-	}{{setExcludeV4, ipv4}, {setExcludeV6, ipv6}} {
+		fam nft.Family
+	}{{setExcludeV4, nft.IPv4}, {setExcludeV6, nft.IPv6}} {
 		if b.has(x.set) {
-			add(x.set, ret(), daddrSetMatch{x.fam, x.set})
+			add(x.set, nft.Return(), nft.DaddrSetMatch{Family: x.fam, Set: x.set})
 		}
 	}
 	if b.has(setOutboundInclude) {
-		add("outbound-include-ports", jump(chainOutRedirect), portSetMatch{tcp, setOutboundInclude})
+		add("outbound-include-ports", nft.Jump(chainOutRedirect), nft.PortSetMatch{Proto: nft.TCP, Set: setOutboundInclude})
 	}
 	if s.IncludeNoOutboundCIDRs {
 		// Only the included ports above are captured.
 		return c
 	}
 	if len(s.IncludeOutboundCIDRs) == 0 {
-		add("outbound-all", jump(chainOutRedirect))
+		add("outbound-all", nft.Jump(chainOutRedirect))
 		return c
 	}
 	for _, x := range []struct {
 		set string
-		fam family
-	}{{setIncludeV4, ipv4}, {setIncludeV6, ipv6}} {
+		fam nft.Family
+	}{{setIncludeV4, nft.IPv4}, {setIncludeV6, nft.IPv6}} {
 		if b.has(x.set) {
-			add(x.set, jump(chainOutRedirect), daddrSetMatch{x.fam, x.set})
+			add(x.set, nft.Jump(chainOutRedirect), nft.DaddrSetMatch{Family: x.fam, Set: x.set})
 		}
 	}
 	return c
@@ -180,12 +182,12 @@ func (b *builder) outbound() chain {
 
 // dns sends DNS to the proxy's DNS listener unless the proxy itself is
 // the one asking (it resolves upstream for everyone else).
-func (b *builder) dns() chain {
+func (b *builder) dns() nft.Chain {
 	s := b.spec
-	return chain{name: chainDNS, rules: []rule{
-		{tag: "dns-proxy-uid", matches: []match{ownerMatch{id: s.ProxyUID}}, verdict: ret()},
-		{tag: "dns-proxy-gid", matches: []match{ownerMatch{gid: true, id: s.ProxyGID}}, verdict: ret()},
-		{tag: "dns-redirect-tcp", matches: []match{l4protoMatch{tcp}}, verdict: redirectTo(s.DNSPort)},
-		{tag: "dns-redirect-udp", matches: []match{l4protoMatch{udp}}, verdict: redirectTo(s.DNSPort)},
+	return nft.Chain{Name: chainDNS, Rules: []nft.Rule{
+		{Tag: "dns-proxy-uid", Matches: []nft.Match{nft.OwnerMatch{ID: s.ProxyUID}}, Verdict: nft.Return()},
+		{Tag: "dns-proxy-gid", Matches: []nft.Match{nft.OwnerMatch{GID: true, ID: s.ProxyGID}}, Verdict: nft.Return()},
+		{Tag: "dns-redirect-tcp", Matches: []nft.Match{nft.L4ProtoMatch{Proto: nft.TCP}}, Verdict: nft.RedirectTo(s.DNSPort)},
+		{Tag: "dns-redirect-udp", Matches: []nft.Match{nft.L4ProtoMatch{Proto: nft.UDP}}, Verdict: nft.RedirectTo(s.DNSPort)},
 	}}
 }

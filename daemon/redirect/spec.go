@@ -2,9 +2,18 @@
 // ruleset, renders it as nft text, and programs it into a pod's network
 // namespace over netlink in one transaction. It knows nothing of Kubernetes
 // or gRPC: policy decides the Spec, workloads decides when to apply it.
+//
+// This package decides what a pod (and the node's probe table) gets: the
+// Spec, its validation, the builders per mode and the policy routes beside
+// the table. How a table is modelled, rendered, applied, removed and
+// verified is package nft's, which knows nothing of Specs or Istio.
 package redirect
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/sluicemesh/sluice/daemon/redirect/nft"
+)
 
 // Mode is the data plane a Spec captures for.
 type Mode string
@@ -136,7 +145,7 @@ func DefaultSpec() Spec {
 
 		// Used only with InterceptTProxy.
 		RouteMark:     1337,
-		RouteMarkMask: fullMask,
+		RouteMarkMask: nft.FullMask,
 		RouteTable:    133,
 		RoutePriority: 32764,
 	}

@@ -1,5 +1,7 @@
 package redirect
 
+import "github.com/sluicemesh/sluice/daemon/redirect/nft"
+
 // Sidecar TPROXY interception, after istio-iptables with
 // --inbound-interception-mode TPROXY. Inbound TCP keeps its destination and
 // is handed to Envoy's transparent 15006 socket by the mangle prerouting
@@ -13,121 +15,121 @@ func (b *builder) loopbackMark() uint32 {
 	return (b.spec.RouteMark + 1) & b.spec.RouteMarkMask
 }
 
-func (b *builder) routeMarked() markMatch {
-	return markMatch{mask: b.spec.RouteMarkMask, value: b.spec.RouteMark}
+func (b *builder) routeMarked() nft.MarkMatch {
+	return nft.MarkMatch{Mask: b.spec.RouteMarkMask, Value: b.spec.RouteMark}
 }
 
-func (b *builder) tproxyPrerouting() chain {
-	c := mangleChain(chainPrerouting, hookPrerouting)
+func (b *builder) tproxyPrerouting() nft.Chain {
+	c := nft.MangleChain(chainPrerouting, nft.HookPrerouting)
 	if b.has(setExcludeIfaces) {
-		c.rules = append(c.rules, rule{
-			tag:     "skip-excluded-interfaces-in",
-			matches: []match{ifSetMatch{out: false, set: setExcludeIfaces}},
-			verdict: ret(),
+		c.Rules = append(c.Rules, nft.Rule{
+			Tag:     "skip-excluded-interfaces-in",
+			Matches: []nft.Match{nft.IfSetMatch{Out: false, Set: setExcludeIfaces}},
+			Verdict: nft.Return(),
 		})
 	}
-	c.rules = append(c.rules,
-		rule{tag: "inbound-tcp", matches: append(b.familyGuard(), l4protoMatch{tcp}), verdict: jump(chainInbound)},
+	c.Rules = append(c.Rules,
+		nft.Rule{Tag: "inbound-tcp", Matches: append(b.familyGuard(), nft.L4ProtoMatch{Proto: nft.TCP}), Verdict: nft.Jump(chainInbound)},
 		// Envoy's original_src listener filter marks its connections to
 		// the app; the conntrack mark brings the app's replies back.
-		rule{
-			tag:     "save-route-mark",
-			matches: append(b.familyGuard(), l4protoMatch{tcp}, b.routeMarked()),
-			stmts:   []stmt{markSet{ct: true, from: fromMetaMark}},
+		nft.Rule{
+			Tag:     "save-route-mark",
+			Matches: append(b.familyGuard(), nft.L4ProtoMatch{Proto: nft.TCP}, b.routeMarked()),
+			Stmts:   []nft.Stmt{nft.MarkSet{CT: true, From: nft.FromMetaMark}},
 		},
 	)
 	return c
 }
 
-func (b *builder) tproxyInbound() chain {
-	c := chain{name: chainInbound}
-	add := func(tag string, v verdict, m ...match) {
-		c.rules = append(c.rules, rule{tag: tag, matches: m, verdict: v})
+func (b *builder) tproxyInbound() nft.Chain {
+	c := nft.Chain{Name: chainInbound}
+	add := func(tag string, v nft.Verdict, m ...nft.Match) {
+		c.Rules = append(c.Rules, nft.Rule{Tag: tag, Matches: m, Verdict: v})
 	}
-	lo := ifMatch{name: loopbackInterface}
+	lo := nft.IfMatch{Name: loopbackInterface}
 	// Already diverted or marked by Envoy: never twice.
-	add("route-marked", ret(), l4protoMatch{tcp}, b.routeMarked())
+	add("route-marked", nft.Return(), nft.L4ProtoMatch{Proto: nft.TCP}, b.routeMarked())
 	for _, f := range b.families() {
-		add("lo-passthrough"+f.tagSuffix(), ret(), lo, addrMatch{src: true, addr: b.passthrough(f)}, l4protoMatch{tcp})
+		add("lo-passthrough"+tagSuffix(f), nft.Return(), lo, nft.AddrMatch{Src: true, Addr: b.passthrough(f)}, nft.L4ProtoMatch{Proto: nft.TCP})
 	}
 	// Over lo only the proxy's own calls to its pod are inbound.
-	add("lo-not-proxy-to-self", ret(), lo, l4protoMatch{tcp}, markMatch{neg: true, mask: b.spec.RouteMarkMask, value: b.loopbackMark()})
+	add("lo-not-proxy-to-self", nft.Return(), lo, nft.L4ProtoMatch{Proto: nft.TCP}, nft.MarkMatch{Neg: true, Mask: b.spec.RouteMarkMask, Value: b.loopbackMark()})
 	for _, r := range []struct{ set, tag string }{
 		{setInboundPass, "inbound-pass-ports"},
 		{setInboundExclude, "inbound-exclude-ports"},
 	} {
 		if b.has(r.set) {
-			add(r.tag, ret(), portSetMatch{tcp, r.set})
+			add(r.tag, nft.Return(), nft.PortSetMatch{Proto: nft.TCP, Set: r.set})
 		}
 	}
 	// A packet of a connection already handed over finds its socket by
 	// the local route; a new one goes to the transparent listener.
-	ports := []match{l4protoMatch{tcp}}
+	ports := []nft.Match{nft.L4ProtoMatch{Proto: nft.TCP}}
 	tag := "inbound-all-ports"
 	if b.has(setInboundInclude) {
-		ports, tag = []match{portSetMatch{tcp, setInboundInclude}}, "inbound-include-ports"
+		ports, tag = []nft.Match{nft.PortSetMatch{Proto: nft.TCP, Set: setInboundInclude}}, "inbound-include-ports"
 	}
-	add(tag+"-established", jump(chainDivert), append(ports, establishedMatch{})...)
-	add(tag, jump(chainTProxy), ports...)
+	add(tag+"-established", nft.Jump(chainDivert), append(ports, nft.EstablishedMatch{})...)
+	add(tag, nft.Jump(chainTProxy), ports...)
 	return c
 }
 
-func (b *builder) divert() chain {
+func (b *builder) divert() nft.Chain {
 	s := b.spec
-	return chain{name: chainDivert, rules: []rule{{
-		tag:     "divert",
-		stmts:   []stmt{markSet{from: fromValue, mask: s.RouteMarkMask, value: s.RouteMark}},
-		verdict: accept(),
+	return nft.Chain{Name: chainDivert, Rules: []nft.Rule{{
+		Tag:     "divert",
+		Stmts:   []nft.Stmt{nft.MarkSet{From: nft.FromValue, Mask: s.RouteMarkMask, Value: s.RouteMark}},
+		Verdict: nft.Accept(),
 	}}}
 }
 
-func (b *builder) tproxy() chain {
+func (b *builder) tproxy() nft.Chain {
 	s := b.spec
-	c := chain{name: chainTProxy}
+	c := nft.Chain{Name: chainTProxy}
 	for _, f := range b.families() {
-		c.rules = append(c.rules, rule{
-			tag:     "tproxy" + f.tagSuffix(),
-			matches: []match{addrMatch{neg: true, addr: f.loopback()}, l4protoMatch{tcp}},
-			stmts: []stmt{
-				tproxyStmt{fam: f, port: s.InboundPort},
-				markSet{from: fromValue, mask: s.RouteMarkMask, value: s.RouteMark},
+		c.Rules = append(c.Rules, nft.Rule{
+			Tag:     "tproxy" + tagSuffix(f),
+			Matches: []nft.Match{nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.L4ProtoMatch{Proto: nft.TCP}},
+			Stmts: []nft.Stmt{
+				nft.TProxyStmt{Family: f, Port: s.InboundPort},
+				nft.MarkSet{From: nft.FromValue, Mask: s.RouteMarkMask, Value: s.RouteMark},
 			},
-			verdict: accept(),
+			Verdict: nft.Accept(),
 		})
 	}
 	return c
 }
 
 // tproxyOutputMark is istio-iptables' mangle OUTPUT in TPROXY mode.
-func (b *builder) tproxyOutputMark() chain {
+func (b *builder) tproxyOutputMark() nft.Chain {
 	s := b.spec
-	c := mangleChain(chainOutputMark, hookOutput)
-	lo := ifMatch{out: true, name: loopbackInterface}
+	c := nft.MangleChain(chainOutputMark, nft.HookOutput)
+	lo := nft.IfMatch{Out: true, Name: loopbackInterface}
 	if b.has(setExcludeIfaces) {
-		c.rules = append(c.rules, rule{
-			tag:     "skip-excluded-interfaces-mark",
-			matches: []match{ifSetMatch{out: true, set: setExcludeIfaces}},
-			verdict: ret(),
+		c.Rules = append(c.Rules, nft.Rule{
+			Tag:     "skip-excluded-interfaces-mark",
+			Matches: []nft.Match{nft.IfSetMatch{Out: true, Set: setExcludeIfaces}},
+			Verdict: nft.Return(),
 		})
 	}
-	c.rules = append(c.rules, rule{tag: "lo-route-marked", matches: []match{lo, l4protoMatch{tcp}, b.routeMarked()}, verdict: ret()})
+	c.Rules = append(c.Rules, nft.Rule{Tag: "lo-route-marked", Matches: []nft.Match{lo, nft.L4ProtoMatch{Proto: nft.TCP}, b.routeMarked()}, Verdict: nft.Return()})
 	for _, owner := range []struct {
 		name string
 		gid  bool
 		id   uint32
 	}{{"uid", false, s.ProxyUID}, {"gid", true, s.ProxyGID}} {
 		for _, f := range b.families() {
-			c.rules = append(c.rules, rule{
-				tag:     "proxy-" + owner.name + "-to-self-mark" + f.tagSuffix(),
-				matches: []match{lo, addrMatch{neg: true, addr: f.loopback()}, l4protoMatch{tcp}, ownerMatch{gid: owner.gid, id: owner.id}},
-				stmts:   []stmt{markSet{from: fromValue, mask: s.RouteMarkMask, value: b.loopbackMark()}},
+			c.Rules = append(c.Rules, nft.Rule{
+				Tag:     "proxy-" + owner.name + "-to-self-mark" + tagSuffix(f),
+				Matches: []nft.Match{lo, nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.L4ProtoMatch{Proto: nft.TCP}, nft.OwnerMatch{GID: owner.gid, ID: owner.id}},
+				Stmts:   []nft.Stmt{nft.MarkSet{From: nft.FromValue, Mask: s.RouteMarkMask, Value: b.loopbackMark()}},
 			})
 		}
 	}
-	c.rules = append(c.rules, rule{
-		tag:     "restore-route-mark",
-		matches: append(b.familyGuard(), l4protoMatch{tcp}, markMatch{ct: true, mask: s.RouteMarkMask, value: s.RouteMark}),
-		stmts:   []stmt{markSet{from: fromCtMark}},
+	c.Rules = append(c.Rules, nft.Rule{
+		Tag:     "restore-route-mark",
+		Matches: append(b.familyGuard(), nft.L4ProtoMatch{Proto: nft.TCP}, nft.MarkMatch{CT: true, Mask: s.RouteMarkMask, Value: s.RouteMark}),
+		Stmts:   []nft.Stmt{nft.MarkSet{From: nft.FromCtMark}},
 	})
 	return c
 }

@@ -1,4 +1,4 @@
-package redirect
+package nft
 
 import (
 	"fmt"
@@ -24,10 +24,10 @@ func nlTable(name string) *nftables.Table {
 	return &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
 }
 
-func nlSet(table *nftables.Table, s set, id uint32) (*nftables.Set, []nftables.SetElement) {
+func nlSet(table *nftables.Table, s Set, id uint32) (*nftables.Set, []nftables.SetElement) {
 	ns := &nftables.Set{
 		Table: table,
-		Name:  s.name,
+		Name:  s.Name,
 		// A fixed, non-zero ID keeps AddSet from drawing one from
 		// google/nftables' package-global counter, which is not safe to
 		// touch from concurrent Applies. IDs only need to be unique
@@ -36,29 +36,29 @@ func nlSet(table *nftables.Table, s set, id uint32) (*nftables.Set, []nftables.S
 		KeyByteOrder: binaryutil.BigEndian,
 	}
 	var elems []nftables.SetElement
-	switch s.typ {
-	case setPorts:
+	switch s.Type {
+	case SetPorts:
 		ns.KeyType = nftables.TypeInetService
-		for _, p := range s.ports {
+		for _, p := range s.Ports {
 			elems = append(elems, nftables.SetElement{Key: binaryutil.BigEndian.PutUint16(p)})
 		}
-	case setIPv4, setIPv6:
+	case SetIPv4, SetIPv6:
 		ns.KeyType = nftables.TypeIPAddr
-		if s.typ == setIPv6 {
+		if s.Type == SetIPv6 {
 			ns.KeyType = nftables.TypeIP6Addr
 		}
 		ns.Interval = true
-		elems = intervalElements(s.prefixes)
-	case setIPv4Addrs:
+		elems = intervalElements(s.Prefixes)
+	case SetIPv4Addrs:
 		ns.KeyType = nftables.TypeIPAddr
-	case setIPv6Addrs:
+	case SetIPv6Addrs:
 		ns.KeyType = nftables.TypeIP6Addr
-	case setIfnames:
+	case SetIfnames:
 		ns.KeyType = nftables.TypeIFName
 		// nft keeps strings in host byte order and, told otherwise by the
 		// set's userdata, lists the names as empty strings.
 		ns.KeyByteOrder = binaryutil.NativeEndian
-		for _, n := range s.ifnames {
+		for _, n := range s.Ifnames {
 			elems = append(elems, nftables.SetElement{Key: ifname(n)})
 		}
 	}
@@ -114,27 +114,27 @@ func ifname(n string) []byte {
 	return b
 }
 
-func nlChain(table *nftables.Table, c chain) *nftables.Chain {
-	nc := &nftables.Chain{Name: c.name, Table: table}
-	if c.hook != 0 {
+func nlChain(table *nftables.Table, c Chain) *nftables.Chain {
+	nc := &nftables.Chain{Name: c.Name, Table: table}
+	if c.Hook != 0 {
 		accept := nftables.ChainPolicyAccept
-		prio := nftables.ChainPriority(c.prio)
+		prio := nftables.ChainPriority(c.Priority)
 		nc.Priority = &prio
 		nc.Policy = &accept
-		switch c.typ {
-		case typeNAT:
+		switch c.Type {
+		case TypeNAT:
 			nc.Type = nftables.ChainTypeNAT
-		case typeFilter:
+		case TypeFilter:
 			nc.Type = nftables.ChainTypeFilter
-		case typeRoute:
+		case TypeRoute:
 			nc.Type = nftables.ChainTypeRoute
 		}
-		switch c.hook {
-		case hookPrerouting:
+		switch c.Hook {
+		case HookPrerouting:
 			nc.Hooknum = nftables.ChainHookPrerouting
-		case hookOutput:
+		case HookOutput:
 			nc.Hooknum = nftables.ChainHookOutput
-		case hookPostrouting:
+		case HookPostrouting:
 			nc.Hooknum = nftables.ChainHookPostrouting
 		}
 	}
@@ -147,50 +147,50 @@ func ruleTag(tag string) []byte {
 	return userdata.AppendString(nil, userdata.TypeComment, tag)
 }
 
-func ruleExprs(r rule, setIDs map[string]uint32) []expr.Any {
+func ruleExprs(r Rule, setIDs map[string]uint32) []expr.Any {
 	var out []expr.Any
-	for _, m := range r.matches {
+	for _, m := range r.Matches {
 		out = append(out, matchExprs(m, setIDs)...)
 	}
-	for _, st := range r.stmts {
+	for _, st := range r.Stmts {
 		out = append(out, stmtExprs(st)...)
 	}
-	return append(out, verdictExprs(r.verdict)...)
+	return append(out, verdictExprs(r.Verdict)...)
 }
 
-func matchExprs(m match, setIDs map[string]uint32) []expr.Any {
+func matchExprs(m Match, setIDs map[string]uint32) []expr.Any {
 	switch m := m.(type) {
-	case nfprotoMatch:
-		return nfprotoExprs(m.fam)
-	case l4protoMatch:
-		return l4protoExprs(m.proto)
-	case portMatch:
-		return append(dportLoad(m.proto), cmp(m.neg, binaryutil.BigEndian.PutUint16(m.port)))
-	case portSetMatch:
-		return append(dportLoad(m.proto), lookup(m.set, setIDs))
-	case ifMatch:
-		return []expr.Any{ifLoad(m.out), cmp(m.neg, ifname(m.name))}
-	case ifSetMatch:
-		return []expr.Any{ifLoad(m.out), lookup(m.set, setIDs)}
-	case addrMatch:
-		return append(addrLoad(addrFamily(m.addr), m.src), cmp(m.neg, m.addr.AsSlice()))
-	case daddrSetMatch:
-		return append(addrLoad(m.fam, false), lookup(m.set, setIDs))
-	case ownerMatch:
+	case NFProtoMatch:
+		return nfprotoExprs(m.Family)
+	case L4ProtoMatch:
+		return l4protoExprs(m.Proto)
+	case PortMatch:
+		return append(dportLoad(m.Proto), cmp(m.Neg, binaryutil.BigEndian.PutUint16(m.Port)))
+	case PortSetMatch:
+		return append(dportLoad(m.Proto), lookup(m.Set, setIDs))
+	case IfMatch:
+		return []expr.Any{ifLoad(m.Out), cmp(m.Neg, ifname(m.Name))}
+	case IfSetMatch:
+		return []expr.Any{ifLoad(m.Out), lookup(m.Set, setIDs)}
+	case AddrMatch:
+		return append(addrLoad(AddrFamily(m.Addr), m.Src), cmp(m.Neg, m.Addr.AsSlice()))
+	case DaddrSetMatch:
+		return append(addrLoad(m.Family, false), lookup(m.Set, setIDs))
+	case OwnerMatch:
 		key := expr.MetaKeySKUID
-		if m.gid {
+		if m.GID {
 			key = expr.MetaKeySKGID
 		}
 		// skuid and skgid compare in host byte order.
-		return []expr.Any{&expr.Meta{Key: key, Register: reg}, cmp(m.neg, binaryutil.NativeEndian.PutUint32(m.id))}
-	case markMatch:
-		out := []expr.Any{markLoad(m.ct)}
-		if m.mask != fullMask {
+		return []expr.Any{&expr.Meta{Key: key, Register: reg}, cmp(m.Neg, binaryutil.NativeEndian.PutUint32(m.ID))}
+	case MarkMatch:
+		out := []expr.Any{markLoad(m.CT)}
+		if m.Mask != FullMask {
 			out = append(out, &expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
-				Mask: binaryutil.NativeEndian.PutUint32(m.mask), Xor: make([]byte, 4)})
+				Mask: binaryutil.NativeEndian.PutUint32(m.Mask), Xor: make([]byte, 4)})
 		}
-		return append(out, cmp(m.neg, binaryutil.NativeEndian.PutUint32(m.value)))
-	case establishedMatch:
+		return append(out, cmp(m.Neg, binaryutil.NativeEndian.PutUint32(m.Value)))
+	case EstablishedMatch:
 		bits := uint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED)
 		return []expr.Any{
 			&expr.Ct{Register: reg, Key: expr.CtKeySTATE},
@@ -198,13 +198,13 @@ func matchExprs(m match, setIDs map[string]uint32) []expr.Any {
 				Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
 			cmp(true, make([]byte, 4)),
 		}
-	case localSourceMatch:
+	case LocalSourceMatch:
 		return []expr.Any{
 			&expr.Fib{Register: reg, FlagSADDR: true, ResultADDRTYPE: true},
 			cmp(false, binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)),
 		}
 	}
-	panic(fmt.Sprintf("redirect: no expressions for match %T", m))
+	panic(fmt.Sprintf("nft: no expressions for match %T", m))
 }
 
 func markLoad(ct bool) expr.Any {
@@ -221,69 +221,69 @@ func markStore(ct bool) expr.Any {
 	return &expr.Meta{Key: expr.MetaKeyMARK, Register: reg, SourceRegister: true}
 }
 
-func stmtExprs(s stmt) []expr.Any {
+func stmtExprs(s Stmt) []expr.Any {
 	switch s := s.(type) {
-	case markSet:
+	case MarkSet:
 		var load []expr.Any
 		switch {
-		case s.from == fromCtMark:
+		case s.From == FromCtMark:
 			load = []expr.Any{markLoad(true)}
-		case s.from == fromMetaMark:
+		case s.From == FromMetaMark:
 			load = []expr.Any{markLoad(false)}
-		case s.mask == fullMask:
-			load = []expr.Any{&expr.Immediate{Register: reg, Data: binaryutil.NativeEndian.PutUint32(s.value)}}
+		case s.Mask == FullMask:
+			load = []expr.Any{&expr.Immediate{Register: reg, Data: binaryutil.NativeEndian.PutUint32(s.Value)}}
 		default:
-			load = []expr.Any{markLoad(s.ct), &expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
-				Mask: binaryutil.NativeEndian.PutUint32(^s.mask), Xor: binaryutil.NativeEndian.PutUint32(s.value)}}
+			load = []expr.Any{markLoad(s.CT), &expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(^s.Mask), Xor: binaryutil.NativeEndian.PutUint32(s.Value)}}
 		}
-		return append(load, markStore(s.ct))
-	case tproxyStmt:
+		return append(load, markStore(s.CT))
+	case TProxyStmt:
 		fam := byte(unix.NFPROTO_UNSPEC)
-		switch s.fam {
-		case ipv4:
+		switch s.Family {
+		case IPv4:
 			fam = unix.NFPROTO_IPV4
-		case ipv6:
+		case IPv6:
 			fam = unix.NFPROTO_IPV6
 		}
 		return []expr.Any{
-			&expr.Immediate{Register: reg, Data: binaryutil.BigEndian.PutUint16(s.port)},
+			&expr.Immediate{Register: reg, Data: binaryutil.BigEndian.PutUint16(s.Port)},
 			&expr.TProxy{Family: fam, TableFamily: byte(nftables.TableFamilyINet), RegPort: reg},
 		}
-	case snatStmt:
+	case SNATStmt:
 		fam := uint32(unix.NFPROTO_IPV4)
-		if s.addr.Is6() {
+		if s.Addr.Is6() {
 			fam = unix.NFPROTO_IPV6
 		}
 		return []expr.Any{
-			&expr.Immediate{Register: reg, Data: s.addr.AsSlice()},
+			&expr.Immediate{Register: reg, Data: s.Addr.AsSlice()},
 			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: fam, RegAddrMin: reg, RegAddrMax: reg},
 		}
 	}
-	panic(fmt.Sprintf("redirect: no expressions for statement %T", s))
+	panic(fmt.Sprintf("nft: no expressions for statement %T", s))
 }
 
-func verdictExprs(v verdict) []expr.Any {
-	switch v.kind {
-	case verdictNone:
+func verdictExprs(v Verdict) []expr.Any {
+	switch v.Kind {
+	case VerdictNone:
 		return nil
-	case verdictAccept:
+	case VerdictAccept:
 		return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
-	case verdictReturn:
+	case VerdictReturn:
 		return []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}}
-	case verdictJump:
-		return []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: v.chain}}
-	case verdictRedirect:
+	case VerdictJump:
+		return []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: v.Chain}}
+	case VerdictRedirect:
 		return []expr.Any{
-			&expr.Immediate{Register: reg, Data: binaryutil.BigEndian.PutUint16(v.port)},
+			&expr.Immediate{Register: reg, Data: binaryutil.BigEndian.PutUint16(v.Port)},
 			&expr.Redir{RegisterProtoMin: reg, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
 		}
 	}
-	panic(fmt.Sprintf("redirect: no expressions for verdict kind %d", v.kind))
+	panic(fmt.Sprintf("nft: no expressions for verdict kind %d", v.Kind))
 }
 
-func nfprotoExprs(f family) []expr.Any {
+func nfprotoExprs(f Family) []expr.Any {
 	proto := byte(unix.NFPROTO_IPV4)
-	if f == ipv6 {
+	if f == IPv6 {
 		proto = unix.NFPROTO_IPV6
 	}
 	return []expr.Any{
@@ -292,7 +292,7 @@ func nfprotoExprs(f family) []expr.Any {
 	}
 }
 
-func l4protoExprs(p l4proto) []expr.Any {
+func l4protoExprs(p Proto) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{byte(p)}},
@@ -301,7 +301,7 @@ func l4protoExprs(p l4proto) []expr.Any {
 
 // dportLoad pins the transport protocol (the inet table sees every
 // protocol) and loads the destination port, at offset 2 in TCP and UDP.
-func dportLoad(p l4proto) []expr.Any {
+func dportLoad(p Proto) []expr.Any {
 	return append(l4protoExprs(p),
 		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
 }
@@ -316,12 +316,12 @@ func ifLoad(out bool) expr.Any {
 
 // addrLoad pins the family and loads the source or destination address
 // (IPv4 header offsets 12 and 16, IPv6 8 and 24).
-func addrLoad(f family, src bool) []expr.Any {
+func addrLoad(f Family, src bool) []expr.Any {
 	offset, size := uint32(16), uint32(4)
 	if src {
 		offset = 12
 	}
-	if f == ipv6 {
+	if f == IPv6 {
 		offset, size = 24, 16
 		if src {
 			offset = 8

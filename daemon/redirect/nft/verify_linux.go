@@ -1,4 +1,4 @@
-package redirect
+package nft
 
 import (
 	"fmt"
@@ -12,47 +12,33 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// Verify reads table inet sluice in ns, and the policy routes, and compares
-// them with r. It returns one human-readable item per difference, none when
-// the kernel holds exactly r; the error is for failing to read at all.
+// Verify reads table inet t.Name in ns and compares it with t. It returns
+// one human-readable item per difference, none when the kernel holds
+// exactly t; the error is for failing to read at all.
 //
 // Rules are recognised by their tag (the nft comment Apply gives each) and
 // compared expression by expression, so a rule someone replaced, one that
 // went missing and one someone added are each named. Like Apply it never
 // moves the caller's thread into ns.
-func Verify(ns netns.NsHandle, r *Ruleset) ([]string, error) {
-	drift, err := verifyTable(ns, r)
-	if err != nil {
-		return nil, err
-	}
-	// A ruleset without routes still reports stale ones of ours: Apply
-	// would prune them.
-	routes, err := routeDrift(ns, r.routes)
-	if err != nil {
-		return nil, fmt.Errorf("verify policy routes in netns fd %d: %w", int(ns), err)
-	}
-	return append(drift, routes...), nil
-}
-
-func verifyTable(ns netns.NsHandle, r *Ruleset) ([]string, error) {
+func Verify(ns netns.NsHandle, t *Table) ([]string, error) {
 	conn, err := dial(ns, nftables.AsLasting())
 	if err != nil {
-		return nil, fmt.Errorf("verify table inet %s: %w", r.table, err)
+		return nil, fmt.Errorf("verify table inet %s: %w", t.Name, err)
 	}
 	defer conn.CloseLasting()
 	fail := func(what string, err error) ([]string, error) {
-		return nil, fmt.Errorf("verify table inet %s in netns fd %d: %s: %w", r.table, int(ns), what, err)
+		return nil, fmt.Errorf("verify table inet %s in netns fd %d: %s: %w", t.Name, int(ns), what, err)
 	}
 
 	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return fail("list tables", err)
 	}
-	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == r.table }) {
-		return []string{fmt.Sprintf("table inet %s is missing", r.table)}, nil
+	if !slices.ContainsFunc(tables, func(nt *nftables.Table) bool { return nt.Name == t.Name }) {
+		return []string{fmt.Sprintf("table inet %s is missing", t.Name)}, nil
 	}
 
-	want := newProgram(r)
+	want := newProgram(t)
 	table := want.table
 	var drift []string
 	driftf := func(format string, args ...any) { drift = append(drift, fmt.Sprintf(format, args...)) }
@@ -91,7 +77,7 @@ func verifyTable(ns netns.NsHandle, r *Ruleset) ([]string, error) {
 	}
 	gotChains := map[string]*nftables.Chain{}
 	for _, c := range chains {
-		if c.Table.Name == r.table {
+		if c.Table.Name == t.Name {
 			gotChains[c.Name] = c
 		}
 	}
@@ -109,7 +95,7 @@ func verifyTable(ns netns.NsHandle, r *Ruleset) ([]string, error) {
 		if err != nil {
 			return fail("list rules of chain "+wc.Name, err)
 		}
-		drift = append(drift, ruleDrift(wc.Name, r.chains[i].rules, wantRules(want, wc), got)...)
+		drift = append(drift, ruleDrift(wc.Name, t.Chains[i].Rules, wantRules(want, wc), got)...)
 	}
 	// Sorted: map order is random and reports should be stable.
 	for _, name := range slices.Sorted(maps.Keys(gotChains)) {
@@ -175,7 +161,7 @@ func wantRules(p program, c *nftables.Chain) []*nftables.Rule {
 
 // ruleDrift compares one chain's rules. model and want are the same rules,
 // as the model (for their text) and as netlink values.
-func ruleDrift(chainName string, model []rule, want, got []*nftables.Rule) []string {
+func ruleDrift(chainName string, model []Rule, want, got []*nftables.Rule) []string {
 	if len(got) == 0 && len(want) > 0 {
 		return []string{fmt.Sprintf("chain %s is empty (flushed?): all %d rules missing", chainName, len(want))}
 	}
@@ -184,7 +170,7 @@ func ruleDrift(chainName string, model []rule, want, got []*nftables.Rule) []str
 	var gotOrder []string
 	for _, g := range got {
 		tag, ok := userdata.GetString(g.UserData, userdata.TypeComment)
-		if !ok || byTag[tag] != nil || !slices.ContainsFunc(model, func(r rule) bool { return r.tag == tag }) {
+		if !ok || byTag[tag] != nil || !slices.ContainsFunc(model, func(r Rule) bool { return r.Tag == tag }) {
 			drift = append(drift, fmt.Sprintf("chain %s: rule handle %d is not part of the ruleset (comment %q)", chainName, g.Handle, tag))
 			continue
 		}
@@ -194,13 +180,13 @@ func ruleDrift(chainName string, model []rule, want, got []*nftables.Rule) []str
 	var wantOrder []string
 	for i, w := range want {
 		m := model[i]
-		wantOrder = append(wantOrder, m.tag)
-		g := byTag[m.tag]
+		wantOrder = append(wantOrder, m.Tag)
+		g := byTag[m.Tag]
 		switch {
 		case g == nil:
-			drift = append(drift, fmt.Sprintf("chain %s: rule %q is missing: %s", chainName, m.tag, m.text()))
+			drift = append(drift, fmt.Sprintf("chain %s: rule %q is missing: %s", chainName, m.Tag, m.text()))
 		case !sameExprs(g.Exprs, w.Exprs):
-			drift = append(drift, fmt.Sprintf("chain %s: rule %q (handle %d) was modified, want: %s", chainName, m.tag, g.Handle, m.text()))
+			drift = append(drift, fmt.Sprintf("chain %s: rule %q (handle %d) was modified, want: %s", chainName, m.Tag, g.Handle, m.text()))
 		}
 	}
 	if len(drift) == 0 && !slices.Equal(gotOrder, wantOrder) {

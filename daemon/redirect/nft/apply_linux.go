@@ -1,0 +1,201 @@
+package nft
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Apply programs t into the network namespace ns in one netlink
+// transaction, so whoever lives there sees the old table or the new one,
+// never one half built, and reports whether a table of that name was there
+// before. Applying the same table again leaves the kernel in the same state.
+//
+// It first asks whether the table exists (one GET, no commit):
+//   - absent, the common case of a new pod: one batch creates the table
+//     exclusively (NLM_F_EXCL) with its sets, chains and rules. Nothing is
+//     deleted, so the kernel has nothing to free after an RCU grace period.
+//     Should the table appear between the GET and the batch, the batch
+//     fails whole with EEXIST and Apply falls through to the replace.
+//   - present: one batch adds, deletes and re-adds the table, then fills it.
+//
+// Deleting anything in nf_tables queues the old objects for release after
+// a grace period, and closing a netfilter netlink socket waits for every
+// queued release in the kernel (nft_rcv_nl_event flushes the release work),
+// ~10 ms, also for releases other netns queued. The transaction has
+// committed before the kernel acks it, so the socket is closed off the
+// caller's path (closeLater).
+//
+// The netlink socket is opened inside ns by google/nftables (through
+// mdlayher/socket), on a locked thread of its own that is moved back before
+// it is released; the caller's thread never changes namespace, so Apply is
+// safe to call from many goroutines at once.
+func Apply(ns netns.NsHandle, t *Table) (existed bool, err error) {
+	conn, err := dial(ns, nftables.AsLasting())
+	if err != nil {
+		return false, fmt.Errorf("apply table inet %s: %w", t.Name, err)
+	}
+	defer closeLater(conn)
+	p := newProgram(t)
+	exists, err := tableExists(conn, p.table)
+	if err != nil {
+		return false, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
+	}
+	if !exists {
+		err = commit(conn, p, false)
+		if !errors.Is(err, unix.EEXIST) {
+			if err != nil {
+				return false, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
+			}
+			return false, nil
+		}
+	}
+	if err := commit(conn, p, true); err != nil {
+		return true, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
+	}
+	return true, nil
+}
+
+// commit sends p as one batch. replace deletes whatever table is there
+// first (add, delete, add: the add makes the delete valid either way);
+// otherwise the table is created exclusively and the batch fails with
+// EEXIST if it already exists.
+func commit(conn *nftables.Conn, p program, replace bool) error {
+	if replace {
+		conn.AddTable(p.table)
+		conn.DelTable(p.table)
+		conn.AddTable(p.table)
+	} else {
+		conn.CreateTable(p.table)
+	}
+	for i, s := range p.sets {
+		if err := conn.AddSet(s, p.elems[i]); err != nil {
+			return fmt.Errorf("add set %s: %w", s.Name, err)
+		}
+	}
+	// Every chain exists before the first rule, so jumps always resolve.
+	for _, c := range p.chains {
+		conn.AddChain(c)
+	}
+	for _, rl := range p.rules {
+		conn.AddRule(rl)
+	}
+	return conn.Flush()
+}
+
+// tableExists asks the kernel for the table by name.
+func tableExists(conn *nftables.Conn, table *nftables.Table) (bool, error) {
+	_, err := conn.ListTableOfFamily(table.Name, nftables.TableFamilyINet)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	}
+	return false, fmt.Errorf("get table: %w", err)
+}
+
+// Remove deletes table inet name from ns. A table that is not there is not
+// an error, and costs one GET and no commit.
+func Remove(ns netns.NsHandle, name string) error {
+	conn, err := dial(ns, nftables.AsLasting())
+	if err != nil {
+		return fmt.Errorf("remove table inet %s: %w", name, err)
+	}
+	defer closeLater(conn)
+	table := nlTable(name)
+	exists, err := tableExists(conn, table)
+	if err != nil {
+		return fmt.Errorf("remove table inet %s from netns fd %d: %w", name, int(ns), err)
+	}
+	if !exists {
+		return nil
+	}
+	// Add before delete, so a table someone removed since the GET is not
+	// an error either.
+	conn.AddTable(table)
+	conn.DelTable(table)
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("remove table inet %s from netns fd %d: %w", name, int(ns), err)
+	}
+	return nil
+}
+
+// closing hands netlink sockets to one goroutine that closes them. Closing
+// can block for an RCU grace period (see Apply) while nothing the caller
+// needs is left to happen; one closer keeps that to one blocked thread. A
+// full queue closes inline, so a storm slows down rather than piles up.
+var (
+	closing     = make(chan *nftables.Conn, 1024)
+	closerStart sync.Once
+)
+
+func closeLater(conn *nftables.Conn) {
+	closerStart.Do(func() {
+		go func() {
+			for c := range closing {
+				_ = c.CloseLasting()
+			}
+		}()
+	})
+	select {
+	case closing <- conn:
+	default:
+		_ = conn.CloseLasting()
+	}
+}
+
+// dial makes a connection bound to ns. google/nftables treats fd 0 as
+// "the calling thread's namespace", so a closed or zero handle would
+// silently program the agent's own netns; refuse it instead.
+func dial(ns netns.NsHandle, opts ...nftables.ConnOption) (*nftables.Conn, error) {
+	if int(ns) <= 0 {
+		return nil, fmt.Errorf("netns handle %d is not an open namespace", int(ns))
+	}
+	conn, err := nftables.New(append([]nftables.ConnOption{nftables.WithNetNSFd(int(ns))}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink in netns fd %d: %w", int(ns), err)
+	}
+	return conn, nil
+}
+
+// program is a Table as google/nftables values, in the order they are
+// added to the kernel.
+type program struct {
+	table  *nftables.Table
+	sets   []*nftables.Set
+	elems  [][]nftables.SetElement
+	chains []*nftables.Chain
+	rules  []*nftables.Rule
+}
+
+func newProgram(t *Table) program {
+	table := nlTable(t.Name)
+	p := program{
+		table:  table,
+		sets:   make([]*nftables.Set, len(t.Sets)),
+		elems:  make([][]nftables.SetElement, len(t.Sets)),
+		chains: make([]*nftables.Chain, len(t.Chains)),
+	}
+	ids := make(map[string]uint32, len(t.Sets))
+	for i, s := range t.Sets {
+		ids[s.Name] = uint32(i + 1)
+		p.sets[i], p.elems[i] = nlSet(table, s, uint32(i+1))
+	}
+	for i, c := range t.Chains {
+		p.chains[i] = nlChain(table, c)
+		for _, rl := range c.Rules {
+			p.rules = append(p.rules, &nftables.Rule{
+				Table:    table,
+				Chain:    p.chains[i],
+				Exprs:    ruleExprs(rl, ids),
+				UserData: ruleTag(rl.Tag),
+			})
+		}
+	}
+	return p
+}
