@@ -67,7 +67,7 @@ func main() {
 	}
 }
 
-// run serves until ctx (the signal) ends, then drains. The background
+// run serves until sig (SIGTERM or SIGINT) ends, then drains. The background
 // components (informers, ZDS, installer, resync) run on their own context,
 // cancelled only after the drain: an in-flight ADD may still need them (an
 // ambient ADD waits for ztunnel's ack).
@@ -149,9 +149,8 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 			return err
 		}
 		checks.Add("installer", inst.Ready)
-		st := func() installer.Stats { return inst.Stats() }
-		m.Func("counter", "installer_writes_total", "Files the installer wrote (installs and repairs).", func() float64 { return float64(st().Writes) })
-		m.Func("counter", "installer_restores_total", "Repairs of a binary or entry someone else removed or changed.", func() float64 { return float64(st().Restores) })
+		m.Func("counter", "installer_writes_total", "Files the installer wrote (installs and repairs).", func() float64 { return float64(inst.Stats().Writes) })
+		m.Func("counter", "installer_restores_total", "Repairs of a binary or entry someone else removed or changed.", func() float64 { return float64(inst.Stats().Restores) })
 	}
 	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight), Events: rec}
 	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
