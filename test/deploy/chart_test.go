@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nstest"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -316,7 +318,7 @@ func TestServiceAccountPermissions(t *testing.T) {
 	}
 	user := "system:serviceaccount:" + ns + ":" + sa.Name
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
-	for _, c := range []struct {
+	checks := []struct {
 		group, resource, verb string
 		allowed               bool
 	}{
@@ -327,19 +329,27 @@ func TestServiceAccountPermissions(t *testing.T) {
 		{"apps", "daemonsets", "get", true},
 		{"", "pods", "create", false}, {"", "secrets", "get", false}, {"", "namespaces", "get", false},
 		{"", "configmaps", "list", false}, {"apps", "daemonsets", "list", false}, {"", "nodes", "get", false},
-	} {
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: groups,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: c.group, Resource: c.resource, Verb: c.verb, Namespace: "shop"},
-		}}
-		got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Status.Allowed != c.allowed {
-			t.Errorf("%s %s.%s: allowed=%v, want %v (%s)", c.verb, c.resource, c.group, got.Status.Allowed, c.allowed, got.Status.Reason)
-		}
 	}
+	// The authorizer learns new roles and bindings from its own watch, a
+	// moment after they are created: wait until it answers as the role says.
+	var wrong []string
+	nstest.Eventually(t, 10*time.Second, func() bool {
+		wrong = wrong[:0]
+		for _, c := range checks {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user, Groups: groups,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: c.group, Resource: c.resource, Verb: c.verb, Namespace: "shop"},
+			}}
+			got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Allowed != c.allowed {
+				wrong = append(wrong, fmt.Sprintf("%s %s.%s: allowed=%v, want %v (%s)", c.verb, c.resource, c.group, got.Status.Allowed, c.allowed, got.Status.Reason))
+			}
+		}
+		return len(wrong) == 0
+	}, "the ServiceAccount's permissions differ from the role: %v", &wrong)
 }
 
 // TestClusterRoleMatchesRBACFile: the chart grants what the policy tests
