@@ -21,9 +21,9 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 	--mount=type=cache,target=/root/.cache/go-build \
 	ldflags="-s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=${VERSION}" && \
 	CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-		go build -trimpath -ldflags "$ldflags" -o /out/sluice ./plugin && \
+		go build -tags grpcnotrace -trimpath -ldflags "$ldflags" -o /out/sluice ./plugin && \
 	CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-		go build -trimpath -ldflags "$ldflags" -o /out/sluice-agent ./daemon
+		go build -tags grpcnotrace -trimpath -ldflags "$ldflags" -o /out/sluice-agent ./daemon
 
 # static: no libc, CA certificates and tzdata only; runs as root by default,
 # which the agent needs for the host paths it writes.

@@ -6,6 +6,9 @@ CACHE     ?= $(HOME)/.cache/sluice
 PLUGINS   := $(CACHE)/cni-plugins/$(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=$(VERSION)
+# grpc-go without golang.org/x/net/trace (and html/template with it): the
+# plugin runs on every pod start, and nothing here serves /debug/requests.
+TAGS      := grpcnotrace
 # `make test` fuzzes each target briefly; `make fuzz FUZZTIME=10m` digs deeper.
 FUZZTIME  ?= 20000x
 FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve \
@@ -21,8 +24,8 @@ export SLUICE_CACHE := $(CACHE)
 all: build
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice ./plugin
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice-agent ./daemon
+	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice ./plugin
+	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice-agent ./daemon
 
 # The reference plugins the demo and the chain tests run before sluice.
 plugins: $(PLUGINS)/bridge

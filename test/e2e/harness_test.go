@@ -73,7 +73,8 @@ func buildBinaries(dir string) error {
 		{"loopback", "github.com/containernetworking/plugins/plugins/main/loopback"},
 		{"demo", "github.com/sluicemesh/sluice/hack/demo"},
 	} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
+		// As `make build` does (Makefile TAGS).
+		cmd := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("%s: %v\n%s", b.pkg, err, out)
