@@ -60,14 +60,7 @@ func TestGarbageDropsOnlyThatConnection(t *testing.T) {
 
 	// The good connection is the newest left and still serves.
 	w, _ := h.pod("a")
-	errc := h.add(context.Background(), w)
-	if r := good.recv(); r.String() != "add:a" {
-		t.Fatalf("got %s, want add:a", r)
-	}
-	good.ack("")
-	if err := <-errc; err != nil {
-		t.Fatalf("Add: %v", err)
-	}
+	h.addAcked(good, w, 0)
 	h.connected(1)
 }
 

@@ -124,6 +124,21 @@ func (h *harness) add(ctx context.Context, w Workload) <-chan error {
 	return errc
 }
 
+// addAcked runs Add of w, expects z to receive exactly that Add with the
+// netns inode ino (0: not checked), acks it, and fails the test unless Add
+// then succeeds.
+func (h *harness) addAcked(z *fakeZtunnel, w Workload, ino uint64) {
+	h.t.Helper()
+	errc := h.add(context.Background(), w)
+	if r := z.recv(); r.String() != "add:"+w.UID || (ino != 0 && r.netns != ino) {
+		h.t.Fatalf("ztunnel got %s with netns %d, want add:%s with %d", r, r.netns, w.UID, ino)
+	}
+	z.ack("")
+	if err := <-errc; err != nil {
+		h.t.Fatalf("Add %s: %v", w.UID, err)
+	}
+}
+
 func (h *harness) del(ctx context.Context, uid string) <-chan error {
 	errc := make(chan error, 1)
 	go func() { errc <- h.srv.Del(ctx, uid) }()

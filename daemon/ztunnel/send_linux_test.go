@@ -40,16 +40,9 @@ func TestAddGoesToNewestAndDelToAll(t *testing.T) {
 	h.connected(2)
 
 	w, ino := h.pod("a")
-	errc := h.add(context.Background(), w)
-	if r := upgraded.recv(); r.String() != "add:a" || r.netns != ino {
-		t.Fatalf("newest ztunnel got %s with netns %d, want add:a with %d", r, r.netns, ino)
-	}
-	upgraded.ack("")
-	if err := <-errc; err != nil {
-		t.Fatalf("Add: %v", err)
-	}
+	h.addAcked(upgraded, w, ino) // the newest connection
 
-	errc = h.del(context.Background(), "gone")
+	errc := h.del(context.Background(), "gone")
 	// The old ztunnel's next request being the Del shows the Add skipped it.
 	for name, z := range map[string]*fakeZtunnel{"old": old, "newest": upgraded} {
 		if r := z.recv(); r.String() != "del:gone" {
@@ -120,14 +113,7 @@ func TestSlowAckFailsAddWithinItsDeadline(t *testing.T) {
 	z.ack("") // late, but within the Timeout: the server still reads it
 
 	c, _ := h.pod("c")
-	errc = h.add(context.Background(), c)
-	if r := z.recv(); r.String() != "add:c" {
-		t.Fatalf("next request %s, want add:c", r)
-	}
-	z.ack("")
-	if err := <-errc; err != nil {
-		t.Fatalf("Add after a late ack: %v", err)
-	}
+	h.addAcked(z, c, 0)
 	h.connected(1)
 }
 
@@ -142,14 +128,7 @@ func TestAddOfUnopenableNetnsSendsNothing(t *testing.T) {
 		t.Fatalf("Add of a missing netns: %v, want ErrNotExist", err)
 	}
 	w, _ := h.pod("a")
-	errc := h.add(context.Background(), w)
-	if r := z.recv(); r.String() != "add:a" {
-		t.Fatalf("ztunnel got %s, want add:a (nothing for the missing netns)", r)
-	}
-	z.ack("")
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
+	h.addAcked(z, w, 0) // nothing was sent for the missing netns
 }
 
 func TestConcurrentAddsAreSerialised(t *testing.T) {
