@@ -120,6 +120,15 @@ type Spec struct {
 	// HostConfig); ambient pods let TCP from them in uncaptured.
 	ProbeSNATIPv4 netip.Addr `json:"probeSNATIPv4,omitzero"`
 	ProbeSNATIPv6 netip.Addr `json:"probeSNATIPv6,omitzero"`
+	// DropInvalid drops packets conntrack calls INVALID before any capture
+	// rule sees them (Istio's INVALID_DROP on istio-proxy).
+	DropInvalid bool `json:"dropInvalid,omitempty"`
+	// RerouteInterfaces: TCP arriving on these interfaces (a KubeVirt VM's
+	// bridge) is captured as outbound, to OutboundPort (Istio's
+	// istio.io/reroute-virtual-interfaces and the older
+	// traffic.sidecar.istio.io/kubevirtInterfaces).
+	RerouteInterfaces []string `json:"rerouteInterfaces,omitempty"`
+
 	// BypassInboundCapture leaves inbound traffic alone (Istio's ingress
 	// mode, for gateways): only outbound goes to ztunnel.
 	BypassInboundCapture bool `json:"bypassInboundCapture,omitempty"`
