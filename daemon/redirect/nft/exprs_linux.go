@@ -165,7 +165,7 @@ func matchExprs(m Match, setIDs map[string]uint32) []expr.Any {
 	case L4ProtoMatch:
 		return l4protoExprs(m.Proto)
 	case PortMatch:
-		return append(dportLoad(m.Proto), cmp(m.Neg, binaryutil.BigEndian.PutUint16(m.Port)))
+		return append(portLoad(m.Proto, m.Src), cmp(m.Neg, binaryutil.BigEndian.PutUint16(m.Port)))
 	case PortSetMatch:
 		return append(dportLoad(m.Proto), lookup(m.Set, setIDs))
 	case IfMatch:
@@ -191,13 +191,9 @@ func matchExprs(m Match, setIDs map[string]uint32) []expr.Any {
 		}
 		return append(out, cmp(m.Neg, binaryutil.NativeEndian.PutUint32(m.Value)))
 	case EstablishedMatch:
-		bits := uint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED)
-		return []expr.Any{
-			&expr.Ct{Register: reg, Key: expr.CtKeySTATE},
-			&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
-				Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
-			cmp(true, make([]byte, 4)),
-		}
+		return ctStateExprs(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED)
+	case InvalidMatch:
+		return ctStateExprs(expr.CtStateBitINVALID)
 	case LocalSourceMatch:
 		return []expr.Any{
 			&expr.Fib{Register: reg, FlagSADDR: true, ResultADDRTYPE: true},
@@ -205,6 +201,16 @@ func matchExprs(m Match, setIDs map[string]uint32) []expr.Any {
 		}
 	}
 	panic(fmt.Sprintf("nft: no expressions for match %T", m))
+}
+
+// ctStateExprs is `ct state` having any of bits.
+func ctStateExprs(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: reg, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+		cmp(true, make([]byte, 4)),
+	}
 }
 
 func markLoad(ct bool) expr.Any {
@@ -258,6 +264,12 @@ func stmtExprs(s Stmt) []expr.Any {
 			&expr.Immediate{Register: reg, Data: s.Addr.AsSlice()},
 			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: fam, RegAddrMin: reg, RegAddrMax: reg},
 		}
+	case CTZoneSet:
+		// The zone is a 16-bit register value in host byte order.
+		return []expr.Any{
+			&expr.Immediate{Register: reg, Data: binaryutil.NativeEndian.PutUint16(s.Zone)},
+			&expr.Ct{Register: reg, SourceRegister: true, Key: expr.CtKeyZONE},
+		}
 	}
 	panic(fmt.Sprintf("nft: no expressions for statement %T", s))
 }
@@ -270,6 +282,8 @@ func verdictExprs(v Verdict) []expr.Any {
 		return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
 	case VerdictReturn:
 		return []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}}
+	case VerdictDrop:
+		return []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}
 	case VerdictJump:
 		return []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: v.Chain}}
 	case VerdictRedirect:
@@ -301,9 +315,16 @@ func l4protoExprs(p Proto) []expr.Any {
 
 // dportLoad pins the transport protocol (the inet table sees every
 // protocol) and loads the destination port, at offset 2 in TCP and UDP.
-func dportLoad(p Proto) []expr.Any {
+func dportLoad(p Proto) []expr.Any { return portLoad(p, false) }
+
+// portLoad is dportLoad, or with src the source port (offset 0).
+func portLoad(p Proto, src bool) []expr.Any {
+	offset := uint32(2)
+	if src {
+		offset = 0
+	}
 	return append(l4protoExprs(p),
-		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: offset, Len: 2})
 }
 
 func ifLoad(out bool) expr.Any {

@@ -91,6 +91,8 @@ func renderChain(b *strings.Builder, c Chain) {
 // prerouting, srcnat only on postrouting).
 func priorityText(h Hook, prio int) string {
 	switch {
+	case prio == rawPriority:
+		return "raw"
 	case prio == manglePriority:
 		return "mangle"
 	case prio == natDstPriority && h == HookPrerouting:
@@ -160,6 +162,8 @@ func stmtText(s Stmt) string {
 		return "tproxy " + fam + "to :" + strconv.Itoa(int(s.Port))
 	case SNATStmt:
 		return "snat " + AddrFamily(s.Addr).payloadName() + " to " + s.Addr.String()
+	case CTZoneSet:
+		return "ct zone set " + strconv.Itoa(int(s.Zone))
 	}
 	panic(fmt.Sprintf("nft: no text for statement %T", s))
 }
@@ -178,7 +182,11 @@ func matchText(m Match) string {
 	case L4ProtoMatch:
 		return "meta l4proto " + m.Proto.String()
 	case PortMatch:
-		return m.Proto.String() + " dport " + neg(m.Neg) + strconv.Itoa(int(m.Port))
+		field := " dport "
+		if m.Src {
+			field = " sport "
+		}
+		return m.Proto.String() + field + neg(m.Neg) + strconv.Itoa(int(m.Port))
 	case PortSetMatch:
 		return m.Proto.String() + " dport @" + m.Set
 	case IfMatch:
@@ -210,6 +218,8 @@ func matchText(m Match) string {
 		return fmt.Sprintf("%s & 0x%08x %s 0x%08x", markKey(m.CT), m.Mask, op, m.Value)
 	case EstablishedMatch:
 		return "ct state established,related"
+	case InvalidMatch:
+		return "ct state invalid"
 	case LocalSourceMatch:
 		return "fib saddr type local"
 	}
@@ -226,6 +236,8 @@ func (v Verdict) text() string {
 		return "jump " + v.Chain
 	case VerdictRedirect:
 		return "redirect to :" + strconv.Itoa(int(v.Port))
+	case VerdictDrop:
+		return "drop"
 	}
 	panic(fmt.Sprintf("nft: no text for verdict kind %d", v.Kind))
 }

@@ -47,9 +47,11 @@ type (
 	NFProtoMatch struct{ Family Family }
 	// L4ProtoMatch is `meta l4proto`.
 	L4ProtoMatch struct{ Proto Proto }
-	// PortMatch is a destination port, equal or (Neg) not equal.
+	// PortMatch is a destination port (or, with Src, the source port),
+	// equal or (Neg) not equal.
 	PortMatch struct {
 		Proto Proto
+		Src   bool
 		Neg   bool
 		Port  uint16
 	}
@@ -96,6 +98,8 @@ type (
 	}
 	// EstablishedMatch is `ct state established,related`.
 	EstablishedMatch struct{}
+	// InvalidMatch is `ct state invalid`.
+	InvalidMatch struct{}
 	// LocalSourceMatch is `fib saddr type local`: the source address is one
 	// of this netns's own, so the packet was sent from here, not forwarded.
 	LocalSourceMatch struct{}
@@ -113,6 +117,7 @@ func (OwnerMatch) isMatch()    {}
 func (MarkMatch) isMatch()     {}
 
 func (EstablishedMatch) isMatch() {}
+func (InvalidMatch) isMatch()     {}
 func (LocalSourceMatch) isMatch() {}
 
 // FullMask is a mark mask that keeps every bit; nft then shows no mask.
@@ -147,11 +152,16 @@ type (
 	}
 	// SNATStmt rewrites the source address; its family follows from Addr.
 	SNATStmt struct{ Addr netip.Addr }
+	// CTZoneSet puts the packet's connection in conntrack zone Zone
+	// (iptables' CT --zone); it only works before conntrack has seen the
+	// packet, so in a raw-priority chain.
+	CTZoneSet struct{ Zone uint16 }
 )
 
 func (MarkSet) isStmt()    {}
 func (TProxyStmt) isStmt() {}
 func (SNATStmt) isStmt()   {}
+func (CTZoneSet) isStmt()  {}
 
 // VerdictKind is what a rule's verdict does.
 type VerdictKind uint8
@@ -164,6 +174,7 @@ const (
 	// VerdictRedirect DNATs to the local port; the rule must have pinned
 	// the transport protocol first, as nft itself insists.
 	VerdictRedirect
+	VerdictDrop
 )
 
 // Verdict ends a rule; the zero value is VerdictNone.
@@ -177,3 +188,4 @@ func Return() Verdict                { return Verdict{Kind: VerdictReturn} }
 func Accept() Verdict                { return Verdict{Kind: VerdictAccept} }
 func Jump(chain string) Verdict      { return Verdict{Kind: VerdictJump, Chain: chain} }
 func RedirectTo(port uint16) Verdict { return Verdict{Kind: VerdictRedirect, Port: port} }
+func Drop() Verdict                  { return Verdict{Kind: VerdictDrop} }

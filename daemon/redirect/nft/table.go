@@ -62,6 +62,7 @@ const (
 
 // The priorities iptables' tables run at, which nft names.
 const (
+	rawPriority    = -300 // NF_IP_PRI_RAW, ahead of conntrack
 	manglePriority = -150 // NF_IP_PRI_MANGLE
 	natDstPriority = -100 // NF_IP_PRI_NAT_DST, "dstnat"
 	natSrcPriority = 100  // NF_IP_PRI_NAT_SRC, "srcnat"
@@ -95,4 +96,10 @@ func MangleChain(name string, h Hook) Chain {
 		typ = TypeRoute
 	}
 	return Chain{Name: name, Hook: h, Type: typ, Priority: manglePriority}
+}
+
+// RawChain is a base chain where iptables' raw table would hook: ahead of
+// conntrack, where a packet's conntrack zone can still be chosen.
+func RawChain(name string, h Hook) Chain {
+	return Chain{Name: name, Hook: h, Type: TypeFilter, Priority: rawPriority}
 }
