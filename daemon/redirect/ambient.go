@@ -7,20 +7,26 @@ import (
 )
 
 // The ambient mode: istio-cni's in-pod rules for ztunnel
-// (cni/pkg/iptables AppendInpodRules), in one inet table instead of the
-// mangle and nat tables of two iptables families.
+// (cni/pkg/iptables AppendInpodRules, cni/pkg/nftables), in one inet table
+// instead of the mangle, nat and raw tables of two iptables families.
 //
 // ztunnel runs in the node's pod but opens its listeners inside this pod's
 // netns: 15001 (outbound), 15006 (inbound plain text), 15008 (HBONE) and
 // 15053 (DNS). Its own sockets carry ZtunnelMark, so nothing it sends is
-// captured again. Inbound TCP reaches 15006 by TPROXY with RouteMark, and
-// ztunnel connects on to the app from the client's address (a transparent
-// socket): the conntrack mark set from ZtunnelMark is restored onto the
-// app's replies, and the policy route (RouteMark → RouteTable → local)
-// delivers them back to ztunnel instead of out of eth0.
+// captured again. Inbound TCP reaches 15006 by nat REDIRECT, as Istio does:
+// with nothing listening there (ztunnel restarting or gone) the connection
+// is refused, never delivered to the app. nft's tproxy, which this mode
+// used before, falls through to the app when no transparent socket is
+// bound. ztunnel connects on to the app from the client's address (a
+// transparent socket): the conntrack mark set from ZtunnelMark is restored
+// onto the app's replies, and the policy route (RouteMark → RouteTable →
+// local) delivers them back to ztunnel instead of out of eth0.
 
 func (b *builder) ambient() {
-	b.chains = []nft.Chain{b.ambientPrerouting(), b.ambientOutputMark(), b.ambientOutput()}
+	b.chains = append(b.chains, b.ambientPreroutingMark(), b.ambientPrerouting(), b.ambientOutputMark(), b.ambientOutput())
+	if b.spec.CaptureDNS {
+		b.chains = append(b.chains, b.ambientDNSZones()...)
+	}
 	b.routes = b.policyRoutes()
 }
 
@@ -39,47 +45,47 @@ func (b *builder) probeSource(f nft.Family) netip.Addr {
 	return b.spec.ProbeSNATIPv4
 }
 
-// ambientPrerouting is ISTIO_PRERT in mangle: marks first, then what is
-// never captured, then inbound capture.
+// ambientPreroutingMark is ISTIO_PRERT in mangle: ztunnel's packets to the
+// app (over lo) mark their connection, so the app's replies can be routed
+// back to ztunnel's transparent socket.
+func (b *builder) ambientPreroutingMark() nft.Chain {
+	s := b.spec
+	c := nft.MangleChain(chainPreroutingMark, nft.HookPrerouting)
+	c.Rules = []nft.Rule{{
+		Tag:     "ztunnel-connmark",
+		Matches: append(b.familyGuard(), b.ztunnelMark(false)),
+		Stmts:   []nft.Stmt{nft.MarkSet{CT: true, From: nft.FromValue, Mask: s.RouteMarkMask, Value: s.RouteMark}},
+	}}
+	return c
+}
+
+// ambientPrerouting is ISTIO_PRERT in nat: virtual interfaces first, then
+// the probes, then inbound capture. A nat chain sees only a connection's
+// first packet, and none of those the pod sends itself over lo (their NAT
+// was decided in output), so no loopback or established rule is needed.
 func (b *builder) ambientPrerouting() nft.Chain {
 	s := b.spec
-	c := nft.MangleChain(chainPrerouting, nft.HookPrerouting)
-	add := func(tag string, st []nft.Stmt, v nft.Verdict, m ...nft.Match) {
-		c.Rules = append(c.Rules, nft.Rule{Tag: tag, Matches: m, Stmts: st, Verdict: v})
+	c := nft.NATChain(chainPrerouting, nft.HookPrerouting)
+	add := func(tag string, v nft.Verdict, m ...nft.Match) {
+		c.Rules = append(c.Rules, nft.Rule{Tag: tag, Matches: m, Verdict: v})
 	}
-	guard := b.familyGuard()
-	// ztunnel's packets to the app (over lo) mark their connection.
-	add("ztunnel-connmark", []nft.Stmt{nft.MarkSet{CT: true, From: nft.FromValue, Mask: s.RouteMarkMask, Value: s.RouteMark}}, nft.Verdict{},
-		append(guard, b.ztunnelMark(false))...)
-	// Packets of those connections carry the route mark again.
-	add("restore-route-mark", []nft.Stmt{nft.MarkSet{From: nft.FromCtMark}}, nft.Verdict{}, append(guard, b.connMarked())...)
+	// Istio shunts TCP from a VM's interface straight to the outbound
+	// listener, and returns (not accepts) so others' chains still run.
+	if b.has(setRerouteIfaces) {
+		add("reroute-interfaces", nft.RedirectTo(s.OutboundPort), nft.IfSetMatch{Set: setRerouteIfaces}, nft.L4ProtoMatch{Proto: nft.TCP})
+		add("reroute-interfaces-return", nft.Return(), nft.IfSetMatch{Set: setRerouteIfaces}, nft.L4ProtoMatch{Proto: nft.TCP})
+	}
 	if s.BypassInboundCapture {
 		return c
 	}
 	for _, f := range b.families() {
 		// The kubelet's probes, SNATed by the host table: not ztunnel's.
-		add("probe"+tagSuffix(f), nil, nft.Accept(), nft.AddrMatch{Src: true, Addr: b.probeSource(f)}, nft.L4ProtoMatch{Proto: nft.TCP})
+		add("probe"+tagSuffix(f), nft.Accept(), nft.AddrMatch{Src: true, Addr: b.probeSource(f)}, nft.L4ProtoMatch{Proto: nft.TCP})
 	}
-	// Traffic within the pod, and ztunnel's own to the app, is not inbound.
-	add("loopback", nil, nft.Accept(), append(guard, nft.IfMatch{Name: loopbackInterface}, nft.L4ProtoMatch{Proto: nft.TCP})...)
-	// Once handed to ztunnel, a connection finds its socket by the
-	// destination, which is local: only its first packet needs TPROXY.
-	add("established", nil, nft.Accept(), append(guard, nft.L4ProtoMatch{Proto: nft.TCP}, nft.EstablishedMatch{})...)
 	for _, f := range b.families() {
 		// HBONE (15008) goes to ztunnel's listener by its address.
-		c.Rules = append(c.Rules, nft.Rule{
-			Tag: "inbound-tproxy" + tagSuffix(f),
-			Matches: []nft.Match{
-				nft.AddrMatch{Neg: true, Addr: loopback(f)},
-				nft.PortMatch{Proto: nft.TCP, Neg: true, Port: s.HBONEPort},
-				b.ztunnelMark(true),
-			},
-			Stmts: []nft.Stmt{
-				nft.TProxyStmt{Family: f, Port: s.InboundPort},
-				nft.MarkSet{From: nft.FromValue, Mask: s.RouteMarkMask, Value: s.RouteMark},
-			},
-			Verdict: nft.Accept(),
-		})
+		add("inbound"+tagSuffix(f), nft.RedirectTo(s.InboundPort),
+			nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: s.HBONEPort}, b.ztunnelMark(true))
 	}
 	return c
 }

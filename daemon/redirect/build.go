@@ -9,16 +9,21 @@ import (
 
 // Chain names, the nftables counterparts of istio-iptables' chains.
 const (
-	chainPrerouting  = "prerouting"   // nat PREROUTING (mangle with TPROXY and ambient)
-	chainInbound     = "inbound"      // ISTIO_INBOUND
-	chainDivert      = "divert"       // ISTIO_DIVERT (TPROXY)
-	chainTProxy      = "tproxy"       // ISTIO_TPROXY (TPROXY)
-	chainInRedirect  = "in-redirect"  // ISTIO_IN_REDIRECT
-	chainOutputMark  = "output-mark"  // mangle OUTPUT (TPROXY and ambient)
-	chainOutput      = "output"       // nat OUTPUT
-	chainOutbound    = "outbound"     // ISTIO_OUTPUT
-	chainOutRedirect = "out-redirect" // ISTIO_REDIRECT
-	chainDNS         = "dns"          // the DNS rules istio-iptables keeps in OUTPUT
+	chainPrerouting     = "prerouting"      // nat PREROUTING (mangle with TPROXY)
+	chainPreroutingMark = "prerouting-mark" // mangle PREROUTING (ambient)
+	chainInvalid        = "invalid"         // mangle PREROUTING's INVALID_DROP
+	chainRawPrerouting  = "raw-prerouting"  // raw PREROUTING (DNS conntrack zones)
+	chainReroute        = "reroute"         // nat PREROUTING for reroute interfaces (TPROXY)
+	chainRawOutput      = "raw-output"      // raw OUTPUT (DNS conntrack zones)
+	chainInbound        = "inbound"         // ISTIO_INBOUND
+	chainDivert         = "divert"          // ISTIO_DIVERT (TPROXY)
+	chainTProxy         = "tproxy"          // ISTIO_TPROXY (TPROXY)
+	chainInRedirect     = "in-redirect"     // ISTIO_IN_REDIRECT
+	chainOutputMark     = "output-mark"     // mangle OUTPUT (TPROXY and ambient)
+	chainOutput         = "output"          // nat OUTPUT
+	chainOutbound       = "outbound"        // ISTIO_OUTPUT
+	chainOutRedirect    = "out-redirect"    // ISTIO_REDIRECT
+	chainDNS            = "dns"             // the DNS rules istio-iptables keeps in OUTPUT
 )
 
 // Set names. A set exists only when its list is non-empty.
@@ -33,6 +38,7 @@ const (
 	setExcludeV4       = "outbound-exclude-v4"
 	setExcludeV6       = "outbound-exclude-v6"
 	setExcludeIfaces   = "exclude-interfaces"
+	setRerouteIfaces   = "reroute-interfaces"
 )
 
 const (
@@ -53,6 +59,10 @@ func Build(s Spec) (*Ruleset, error) {
 		return nil, err
 	}
 	b := &builder{spec: s}
+	b.addSets()
+	if s.DropInvalid {
+		b.chains = append(b.chains, b.dropInvalid())
+	}
 	switch s.Mode {
 	case ModeAmbient:
 		b.ambient()
@@ -120,11 +130,15 @@ func (b *builder) addSets() {
 	cidrs(setIncludeV6, nft.IPv6, s.IncludeOutboundCIDRs)
 	cidrs(setExcludeV4, nft.IPv4, s.ExcludeOutboundCIDRs)
 	cidrs(setExcludeV6, nft.IPv6, s.ExcludeOutboundCIDRs)
-	if len(s.ExcludeInterfaces) > 0 {
-		names := slices.Clone(s.ExcludeInterfaces)
-		slices.Sort(names)
-		b.sets = append(b.sets, nft.Set{Name: setExcludeIfaces, Type: nft.SetIfnames, Ifnames: slices.Compact(names)})
+	ifnames := func(name string, all []string) {
+		if len(all) > 0 {
+			names := slices.Clone(all)
+			slices.Sort(names)
+			b.sets = append(b.sets, nft.Set{Name: name, Type: nft.SetIfnames, Ifnames: slices.Compact(names)})
+		}
 	}
+	ifnames(setExcludeIfaces, s.ExcludeInterfaces)
+	ifnames(setRerouteIfaces, s.RerouteInterfaces)
 }
 
 func (b *builder) has(name string) bool {
@@ -199,4 +213,13 @@ func normalisePrefixes(fam nft.Family, all []netip.Prefix) []netip.Prefix {
 		kept = append(kept, p)
 	}
 	return kept
+}
+
+// dropInvalid is istio-iptables' INVALID_DROP: packets conntrack cannot
+// place (out of window, mostly) are dropped before anything is rewritten,
+// instead of reaching the app un-NATed and drawing a reset.
+func (b *builder) dropInvalid() nft.Chain {
+	c := nft.MangleChain(chainInvalid, nft.HookPrerouting)
+	c.Rules = []nft.Rule{{Tag: "drop-invalid", Matches: append(b.familyGuard(), nft.InvalidMatch{}), Verdict: nft.Drop()}}
+	return c
 }

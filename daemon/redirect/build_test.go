@@ -64,8 +64,24 @@ func goldenSpecs() map[string]Spec {
 			s.IncludeNoOutboundCIDRs = true
 			s.IncludeOutboundPorts = []uint16{3306}
 		}),
-		"ambient-default": DefaultAmbientSpec(),
-		"ambient-dns":     ambientWith(func(s *Spec) { s.CaptureDNS = true }),
+		"ambient-default":            DefaultAmbientSpec(),
+		"ambient-no-dns":             ambientWith(func(s *Spec) { s.CaptureDNS = false }),
+		"ambient-reroute-interfaces": ambientWith(func(s *Spec) { s.RerouteInterfaces = []string{"k6t-eth0"} }),
+		"drop-invalid":               with(func(s *Spec) { s.DropInvalid = true }),
+		"reroute-interfaces": with(func(s *Spec) {
+			s.RerouteInterfaces = []string{"k6t-eth0", "tap0"}
+			s.IncludeOutboundCIDRs = prefixes("10.96.0.0/12", "fd00:96::/108")
+		}),
+		"tproxy-reroute-interfaces": with(func(s *Spec) {
+			s.Interception = InterceptTProxy
+			s.RerouteInterfaces = []string{"k6t-eth0"}
+			s.DropInvalid = true
+		}),
+		"outbound-include-loopback": with(func(s *Spec) { s.IncludeOutboundCIDRs = prefixes("127.0.0.0/8", "10.96.0.0/12") }),
+		"dns-capture-exclude-ports": with(func(s *Spec) {
+			s.CaptureDNS = true
+			s.ExcludeOutboundPorts = []uint16{53}
+		}),
 		"ambient-bypass-inbound": ambientWith(func(s *Spec) {
 			s.BypassInboundCapture = true
 			s.CaptureDNS = true
@@ -207,7 +223,7 @@ func TestBuildRejectsAmbient(t *testing.T) {
 		edit func(*Spec)
 		want string
 	}{
-		{"redirect", func(s *Spec) { s.Interception = InterceptRedirect }, `ambient mode supports only "TPROXY"`},
+		{"interception", func(s *Spec) { s.Interception = "NONE" }, `interception "NONE"`},
 		{"sidecar list", func(s *Spec) { s.ExcludeOutboundPorts = []uint16{22} }, "ExcludeOutboundPorts is a sidecar setting"},
 		{"marks clash", func(s *Spec) { s.RouteMark = 0x539 }, "matches ZtunnelMark"},
 		{"no ztunnel mark", func(s *Spec) { s.ZtunnelMark = 0 }, "ZtunnelMark 0x0/0xfff"},

@@ -1,6 +1,10 @@
 package redirect
 
-import "github.com/sluicemesh/sluice/daemon/redirect/nft"
+import (
+	"net/netip"
+
+	"github.com/sluicemesh/sluice/daemon/redirect/nft"
+)
 
 // The sidecar mode: istio-iptables' rules for an Envoy sidecar, chain for
 // chain. REDIRECT sends inbound and outbound TCP through nat; TPROXY
@@ -9,14 +13,20 @@ import "github.com/sluicemesh/sluice/daemon/redirect/nft"
 
 func (b *builder) sidecar() {
 	s := b.spec
-	b.addSets()
 	inbound := !s.IncludeNoInboundPorts
 	tproxy := inbound && s.Interception == InterceptTProxy
 	switch {
 	case tproxy:
 		b.chains = append(b.chains, b.tproxyPrerouting(), b.tproxyInbound(), b.divert(), b.tproxy())
+		if b.has(setRerouteIfaces) {
+			// Rerouting is NAT, so it needs the nat prerouting hook
+			// TPROXY does not otherwise use.
+			b.chains = append(b.chains, b.reroutePrerouting(chainReroute))
+		}
 	case inbound:
 		b.chains = append(b.chains, b.prerouting(), b.inbound())
+	case b.has(setRerouteIfaces):
+		b.chains = append(b.chains, b.reroutePrerouting(chainPrerouting))
 	}
 	// The proxy forwarding to its own pod is redirected to the inbound
 	// listener from the nat output chain in every interception mode.
@@ -36,11 +46,49 @@ func (b *builder) sidecar() {
 	}}})
 	if s.CaptureDNS {
 		b.chains = append(b.chains, b.dns())
+		b.chains = append(b.chains, b.sidecarDNSZones()...)
 	}
+}
+
+// rerouteRules are istio-iptables' reroute-virtual-interfaces rules, which
+// it inserts at the top of nat PREROUTING: TCP arriving from a VM's
+// interface is the VM's outbound traffic, captured (to the include list)
+// as the pod's own would be; nothing else from there is inbound.
+func (b *builder) rerouteRules() []nft.Rule {
+	s := b.spec
+	if !b.has(setRerouteIfaces) {
+		return nil
+	}
+	iface := nft.IfSetMatch{Set: setRerouteIfaces}
+	var rules []nft.Rule
+	switch {
+	case s.IncludeNoOutboundCIDRs:
+	case len(s.IncludeOutboundCIDRs) == 0:
+		rules = append(rules, nft.Rule{Tag: "reroute-interfaces", Matches: []nft.Match{iface}, Verdict: nft.Jump(chainOutRedirect)})
+	default:
+		for _, x := range []struct {
+			set string
+			fam nft.Family
+		}{{setIncludeV4, nft.IPv4}, {setIncludeV6, nft.IPv6}} {
+			if b.has(x.set) {
+				rules = append(rules, nft.Rule{Tag: "reroute-interfaces-" + x.set, Matches: []nft.Match{iface, nft.DaddrSetMatch{Family: x.fam, Set: x.set}}, Verdict: nft.Jump(chainOutRedirect)})
+			}
+		}
+	}
+	return append(rules, nft.Rule{Tag: "reroute-interfaces-return", Matches: []nft.Match{iface}, Verdict: nft.Return()})
+}
+
+// reroutePrerouting is a nat prerouting chain holding only the reroute
+// rules, for when no inbound nat chain exists to put them in.
+func (b *builder) reroutePrerouting(name string) nft.Chain {
+	c := nft.NATChain(name, nft.HookPrerouting)
+	c.Rules = b.rerouteRules()
+	return c
 }
 
 func (b *builder) prerouting() nft.Chain {
 	c := nft.NATChain(chainPrerouting, nft.HookPrerouting)
+	c.Rules = b.rerouteRules()
 	if b.has(setExcludeIfaces) {
 		c.Rules = append(c.Rules, nft.Rule{
 			Tag:     "skip-excluded-interfaces-in",
@@ -92,8 +140,16 @@ func (b *builder) output() nft.Chain {
 		})
 	}
 	if b.spec.CaptureDNS {
-		// UDP never enters the outbound chain (it is TCP's, as
-		// ISTIO_OUTPUT is), so DNS over UDP is diverted here.
+		// UDP never enters the outbound chain (it is TCP's), so DNS over
+		// UDP is diverted here, after the excluded ports, which
+		// istio-iptables applies to UDP as well as TCP.
+		if b.has(setOutboundExclude) {
+			c.Rules = append(c.Rules, nft.Rule{
+				Tag:     "outbound-exclude-ports-udp",
+				Matches: []nft.Match{nft.PortSetMatch{Proto: nft.UDP, Set: setOutboundExclude}},
+				Verdict: nft.Return(),
+			})
+		}
 		c.Rules = append(c.Rules, nft.Rule{
 			Tag:     "dns-udp",
 			Matches: append(b.familyGuard(), nft.PortMatch{Proto: nft.UDP, Port: dnsPort}),
@@ -134,13 +190,26 @@ func (b *builder) outbound() nft.Chain {
 		proxy := nft.OwnerMatch{GID: owner.gid, ID: owner.id}
 		// The app called itself through a service VIP and the proxy is
 		// now forwarding that over loopback: it must enter as inbound.
-		// HBONE to ourselves is the proxy's own tunnel and is left alone.
+		// HBONE to ourselves is the proxy's own tunnel and is left alone;
+		// with DNS capture so is the agent's TCP DNS to a resolver on
+		// the pod's address (istio-iptables does this for the uid only).
 		for _, f := range b.families() {
-			add("proxy-"+owner.name+"-to-self"+tagSuffix(f), nft.Jump(chainInRedirect),
-				lo, nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: s.HBONEPort}, proxy)
+			m := []nft.Match{lo, nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: s.HBONEPort}}
+			if s.CaptureDNS && !owner.gid {
+				m = append(m, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: dnsPort})
+			}
+			add("proxy-"+owner.name+"-to-self"+tagSuffix(f), nft.Jump(chainInRedirect), append(m, proxy)...)
 		}
-		// The app calling itself by its endpoint address over loopback.
-		add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.OwnerMatch{GID: owner.gid, Neg: true, ID: owner.id})
+		// The app calling itself by its endpoint address over loopback,
+		// unless the include list names loopback: then it is captured.
+		// With DNS capture, TCP DNS to a resolver on lo still is.
+		switch {
+		case includesLoopback(s.IncludeOutboundCIDRs):
+		case s.CaptureDNS:
+			add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: dnsPort}, nft.OwnerMatch{GID: owner.gid, Neg: true, ID: owner.id})
+		default:
+			add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.OwnerMatch{GID: owner.gid, Neg: true, ID: owner.id})
+		}
 		// The proxy's own outbound traffic: capturing it would loop.
 		add("proxy-"+owner.name, nft.Return(), proxy)
 	}
@@ -190,4 +259,15 @@ func (b *builder) dns() nft.Chain {
 		{Tag: "dns-redirect-tcp", Matches: []nft.Match{nft.L4ProtoMatch{Proto: nft.TCP}}, Verdict: nft.RedirectTo(s.DNSPort)},
 		{Tag: "dns-redirect-udp", Matches: []nft.Match{nft.L4ProtoMatch{Proto: nft.UDP}}, Verdict: nft.RedirectTo(s.DNSPort)},
 	}}
+}
+
+// includesLoopback is istio-iptables' HasLoopBackIP: a prefix of the
+// include list starts at a loopback address.
+func includesLoopback(include []netip.Prefix) bool {
+	for _, p := range include {
+		if p.Addr().IsLoopback() {
+			return true
+		}
+	}
+	return false
 }

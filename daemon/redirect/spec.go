@@ -168,11 +168,15 @@ var (
 )
 
 // DefaultAmbientSpec is istio-cni's in-pod ambient capture with every
-// default: ztunnel's ports and marks, table 100, DNS capture off.
+// default: ztunnel's ports and marks, table 100, DNS capture on (Istio's
+// chart default, cni.ambient.dnsCapture). Ambient inbound is always nat
+// REDIRECT whatever Interception says; journals written when it was
+// TPROXY still load and build today's rules.
 func DefaultAmbientSpec() Spec {
 	return Spec{
 		Mode:            ModeAmbient,
-		Interception:    InterceptTProxy,
+		Interception:    InterceptRedirect,
+		CaptureDNS:      true,
 		OutboundPort:    15001,
 		InboundPort:     15006,
 		HBONEPort:       15008,

@@ -55,7 +55,7 @@ func newTopology(t *testing.T) *topology {
 	// REDIRECT sends local UDP to 127.0.0.1 or ::1; the answer must come
 	// from there for conntrack to map it back, as a real DNS proxy's does.
 	for _, addr := range []string{"127.0.0.1:15053", "[::1]:15053"} {
-		serveUDP(t, tp.pod, addr, "dns-proxy")
+		serveUDPAs(t, tp.pod, 1337, addr, "dns-proxy")
 	}
 	for _, port := range []string{"8080", "9090", "15008", "15020", "15021", "15090"} {
 		serveTCP(t, tp.pod, "[::]:"+port, "pod-"+port, false)
@@ -205,9 +205,24 @@ func sockopts(opts ...sockopt) func(network, address string, c syscall.RawConn) 
 // serveUDP answers every datagram on addr inside ns with "name".
 func serveUDP(t *testing.T, ns *nstest.NS, addr, name string, opts ...sockopt) {
 	t.Helper()
+	serveUDPAs(t, ns, -1, addr, name, opts...)
+}
+
+// serveUDPAs is serveUDP with a socket owned by uid (none: -1), as the
+// sidecar's DNS proxy (pilot-agent, uid 1337) owns its own: the owner
+// decides the conntrack zone of its answers. A socket's owner is the
+// creating thread's fsuid, and Do's thread is thrown away afterwards.
+func serveUDPAs(t *testing.T, ns *nstest.NS, uid int, addr, name string, opts ...sockopt) {
+	t.Helper()
 	var pc net.PacketConn
 	lc := net.ListenConfig{Control: sockopts(opts...)}
-	if err := ns.Do(func() (err error) { pc, err = lc.ListenPacket(context.Background(), "udp", addr); return err }); err != nil {
+	if err := ns.Do(func() (err error) {
+		if uid >= 0 {
+			unix.Setfsuid(uid)
+		}
+		pc, err = lc.ListenPacket(context.Background(), "udp", addr)
+		return err
+	}); err != nil {
 		t.Fatalf("listen udp %s in %s: %v", addr, ns.Name, err)
 	}
 	t.Cleanup(func() { pc.Close() })

@@ -28,6 +28,15 @@ func (b *builder) tproxyPrerouting() nft.Chain {
 			Verdict: nft.Return(),
 		})
 	}
+	if b.has(setRerouteIfaces) {
+		// A VM's traffic is outbound, for the nat reroute chain; Istio
+		// would TPROXY it to the inbound listener here.
+		c.Rules = append(c.Rules, nft.Rule{
+			Tag:     "skip-reroute-interfaces-in",
+			Matches: []nft.Match{nft.IfSetMatch{Set: setRerouteIfaces}},
+			Verdict: nft.Return(),
+		})
+	}
 	c.Rules = append(c.Rules,
 		nft.Rule{Tag: "inbound-tcp", Matches: append(b.familyGuard(), nft.L4ProtoMatch{Proto: nft.TCP}), Verdict: nft.Jump(chainInbound)},
 		// Envoy's original_src listener filter marks its connections to
@@ -95,6 +104,16 @@ func (b *builder) tproxy() nft.Chain {
 				nft.MarkSet{From: nft.FromValue, Mask: s.RouteMarkMask, Value: s.RouteMark},
 			},
 			Verdict: nft.Accept(),
+		})
+	}
+	// nft's tproxy, unlike iptables' TPROXY target, lets the packet go on
+	// when no transparent socket listens on the port: without this the
+	// SYN would reach the app uncaptured whenever the proxy is down.
+	for _, f := range b.families() {
+		c.Rules = append(c.Rules, nft.Rule{
+			Tag:     "tproxy-no-listener" + tagSuffix(f),
+			Matches: []nft.Match{nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.L4ProtoMatch{Proto: nft.TCP}},
+			Verdict: nft.Drop(),
 		})
 	}
 	return c

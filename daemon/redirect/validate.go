@@ -23,8 +23,10 @@ func validate(s Spec) error {
 			bad("interception %q: want %q or %q", s.Interception, InterceptRedirect, InterceptTProxy)
 		}
 	case s.Mode == ModeAmbient:
-		if s.Interception != InterceptTProxy {
-			bad("interception %q: ambient mode supports only %q", s.Interception, InterceptTProxy)
+		// Ambient inbound is REDIRECT either way; TPROXY is what older
+		// journals hold.
+		if s.Interception != InterceptRedirect && s.Interception != InterceptTProxy {
+			bad("interception %q: want %q or %q", s.Interception, InterceptRedirect, InterceptTProxy)
 		}
 		errs = append(errs, validateAmbient(s)...)
 	default:
