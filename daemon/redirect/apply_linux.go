@@ -1,6 +1,7 @@
 package redirect
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/vishvananda/netns"
@@ -19,20 +20,27 @@ import (
 // (route_linux.go). That order is the safe one: a rule and route for a mark
 // nothing sets yet change no packet's path, while nft rules that mark
 // packets before their route exists would send marked replies out of the
-// pod instead of back to the proxy. If the nft batch then fails, the routes
-// stay inert and the next Apply or Remove converges them.
+// pod instead of back to the proxy. If adding the routes or the nft batch
+// then fails, the rules and routes this Apply added are taken back, so a
+// failed Apply leaves the netns as it found it (the previous table, if
+// any, and the routes it had).
 //
 // Routes a previous ruleset needed and this one does not are pruned after
 // the batch. A fresh table means a new pod (or one Remove cleaned up), so
 // a ruleset without routes skips rtnetlink altogether on that path.
 func Apply(ns netns.NsHandle, r *Ruleset) error {
+	var added []policyRoute
 	if len(r.routes) > 0 {
-		if err := ensureRoutes(ns, r.routes); err != nil {
-			return fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err)
+		var err error
+		if added, err = ensureRoutes(ns, r.routes); err != nil {
+			return errors.Join(fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err), undoRoutes(ns, added))
 		}
 	}
 	existed, err := nft.Apply(ns, r.table)
 	if err != nil {
+		if uerr := undoRoutes(ns, added); uerr != nil {
+			return errors.Join(err, fmt.Errorf("after the failed apply, in netns fd %d: %w", int(ns), uerr))
+		}
 		return err
 	}
 	if existed || len(r.routes) > 0 {

@@ -111,19 +111,21 @@ func isDefault(n *net.IPNet) bool {
 
 // ensureRoutes adds each wanted rule and route that is missing; present
 // ones are left as they are, so re-applying leaves exactly one of each.
-func ensureRoutes(ns netns.NsHandle, want []policyRoute) error {
+// It returns what it added, also on failure, so the caller can take back
+// exactly that (undoRoutes) when the rest of the Apply fails.
+func ensureRoutes(ns netns.NsHandle, want []policyRoute) (added []policyRoute, err error) {
 	h, err := routeHandle(ns)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer h.Close()
 	st, err := readRoutes(h)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lo, err := h.LinkByName(loopbackInterface)
 	if err != nil {
-		return fmt.Errorf("find %s: %w", loopbackInterface, err)
+		return nil, fmt.Errorf("find %s: %w", loopbackInterface, err)
 	}
 	for _, w := range want {
 		if !containsFunc(st.routes, w.isRoute) {
@@ -132,16 +134,49 @@ func ensureRoutes(ns netns.NsHandle, want []policyRoute) error {
 			// Replace, not add: a local default route someone else put in
 			// our table is taken over rather than failing the pod.
 			if err := h.RouteReplace(rt); err != nil {
-				return fmt.Errorf("add route local %s dev lo table %d: %w", defaultPrefix(w.fam), w.table, err)
+				return added, fmt.Errorf("add route local %s dev lo table %d: %w", defaultPrefix(w.fam), w.table, err)
 			}
+			added = append(added, policyRoute{fam: w.fam, table: w.table, routeOnly: true})
 		}
 		if !containsFunc(st.rules, w.isRule) {
 			if err := h.RuleAdd(w.nlRule()); err != nil && !errors.Is(err, unix.EEXIST) {
-				return fmt.Errorf("add ip %s rule fwmark %#x/%#x lookup %d: %w", ipFlag(w.fam), w.mark, w.mask, w.table, err)
+				return added, fmt.Errorf("add ip %s rule fwmark %#x/%#x lookup %d: %w", ipFlag(w.fam), w.mark, w.mask, w.table, err)
+			}
+			r := w
+			r.ruleOnly = true
+			added = append(added, r)
+		}
+	}
+	return added, nil
+}
+
+// undoRoutes deletes what ensureRoutes added, rules before routes (see
+// pruneRoutes): an Apply that fails leaves the routes as it found them.
+func undoRoutes(ns netns.NsHandle, added []policyRoute) error {
+	if len(added) == 0 {
+		return nil
+	}
+	h, err := routeHandle(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	var errs []error
+	for _, pass := range []bool{true, false} {
+		for _, a := range added {
+			switch {
+			case pass && a.ruleOnly:
+				if err := h.RuleDel(a.nlRule()); err != nil && !errors.Is(err, unix.ENOENT) {
+					errs = append(errs, fmt.Errorf("take back ip %s rule lookup %d: %w", ipFlag(a.fam), a.table, err))
+				}
+			case !pass && a.routeOnly:
+				if err := h.RouteDel(a.nlRoute()); err != nil && !errors.Is(err, unix.ESRCH) {
+					errs = append(errs, fmt.Errorf("take back route local %s table %d: %w", defaultPrefix(a.fam), a.table, err))
+				}
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // pruneRoutes deletes every rule and route of ours that keep does not

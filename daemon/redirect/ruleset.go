@@ -50,6 +50,9 @@ type policyRoute struct {
 	mask     uint32
 	table    uint32
 	priority uint32
+	// What an Apply added, to take back when it fails: only the rule,
+	// or only the route, of this family and table.
+	ruleOnly, routeOnly bool
 }
 
 // renderRoutes writes the policy routes as `ip` commands in nft comments.
