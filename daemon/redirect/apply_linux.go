@@ -3,6 +3,8 @@ package redirect
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/netip"
 
 	"github.com/vishvananda/netns"
 
@@ -16,44 +18,97 @@ import (
 // nft.Apply it never moves the caller's thread into ns, so it is safe to
 // call from many goroutines at once.
 //
-// A ruleset with policy routes (TPROXY, ambient) has them programmed first
-// (route_linux.go). That order is the safe one: a rule and route for a mark
+// A ruleset with policy routes (TPROXY, ambient) or an address for lo
+// (::6, IPv6 sidecars) has them programmed first (route_linux.go,
+// addr_linux.go). That order is the safe one: a rule and route for a mark
 // nothing sets yet change no packet's path, while nft rules that mark
 // packets before their route exists would send marked replies out of the
-// pod instead of back to the proxy. If adding the routes or the nft batch
-// then fails, the rules and routes this Apply added are taken back, so a
-// failed Apply leaves the netns as it found it (the previous table, if
-// any, and the routes it had).
+// pod instead of back to the proxy. If any of that or the nft batch then
+// fails, the rules, routes and addresses this Apply added are taken back,
+// so a failed Apply leaves the netns as it found it.
 //
-// Routes a previous ruleset needed and this one does not are pruned after
-// the batch. A fresh table means a new pod (or one Remove cleaned up), so
-// a ruleset without routes skips rtnetlink altogether on that path.
+// Routes and addresses a previous ruleset needed and this one does not are
+// pruned after the batch. A fresh table means a new pod (or one Remove
+// cleaned up), so a ruleset without either skips rtnetlink on that path.
+//
+// A pod whose lo has IPv6 disabled cannot hold IPv6 local routes or ::6
+// (the kernel answers EACCES): those are left out and a warning logged,
+// and the rest, IPv4 capture and the IPv6 nft rules (which then fail
+// closed), is programmed; an IPv6-only ruleset fails instead.
 func Apply(ns netns.NsHandle, r *Ruleset) error {
-	var added []policyRoute
-	if len(r.routes) > 0 {
-		var err error
-		if added, err = ensureRoutes(ns, r.routes); err != nil {
-			return errors.Join(fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err), undoRoutes(ns, added))
-		}
-	}
-	existed, err := nft.Apply(ns, r.table)
+	routes, addrs, err := r.programmable(ns)
 	if err != nil {
-		if uerr := undoRoutes(ns, added); uerr != nil {
+		return err
+	}
+	var added []policyRoute
+	var addedAddrs []netip.Addr
+	undo := func(err error) error {
+		uerr := errors.Join(undoRoutes(ns, added), undoLoAddrs(ns, addedAddrs))
+		if uerr != nil {
 			return errors.Join(err, fmt.Errorf("after the failed apply, in netns fd %d: %w", int(ns), uerr))
 		}
 		return err
 	}
-	if existed || len(r.routes) > 0 {
-		if err := pruneRoutes(ns, r.routes); err != nil {
+	if len(routes) > 0 {
+		if added, err = ensureRoutes(ns, routes); err != nil {
+			return undo(fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err))
+		}
+	}
+	if addedAddrs, err = ensureLoAddrs(ns, addrs); err != nil {
+		return undo(fmt.Errorf("apply addresses to %s in netns fd %d: %w", loopbackInterface, int(ns), err))
+	}
+	existed, err := nft.Apply(ns, r.table)
+	if err != nil {
+		return undo(err)
+	}
+	if existed || len(routes) > 0 {
+		if err := pruneRoutes(ns, routes); err != nil {
 			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
+		}
+	}
+	if existed || len(addrs) > 0 {
+		if err := pruneLoAddrs(ns, addrs); err != nil {
+			return fmt.Errorf("prune addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
 		}
 	}
 	return nil
 }
 
-// Remove deletes table inet sluice from ns, then the policy routes Apply
-// added there (the reverse of Apply's order, for the same reason). A table
-// that is not there is not an error, and costs one GET and no commit.
+// programmable is r's routes and lo addresses that ns can hold: without
+// IPv6 on lo, the IPv4 ones only (logged), or an error when that leaves
+// nothing to capture with.
+func (r *Ruleset) programmable(ns netns.NsHandle) ([]policyRoute, []netip.Addr, error) {
+	if !r.needsLoIPv6() {
+		return r.routes, r.loAddrs, nil
+	}
+	off, err := loIPv6Disabled(ns)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !off {
+		return r.routes, r.loAddrs, nil
+	}
+	if !r.ipv4 {
+		return nil, nil, fmt.Errorf("netns fd %d: IPv6-only capture, but %s has IPv6 disabled (disable_ipv6=1)", int(ns), loopbackInterface)
+	}
+	var routes []policyRoute
+	for _, rt := range r.routes {
+		if rt.fam == nft.IPv4 {
+			routes = append(routes, rt)
+		}
+	}
+	slog.Warn("lo has IPv6 disabled: IPv6 local routes and addresses left out, IPv4 capture programmed",
+		"netns_fd", int(ns), "skipped_routes", len(r.routes)-len(routes), "skipped_addresses", len(r.loAddrs))
+	return routes, nil, nil
+}
+
+func (r *Ruleset) needsLoIPv6() bool {
+	return len(r.loAddrs) > 0 || containsFunc(r.routes, func(rt policyRoute) bool { return rt.fam == nft.IPv6 })
+}
+
+// Remove deletes table inet sluice from ns, then the policy routes and lo
+// addresses Apply added there (the reverse of Apply's order, for the same
+// reason). A table that is not there is not an error.
 func Remove(ns netns.NsHandle) error {
 	if err := nft.Remove(ns, TableName); err != nil {
 		return err
@@ -61,12 +116,16 @@ func Remove(ns netns.NsHandle) error {
 	if err := pruneRoutes(ns, nil); err != nil {
 		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
 	}
+	if err := pruneLoAddrs(ns, nil); err != nil {
+		return fmt.Errorf("remove addresses from %s in netns fd %d: %w", loopbackInterface, int(ns), err)
+	}
 	return nil
 }
 
-// Verify reads table inet sluice in ns, and the policy routes, and compares
-// them with r. It returns one human-readable item per difference, none when
-// the kernel holds exactly r; the error is for failing to read at all.
+// Verify reads table inet sluice in ns, the policy routes and lo's
+// addresses, and compares them with r (less what Apply leaves out when lo
+// has no IPv6). It returns one human-readable item per difference, none
+// when the kernel holds exactly r; the error is for failing to read at all.
 //
 // Rules are recognised by their tag and compared expression by expression
 // (nft.Verify), so a rule someone replaced, one that went missing and one
@@ -77,11 +136,19 @@ func Verify(ns netns.NsHandle, r *Ruleset) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	routes, addrs, err := r.programmable(ns)
+	if err != nil {
+		return append(drift, err.Error()), nil
+	}
 	// A ruleset without routes still reports stale ones of ours: Apply
 	// would prune them.
-	routes, err := routeDrift(ns, r.routes)
+	rd, err := routeDrift(ns, routes)
 	if err != nil {
 		return nil, fmt.Errorf("verify policy routes in netns fd %d: %w", int(ns), err)
 	}
-	return append(drift, routes...), nil
+	ad, err := loAddrDrift(ns, addrs)
+	if err != nil {
+		return nil, fmt.Errorf("verify addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
+	}
+	return append(append(drift, rd...), ad...), nil
 }

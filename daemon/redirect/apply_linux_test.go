@@ -127,7 +127,8 @@ func TestRemove(t *testing.T) {
 	if out := ns.Run(t, "nft", "list", "tables"); strings.Contains(out, TableName) {
 		t.Errorf("table still listed after Remove: %s", out)
 	}
-	if drift, err := Verify(h, r); err != nil || len(drift) != 1 || !strings.Contains(drift[0], "table inet sluice is missing") {
+	if drift, err := Verify(h, r); err != nil || len(drift) != 2 || !strings.Contains(drift[0], "table inet sluice is missing") ||
+		!strings.Contains(drift[1], "address ::6/128 on lo is missing") {
 		t.Errorf("Verify after Remove: %q, %v", drift, err)
 	}
 }

@@ -77,14 +77,17 @@ type builder struct {
 	sets   []nft.Set
 	chains []nft.Chain
 	routes []policyRoute
+	addrs  []netip.Addr
 }
 
 func (b *builder) ruleset(table string) *Ruleset {
 	t := &nft.Table{Name: table, Sets: b.sets, Chains: b.chains}
 	return &Ruleset{
-		table:  t,
-		routes: b.routes,
-		text:   t.Render() + renderRoutes(b.routes),
+		table:   t,
+		routes:  b.routes,
+		loAddrs: b.addrs,
+		ipv4:    b.spec.IPv4,
+		text:    t.Render() + renderRoutes(b.routes, b.addrs),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/sluicemesh/sluice/daemon/redirect/nft"
@@ -24,7 +25,10 @@ const HostTableName = "sluice-host"
 type Ruleset struct {
 	table  *nft.Table
 	routes []policyRoute
-	text   string // the rendering, computed once by Build
+	// loAddrs are /128 addresses lo must have (Envoy's ::6).
+	loAddrs []netip.Addr
+	ipv4    bool   // IPv4 is captured: what is left when lo has no IPv6
+	text    string // the rendering, computed once by Build
 }
 
 // Render is the ruleset as `nft list table inet sluice` prints it. When the
@@ -55,16 +59,22 @@ type policyRoute struct {
 	ruleOnly, routeOnly bool
 }
 
-// renderRoutes writes the policy routes as `ip` commands in nft comments.
-func renderRoutes(routes []policyRoute) string {
-	if len(routes) == 0 {
-		return ""
-	}
+// renderRoutes writes the policy routes and lo's addresses as `ip`
+// commands in nft comments.
+func renderRoutes(routes []policyRoute, addrs []netip.Addr) string {
 	var b strings.Builder
-	b.WriteString("# policy routing, programmed with the table:\n")
+	if len(routes) > 0 {
+		b.WriteString("# policy routing, programmed with the table:\n")
+	}
 	for _, r := range routes {
 		fmt.Fprintf(&b, "# ip %s rule add fwmark %#x/%#x lookup %d pref %d\n", ipFlag(r.fam), r.mark, r.mask, r.table, r.priority)
 		fmt.Fprintf(&b, "# ip %s route add local %s dev %s table %d\n", ipFlag(r.fam), defaultPrefix(r.fam), loopbackInterface, r.table)
+	}
+	if len(addrs) > 0 {
+		b.WriteString("# addresses, programmed with the table:\n")
+	}
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "# ip -6 addr add %s/128 dev %s\n", a, loopbackInterface)
 	}
 	return b.String()
 }

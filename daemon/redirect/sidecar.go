@@ -13,6 +13,11 @@ import (
 
 func (b *builder) sidecar() {
 	s := b.spec
+	// Envoy's inbound passthrough binds ::6 on lo, which istio-iptables
+	// adds in every IPv6 pod (::1 is there already).
+	if s.IPv6 && s.InboundPassthroughIPv6 != loopbackV6 {
+		b.addrs = []netip.Addr{s.InboundPassthroughIPv6}
+	}
 	inbound := !s.IncludeNoInboundPorts
 	tproxy := inbound && s.Interception == InterceptTProxy
 	switch {

@@ -36,6 +36,10 @@ func TestTraffic(t *testing.T) {
 		expect(t, "proxy hbone", dialAs(t, tp.pod, 1337, 1337, "tcp", podV4+":15008"), "pod-15008")
 		expect(t, "app", dialFrom(t, tp.pod, "tcp", podV4+":8080"), "pod-8080")
 		expect(t, "localhost", dialFrom(t, tp.pod, "tcp", "127.0.0.1:8080"), "pod-8080")
+		// Envoy's inbound passthrough: from 127.0.0.6 and ::6 (which
+		// Apply adds to lo) straight to the app.
+		expect(t, "passthrough v4", dialWith(t, tp.pod, fromAddr("127.0.0.6"), "tcp", podV4+":8080"), "pod-8080")
+		expect(t, "passthrough v6", dialWith(t, tp.pod, fromAddr("::6"), "tcp", "["+podV6+"]:8080"), "pod-8080")
 	})
 
 	t.Run("inbound redirected and pass ports", func(t *testing.T) {
@@ -122,6 +126,13 @@ func TestTraffic(t *testing.T) {
 		mustApply(t, tp, s)
 		expect(t, "v4", dialFrom(t, tp.pod, "tcp", "10.96.0.10:80"), "node-80")
 		expect(t, "v6", dialFrom(t, tp.pod, "tcp", "[fd00:96::10]:80"), "proxy-out [fd00:96::10]:80")
+		expect(t, "inbound v6", dialFrom(t, tp.node, "tcp", "["+podV6+"]:8080"), "proxy-in ["+podV6+"]:8080")
+		expect(t, "inbound v4", dialFrom(t, tp.node, "tcp", podV4+":8080"), "pod-8080")
+		expect(t, "passthrough v6", dialWith(t, tp.pod, fromAddr("::6"), "tcp", "["+podV6+"]:8080"), "pod-8080")
+		s.Interception = InterceptTProxy
+		mustApply(t, tp, s)
+		expect(t, "tproxy inbound v6", dialFrom(t, tp.node, "tcp", "["+podV6+"]:8080"), "proxy-in ["+podV6+"]:8080")
+		expect(t, "tproxy inbound v4", dialFrom(t, tp.node, "tcp", podV4+":8080"), "pod-8080")
 	})
 
 	t.Run("tproxy inbound", func(t *testing.T) {

@@ -1,0 +1,262 @@
+package redirect
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Envoy's inbound passthrough cluster binds ::6 when it forwards to the
+// app; istio-iptables adds the address to lo (tools/common/tproxy
+// configureIPv6Addresses) in every IPv6 sidecar pod, so Apply does too.
+//
+// Which ::6 is ours is told by the address's protocol (IFA_PROTO, Linux
+// 6.1 and later), set to addrProtocol when Apply adds it, the way routes
+// and rules carry routeProtocol: Remove deletes only an address with that
+// mark, and leaves one the pod (or istio-iptables) put there itself. No
+// journal field is needed to know it. On kernels without IFA_PROTO the
+// mark is not kept, and an address that lacks it is never removed: at
+// worst ::6 outlives sluice on lo, which is harmless.
+const (
+	addrProtocol = routeProtocol
+	ifaProto     = 11 // IFA_PROTO
+)
+
+// loAddr is one address on lo as the kernel reports it.
+type loAddr struct {
+	addr  netip.Addr
+	proto uint8
+}
+
+// listLoAddrs dumps lo's IPv6 addresses with their protocol, which the
+// netlink library does not decode.
+func listLoAddrs(ns netns.NsHandle, lo int) ([]loAddr, error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)
+	req.AddData(nl.NewIfAddrmsg(unix.AF_INET6))
+	sh, err := routeSocket(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer sh.Close()
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sh}
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWADDR)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	var out []loAddr
+	for _, m := range msgs {
+		hdr := nl.DeserializeIfAddrmsg(m)
+		if int(hdr.Index) != lo || hdr.Family != unix.AF_INET6 {
+			continue
+		}
+		attrs, err := nl.ParseRouteAttr(m[unix.SizeofIfAddrmsg:])
+		if err != nil {
+			return nil, fmt.Errorf("parse address: %w", err)
+		}
+		var a loAddr
+		for _, at := range attrs {
+			switch at.Attr.Type {
+			case unix.IFA_ADDRESS:
+				a.addr, _ = netip.AddrFromSlice(at.Value)
+			case ifaProto:
+				if len(at.Value) > 0 {
+					a.proto = at.Value[0]
+				}
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func routeSocket(ns netns.NsHandle) (*nl.SocketHandle, error) {
+	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open rtnetlink in netns fd %d: %w", int(ns), err)
+	}
+	return &nl.SocketHandle{Socket: s}, nil
+}
+
+// addLoAddr adds a/128 to lo marked as ours; NODAD as lo never runs DAD
+// anyway, and so the address is usable the moment Apply returns.
+func addLoAddr(ns netns.NsHandle, lo int, a netip.Addr) error {
+	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+	msg := nl.NewIfAddrmsg(unix.AF_INET6)
+	msg.Prefixlen = 128
+	msg.Scope = unix.RT_SCOPE_HOST
+	msg.Index = uint32(lo)
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, a.AsSlice()))
+	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, a.AsSlice()))
+	req.AddData(nl.NewRtAttr(unix.IFA_FLAGS, nl.Uint32Attr(unix.IFA_F_NODAD)))
+	req.AddData(nl.NewRtAttr(ifaProto, []byte{addrProtocol}))
+	sh, err := routeSocket(ns)
+	if err != nil {
+		return err
+	}
+	defer sh.Close()
+	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sh}
+	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add %s/128 to %s: %w", a, loopbackInterface, err)
+	}
+	return nil
+}
+
+// ensureLoAddrs adds each wanted address lo lacks and returns those it
+// added; one already there, ours or not, is left alone.
+func ensureLoAddrs(ns netns.NsHandle, want []netip.Addr) ([]netip.Addr, error) {
+	if len(want) == 0 {
+		return nil, nil
+	}
+	lo, have, err := loState(ns)
+	if err != nil {
+		return nil, err
+	}
+	var added []netip.Addr
+	for _, w := range want {
+		if containsFunc(have, func(h loAddr) bool { return h.addr == w }) {
+			continue
+		}
+		if err := addLoAddr(ns, lo, w); err != nil {
+			return added, err
+		}
+		added = append(added, w)
+	}
+	return added, nil
+}
+
+// undoLoAddrs deletes what ensureLoAddrs added.
+func undoLoAddrs(ns netns.NsHandle, added []netip.Addr) error {
+	if len(added) == 0 {
+		return nil
+	}
+	lo, _, err := loState(ns)
+	if err != nil {
+		return err
+	}
+	h, err := routeHandle(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	var errs []error
+	for _, a := range added {
+		addr, _ := netlink.ParseAddr(a.String() + "/128")
+		if err := h.AddrDel(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: lo}}, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			errs = append(errs, fmt.Errorf("take back %s on %s: %w", a, loopbackInterface, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pruneLoAddrs deletes every address on lo marked as ours that keep does
+// not name.
+func pruneLoAddrs(ns netns.NsHandle, keep []netip.Addr) error {
+	lo, have, err := loState(ns)
+	if err != nil || len(have) == 0 {
+		return err
+	}
+	h, err := routeHandle(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: lo}}
+	for _, a := range have {
+		if a.proto != addrProtocol || containsFunc(keep, func(k netip.Addr) bool { return k == a.addr }) {
+			continue
+		}
+		addr, _ := netlink.ParseAddr(a.addr.String() + "/128")
+		if err := h.AddrDel(link, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("delete %s from %s: %w", a.addr, loopbackInterface, err)
+		}
+	}
+	return nil
+}
+
+// loAddrDrift names each wanted address lo lacks and each of ours on it
+// that is not wanted.
+func loAddrDrift(ns netns.NsHandle, want []netip.Addr) ([]string, error) {
+	_, have, err := loState(ns)
+	if err != nil {
+		return nil, err
+	}
+	var drift []string
+	for _, w := range want {
+		if !containsFunc(have, func(h loAddr) bool { return h.addr == w }) {
+			drift = append(drift, fmt.Sprintf("address %s/128 on %s is missing", w, loopbackInterface))
+		}
+	}
+	for _, h := range have {
+		if h.proto == addrProtocol && !containsFunc(want, func(w netip.Addr) bool { return w == h.addr }) {
+			drift = append(drift, fmt.Sprintf("address %s/128 on %s is not part of the ruleset", h.addr, loopbackInterface))
+		}
+	}
+	return drift, nil
+}
+
+// loState is lo's index and IPv6 addresses; none when lo has no IPv6.
+func loState(ns netns.NsHandle) (int, []loAddr, error) {
+	h, err := routeHandle(ns)
+	if err != nil {
+		return 0, nil, err
+	}
+	link, err := h.LinkByName(loopbackInterface)
+	h.Close()
+	if err != nil {
+		return 0, nil, fmt.Errorf("find %s: %w", loopbackInterface, err)
+	}
+	lo := link.Attrs().Index
+	have, err := listLoAddrs(ns, lo)
+	return lo, have, err
+}
+
+// loIPv6Disabled reads net.ipv6.conf.lo.disable_ipv6 in ns (set by the
+// pod's own sysctls, or through net.ipv6.conf.all). /proc/sys shows the
+// netns of the thread that opens it, so the read runs on a thread of its
+// own moved into ns; the caller's thread never changes namespace. A
+// kernel without IPv6 at all has no such file, which counts as disabled.
+func loIPv6Disabled(ns netns.NsHandle) (bool, error) {
+	type result struct {
+		disabled bool
+		err      error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			done <- result{err: fmt.Errorf("read this thread's netns: %w", err)}
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(ns); err != nil {
+			done <- result{err: fmt.Errorf("enter netns fd %d: %w", int(ns), err)}
+			return
+		}
+		data, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + loopbackInterface + "/disable_ipv6")
+		// Back to where it came from, else the thread dies locked with
+		// the goroutine instead of returning to the pool.
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			done <- result{disabled: true}
+		case err != nil:
+			done <- result{err: fmt.Errorf("read %s's disable_ipv6 in netns fd %d: %w", loopbackInterface, int(ns), err)}
+		default:
+			done <- result{disabled: strings.TrimSpace(string(data)) != "0"}
+		}
+	}()
+	r := <-done
+	return r.disabled, r.err
+}

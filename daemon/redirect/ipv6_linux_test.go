@@ -1,0 +1,127 @@
+package redirect
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+func loHas6(t *testing.T, ns *nstest.NS) (present bool, line string) {
+	t.Helper()
+	for _, l := range strings.Split(ns.Run(t, "ip", "-6", "addr", "show", "dev", "lo"), "\n") {
+		if strings.Contains(l, "inet6 ::6/128") {
+			return true, l
+		}
+	}
+	return false, ""
+}
+
+// TestPassthroughAddress: an IPv6 sidecar gets ::6/128 on lo (Envoy's
+// inbound passthrough binds it); Remove takes it away only if sluice
+// added it, and Verify notices it missing.
+func TestPassthroughAddress(t *testing.T) {
+	ns := nstest.New(t, "pod")
+	h := ns.Handle(t)
+	r, err := Build(DefaultSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(h, r); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := loHas6(t, ns); !ok {
+		t.Fatalf("no ::6 on lo after Apply:\n%s", ns.Run(t, "ip", "-6", "addr", "show", "dev", "lo"))
+	}
+	if err := Apply(h, r); err != nil {
+		t.Fatalf("second Apply with ::6 present: %v", err)
+	}
+	ns.Run(t, "ip", "-6", "addr", "del", "::6/128", "dev", "lo")
+	if drift, err := Verify(h, r); err != nil || !strings.Contains(strings.Join(drift, "\n"), "address ::6/128 on lo is missing") {
+		t.Errorf("Verify without ::6: %q, %v", drift, err)
+	}
+	if err := Apply(h, r); err != nil {
+		t.Fatal(err)
+	}
+	if drift, err := Verify(h, r); err != nil || len(drift) > 0 {
+		t.Errorf("Verify after re-Apply: %q, %v", drift, err)
+	}
+
+	// IPv4 only, or ambient: not wanted, so pruned.
+	v4 := DefaultSpec()
+	v4.IPv6 = false
+	mustApplyNS(t, ns, v4)
+	if ok, _ := loHas6(t, ns); ok {
+		t.Errorf("::6 outlived the IPv6 capture")
+	}
+	mustApplyNS(t, ns, DefaultSpec())
+	if err := Remove(h); err != nil {
+		t.Fatal(err)
+	}
+	if ok, line := loHas6(t, ns); ok {
+		t.Errorf("::6 added by Apply outlived Remove: %s", line)
+	}
+
+	// One the pod had before is the pod's: Apply leaves it, Remove too.
+	ns.Run(t, "ip", "-6", "addr", "add", "::6/128", "dev", "lo")
+	mustApplyNS(t, ns, DefaultSpec())
+	if err := Remove(h); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := loHas6(t, ns); !ok {
+		t.Errorf("Remove deleted a ::6 sluice did not add")
+	}
+}
+
+func mustApplyNS(t *testing.T, ns *nstest.NS, s Spec) *Ruleset {
+	t.Helper()
+	r, err := Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(ns.Handle(t), r); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	return r
+}
+
+// TestLoopbackIPv6Disabled: with IPv6 off on the pod's lo (its own sysctl,
+// or all), every mode still captures IPv4, and Verify is clean; an
+// IPv6-only Spec is refused rather than applied without capture.
+func TestLoopbackIPv6Disabled(t *testing.T) {
+	tproxy := DefaultSpec()
+	tproxy.Interception = InterceptTProxy
+	for _, sysctl := range []string{"lo", "all"} {
+		for _, tc := range []struct {
+			name string
+			spec Spec
+			in   string
+		}{
+			{"sidecar", DefaultSpec(), "proxy-in " + podV4 + ":8080"},
+			{"tproxy", tproxy, "proxy-in " + podV4 + ":8080"},
+			{"ambient", DefaultAmbientSpec(), "proxy-in " + podV4 + ":8080"},
+		} {
+			t.Run(sysctl+"/"+tc.name, func(t *testing.T) {
+				tp := newTopology(t)
+				tp.pod.Run(t, "sysctl", "-qw", "net.ipv6.conf."+sysctl+".disable_ipv6=1")
+				r := mustApply(t, tp, tc.spec)
+				if drift, err := Verify(tp.pod.Handle(t), r); err != nil || len(drift) > 0 {
+					t.Errorf("Verify: %q, %v", drift, err)
+				}
+				if tc.in != "" {
+					expect(t, "outbound v4", dialFrom(t, tp.pod, "tcp", "10.96.0.10:80"), "proxy-out 10.96.0.10:80")
+					expect(t, "inbound v4", dialFrom(t, tp.node, "tcp", podV4+":8080"), tc.in)
+				}
+				v6 := tc.spec
+				v6.IPv4 = false
+				r6, err := Build(v6)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := Apply(tp.pod.Handle(t), r6); err == nil || !strings.Contains(err.Error(), "IPv6 disabled") {
+					t.Errorf("IPv6-only Apply with lo's IPv6 off: %v, want a refusal", err)
+				}
+			})
+		}
+	}
+}
