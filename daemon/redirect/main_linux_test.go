@@ -41,8 +41,9 @@ func childDial(target string) int {
 		fmt.Fprintln(os.Stderr, "setns:", err)
 		return 2
 	}
-	network, addr, _ := strings.Cut(target, " ")
-	line, err := exchange(network, addr)
+	network, rest, _ := strings.Cut(target, " ")
+	addr, local, _ := strings.Cut(rest, " ")
+	line, err := exchangeFrom(network, local, addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -53,8 +54,23 @@ func childDial(target string) int {
 
 // exchange dials (for UDP: sends one datagram) and returns the first line
 // the other end sends back.
-func exchange(network, addr string) (string, error) {
-	c, err := net.DialTimeout(network, addr, 3*time.Second)
+func exchange(network, addr string) (string, error) { return exchangeFrom(network, "", addr) }
+
+// exchangeFrom is exchange from the local address local ("" for any).
+func exchangeFrom(network, local, addr string) (string, error) {
+	d := net.Dialer{Timeout: 3 * time.Second}
+	if local != "" {
+		var err error
+		if strings.HasPrefix(network, "udp") {
+			d.LocalAddr, err = net.ResolveUDPAddr(network, local)
+		} else {
+			d.LocalAddr, err = net.ResolveTCPAddr(network, local)
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	c, err := d.Dial(network, addr)
 	if err != nil {
 		return "", fmt.Errorf("dial %s %s: %w", network, addr, err)
 	}

@@ -277,13 +277,19 @@ func dialWith(t *testing.T, ns *nstest.NS, d net.Dialer, network, addr string) s
 // dialAs connects from inside ns in a child process running as uid:gid.
 func dialAs(t *testing.T, ns *nstest.NS, uid, gid uint32, network, addr string) string {
 	t.Helper()
+	return dialAsFrom(t, ns, uid, gid, network, "", addr)
+}
+
+// dialAsFrom is dialAs from the local address local ("" for any).
+func dialAsFrom(t *testing.T, ns *nstest.NS, uid, gid uint32, network, local, addr string) string {
+	t.Helper()
 	nsFile, err := os.Open(ns.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nsFile.Close()
 	cmd := exec.Command(childBinary(t))
-	cmd.Env = append(os.Environ(), dialEnv+"="+network+" "+addr)
+	cmd.Env = append(os.Environ(), dialEnv+"="+strings.TrimSpace(network+" "+addr+" "+local))
 	cmd.ExtraFiles = []*os.File{nsFile} // fd 3 in the child
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential:  &syscall.Credential{Uid: uid, Gid: gid},
