@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -297,6 +298,37 @@ func TestNormalisePrefixes(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+}
+
+// TestInboundPassPortsExact: the inbound chains pass exactly the ports
+// policy lists, in both interception modes; HBONE has no special case
+// there (Istio captures 15008 in TPROXY mode, and policy says so by
+// leaving it out of the list).
+func TestInboundPassPortsExact(t *testing.T) {
+	for _, mode := range []Interception{InterceptRedirect, InterceptTProxy} {
+		s := DefaultSpec()
+		s.Interception = mode
+		s.InboundPassPorts = []uint16{15020}
+		r, err := Build(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var inbound []string
+		for _, c := range r.table.Chains {
+			if c.Name == chainInbound || c.Name == chainPrerouting || c.Name == chainTProxy {
+				for _, rule := range c.Rules {
+					inbound = append(inbound, rule.Tag)
+				}
+			}
+		}
+		text := r.Render()
+		if strings.Contains(text, "15008, ") || strings.Contains(text, "elements = { 15008") {
+			t.Errorf("%s: 15008 passes though policy left it out:\n%s", mode, text)
+		}
+		if !strings.Contains(text, "elements = { 15020 }") || !slices.Contains(inbound, "inbound-pass-ports") {
+			t.Errorf("%s: the listed pass port is not passed (rules %v):\n%s", mode, inbound, text)
 		}
 	}
 }

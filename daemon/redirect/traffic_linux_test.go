@@ -160,6 +160,19 @@ func TestTraffic(t *testing.T) {
 		expect(t, "redirect again", dialFrom(t, tp.node, "tcp", podV4+":8080"), "proxy-in "+podV4+":8080")
 	})
 
+	t.Run("pass ports exactly as listed", func(t *testing.T) {
+		// Istio's TPROXY mode captures 15008; policy says so by leaving it
+		// out of the list, and nothing in the builder passes it anyway.
+		for _, mode := range []Interception{InterceptTProxy, InterceptRedirect} {
+			s := DefaultSpec()
+			s.Interception = mode
+			s.InboundPassPorts = []uint16{15021}
+			mustApply(t, tp, s)
+			expect(t, string(mode)+" 15008 captured", dialFrom(t, tp.node, "tcp", podV4+":15008"), "proxy-in "+podV4+":15008")
+			expect(t, string(mode)+" 15021 passes", dialFrom(t, tp.node, "tcp", podV4+":15021"), "pod-15021")
+		}
+	})
+
 	t.Run("no inbound port", func(t *testing.T) {
 		s := DefaultSpec()
 		s.IncludeNoInboundPorts = true
