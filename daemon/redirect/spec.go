@@ -4,9 +4,14 @@
 // or gRPC: policy decides the Spec, workloads decides when to apply it.
 //
 // This package decides what a pod (and the node's probe table) gets: the
-// Spec, its validation, the builders per mode and the policy routes beside
-// the table. How a table is modelled, rendered, applied, removed and
-// verified is package nft's, which knows nothing of Specs or Istio.
+// Spec, its validation, the builders per mode, and the kernel state beside
+// the table (policy routes; ::6 on lo for IPv6 sidecars). How a table is
+// modelled, rendered, applied, removed and verified is package nft's,
+// which knows nothing of Specs or Istio.
+//
+// Every mode fails closed: with the proxy's inbound listener absent, a
+// captured connection is refused (REDIRECT, ambient) or dropped (TPROXY),
+// never delivered to the app.
 package redirect
 
 import (
@@ -68,7 +73,9 @@ type Spec struct {
 	InboundPassthroughIPv6 netip.Addr
 
 	// Inbound TCP to these ports always passes (HBONE 15008, 15020 merged
-	// metrics, 15021 health, 15090 Envoy stats).
+	// metrics, 15021 health, 15090 Envoy stats). The builder passes exactly
+	// this list in both interception modes, nothing more: policy decides
+	// (Istio captures 15008 in TPROXY mode).
 	InboundPassPorts []uint16
 	// Inbound capture: IncludeInboundPorts empty means every port, unless
 	// IncludeNoInboundPorts is set.
@@ -94,10 +101,15 @@ type Spec struct {
 	// Traffic entering or leaving these interfaces is never captured.
 	ExcludeInterfaces []string
 
-	// DNS (UDP and TCP 53) to DNSPort when CaptureDNS is set.
+	// DNS (UDP and TCP 53) to DNSPort when CaptureDNS is set, with
+	// Istio's conntrack zones keeping the proxy's upstream queries apart
+	// from the app's (dns.go). ExcludeOutboundPorts applies to UDP first.
 	CaptureDNS bool
 	DNSPort    uint16
 
+	// The families captured. A sidecar with IPv6 also gets ::6/128 on lo
+	// (InboundPassthroughIPv6). If the pod's lo has IPv6 disabled, Apply
+	// leaves out what lo cannot hold (IPv6 local routes, ::6) and logs it.
 	IPv4 bool
 	IPv6 bool
 
