@@ -187,37 +187,7 @@ func (b *builder) outbound() nft.Chain {
 	for _, f := range b.families() {
 		add("inbound-passthrough"+tagSuffix(f), nft.Return(), lo, nft.AddrMatch{Src: true, Addr: b.passthrough(f)})
 	}
-	for _, owner := range []struct {
-		name string
-		gid  bool
-		id   uint32
-	}{{"uid", false, s.ProxyUID}, {"gid", true, s.ProxyGID}} {
-		proxy := nft.OwnerMatch{GID: owner.gid, ID: owner.id}
-		// The app called itself through a service VIP and the proxy is
-		// now forwarding that over loopback: it must enter as inbound.
-		// HBONE to ourselves is the proxy's own tunnel and is left alone;
-		// with DNS capture so is the agent's TCP DNS to a resolver on
-		// the pod's address (istio-iptables does this for the uid only).
-		for _, f := range b.families() {
-			m := []nft.Match{lo, nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: s.HBONEPort}}
-			if s.CaptureDNS && !owner.gid {
-				m = append(m, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: dnsPort})
-			}
-			add("proxy-"+owner.name+"-to-self"+tagSuffix(f), nft.Jump(chainInRedirect), append(m, proxy)...)
-		}
-		// The app calling itself by its endpoint address over loopback,
-		// unless the include list names loopback: then it is captured.
-		// With DNS capture, TCP DNS to a resolver on lo still is.
-		switch {
-		case includesLoopback(s.IncludeOutboundCIDRs):
-		case s.CaptureDNS:
-			add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: dnsPort}, nft.OwnerMatch{GID: owner.gid, Neg: true, ID: owner.id})
-		default:
-			add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.OwnerMatch{GID: owner.gid, Neg: true, ID: owner.id})
-		}
-		// The proxy's own outbound traffic: capturing it would loop.
-		add("proxy-"+owner.name, nft.Return(), proxy)
-	}
+	c.Rules = append(c.Rules, b.ownerRules()...)
 	if s.CaptureDNS {
 		add("dns-tcp", nft.Jump(chainDNS), nft.PortMatch{Proto: nft.TCP, Port: dnsPort})
 	}
@@ -252,6 +222,50 @@ func (b *builder) outbound() nft.Chain {
 		}
 	}
 	return c
+}
+
+// ownerRules are ISTIO_OUTPUT's rules by socket owner, uid then gid: the
+// proxy forwarding to its own pod, the app calling itself over lo, and the
+// proxy's own traffic.
+func (b *builder) ownerRules() []nft.Rule {
+	s := b.spec
+	var rules []nft.Rule
+	add := func(tag string, v nft.Verdict, m ...nft.Match) {
+		rules = append(rules, nft.Rule{Tag: tag, Matches: m, Verdict: v})
+	}
+	lo := nft.IfMatch{Out: true, Name: loopbackInterface}
+	for _, owner := range []struct {
+		name string
+		gid  bool
+		id   uint32
+	}{{"uid", false, s.ProxyUID}, {"gid", true, s.ProxyGID}} {
+		proxy := nft.OwnerMatch{GID: owner.gid, ID: owner.id}
+		// The app called itself through a service VIP and the proxy is
+		// now forwarding that over loopback: it must enter as inbound.
+		// HBONE to ourselves is the proxy's own tunnel and is left alone;
+		// with DNS capture so is the agent's TCP DNS to a resolver on
+		// the pod's address (istio-iptables does this for the uid only).
+		for _, f := range b.families() {
+			m := []nft.Match{lo, nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: s.HBONEPort}}
+			if s.CaptureDNS && !owner.gid {
+				m = append(m, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: dnsPort})
+			}
+			add("proxy-"+owner.name+"-to-self"+tagSuffix(f), nft.Jump(chainInRedirect), append(m, proxy)...)
+		}
+		// The app calling itself by its endpoint address over loopback,
+		// unless the include list names loopback: then it is captured.
+		// With DNS capture, TCP DNS to a resolver on lo still is.
+		switch {
+		case includesLoopback(s.IncludeOutboundCIDRs):
+		case s.CaptureDNS:
+			add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: dnsPort}, nft.OwnerMatch{GID: owner.gid, Neg: true, ID: owner.id})
+		default:
+			add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.OwnerMatch{GID: owner.gid, Neg: true, ID: owner.id})
+		}
+		// The proxy's own outbound traffic: capturing it would loop.
+		add("proxy-"+owner.name, nft.Return(), proxy)
+	}
+	return rules
 }
 
 // dns sends DNS to the proxy's DNS listener unless the proxy itself is
