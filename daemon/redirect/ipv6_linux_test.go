@@ -125,3 +125,45 @@ func TestLoopbackIPv6Disabled(t *testing.T) {
 		}
 	}
 }
+
+// newIPv6OnlyTopology is newTopology for a pod and node with no IPv4
+// address at all: the proxy's listeners and the app's servers in the pod,
+// the node's service address fd00:96::10 with a server on 80.
+func newIPv6OnlyTopology(t *testing.T) *topology {
+	t.Helper()
+	tp := &topology{pod: nstest.New(t, "pod"), node: nstest.New(t, "node")}
+	nstest.Veth(t, tp.pod, "eth0", []string{podV6 + "/64"}, tp.node, "eth0", []string{nodeV6 + "/64"})
+	tp.pod.Run(t, "ip", "-6", "route", "add", "default", "via", nodeV6)
+	tp.node.Run(t, "ip", "-6", "addr", "add", "fd00:96::10/128", "dev", "lo")
+	serveTCP(t, tp.node, "[::]:80", "node-80", false)
+	serveTCP(t, tp.pod, "[::]:15001", "proxy-out", true)
+	serveTCP(t, tp.pod, "[::]:15006", "proxy-in", true)
+	serveTCP(t, tp.pod, "[::]:8080", "pod-8080", false)
+	return tp
+}
+
+// TestIPv6OnlyPod: a pod with only IPv6 addresses and an IPv6-only Spec is
+// captured both ways in every mode, and Envoy's ::6 passthrough works.
+func TestIPv6OnlyPod(t *testing.T) {
+	tproxy := DefaultSpec()
+	tproxy.Interception = InterceptTProxy
+	for _, tc := range []struct {
+		name string
+		spec Spec
+	}{{"sidecar", DefaultSpec()}, {"tproxy", tproxy}, {"ambient", DefaultAmbientSpec()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := newIPv6OnlyTopology(t)
+			s := tc.spec
+			s.IPv4 = false
+			r := mustApply(t, tp, s)
+			expect(t, "outbound", dialFrom(t, tp.pod, "tcp", "[fd00:96::10]:80"), "proxy-out [fd00:96::10]:80")
+			expect(t, "inbound", dialFrom(t, tp.node, "tcp", "["+podV6+"]:8080"), "proxy-in ["+podV6+"]:8080")
+			if s.Mode == ModeSidecar {
+				expect(t, "passthrough ::6", dialWith(t, tp.pod, fromAddr("::6"), "tcp", "["+podV6+"]:8080"), "pod-8080")
+			}
+			if drift, err := Verify(tp.pod.Handle(t), r); err != nil || len(drift) > 0 {
+				t.Errorf("Verify: %q, %v", drift, err)
+			}
+		})
+	}
+}
