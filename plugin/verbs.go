@@ -199,6 +199,10 @@ func cmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if c.conf.ValidAttachments == nil {
+		// An absent key would make every attachment of the network look stale.
+		return types.NewError(types.ErrInvalidNetworkConfig, "sluice GC: no cni.dev/valid-attachments in the config; nothing removed", "")
+	}
 	valid := make([]*sluicev1.Attachment, 0, len(c.conf.ValidAttachments))
 	for _, v := range c.conf.ValidAttachments {
 		valid = append(valid, &sluicev1.Attachment{ContainerId: v.ContainerID, IfName: v.IfName})
@@ -210,7 +214,8 @@ func cmdGC(args *skel.CmdArgs) error {
 	defer a.Close()
 	ctx, cancel := c.context()
 	defer cancel()
-	resp, err := a.cni.GC(ctx, &sluicev1.GCRequest{ApiVersion: apiVersion, ValidAttachments: valid, Config: c.pluginConfig(), RequestId: c.id})
+	resp, err := a.cni.GC(ctx, &sluicev1.GCRequest{ApiVersion: apiVersion, ValidAttachments: valid,
+		ValidAttachmentsPresent: true, Config: c.pluginConfig(), RequestId: c.id})
 	if err != nil {
 		return a.callError(ctx, "GC", err)
 	}

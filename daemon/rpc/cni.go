@@ -64,6 +64,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 		PodNamespace:   pod.Namespace,
 		PodName:        pod.Name,
 		PodUID:         pod.UID,
+		Network:        req.Config.GetNetworkName(),
 		Netns:          req.Netns,
 		Spec:           d.Spec,
 		ServiceAccount: d.ServiceAccount,
@@ -126,11 +127,19 @@ func (s *CNI) GC(ctx context.Context, req *sluicev1.GCRequest) (*sluicev1.GCResp
 	if err := checkAPIVersion(req.ApiVersion); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
+	if !req.ValidAttachmentsPresent && len(req.ValidAttachments) == 0 {
+		// Without the key every attachment would look stale: refuse, remove nothing.
+		return nil, status.Error(codes.InvalidArgument, "GC without cni.dev/valid-attachments: refused, nothing removed")
+	}
+	network := req.Config.GetNetworkName()
+	if network == "" {
+		return nil, status.Error(codes.InvalidArgument, "GC without a network name: refused, nothing removed (GC is scoped to the calling network)")
+	}
 	valid := make([]workloads.Attachment, 0, len(req.ValidAttachments))
 	for _, v := range req.ValidAttachments {
 		valid = append(valid, workloads.Attachment{ContainerID: v.ContainerId, IfName: v.IfName})
 	}
-	removed, err := s.Workloads.GC(ctx, valid)
+	removed, err := s.Workloads.GC(ctx, network, valid)
 	resp := &sluicev1.GCResponse{}
 	for _, a := range removed {
 		resp.Removed = append(resp.Removed, &sluicev1.Attachment{ContainerId: a.ContainerID, IfName: a.IfName})
@@ -157,11 +166,19 @@ func modeOf(m redirect.Mode) sluicev1.Mode {
 
 // toStatus maps the errors below rpc onto gRPC codes the plugin turns into
 // CNI codes: a bad netns path or pod annotation is the caller's fault, a
-// missed deadline is worth retrying, anything else is ours.
+// missed deadline or a full disk is worth retrying, anything else is ours
+// (never InvalidArgument).
 func toStatus(err error) error {
 	var rule *podns.RuleError
 	var ann *policy.AnnotationError
+	var journal *workloads.JournalError
 	switch {
+	case errors.As(err, &journal) && journal.Full():
+		// A full state dir may drain (records of deleted pods go): retry.
+		return status.Error(codes.ResourceExhausted, "the agent's state dir is full: "+err.Error())
+	case errors.As(err, &journal):
+		// Checked before ErrNotExist: a missing state file is ours, not the caller's.
+		return status.Error(codes.Internal, err.Error())
 	case errors.As(err, &rule), errors.As(err, &ann):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, policy.ErrPodNotFound):

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"time"
 
 	"github.com/vishvananda/netns"
 
@@ -29,29 +31,68 @@ func isAmbient(r *Record) bool { return r.Spec.Mode == redirect.ModeAmbient }
 // handOver finishes an ambient enrolment after its in-pod rules are in:
 // probe IPs first (harmless without ztunnel), then ztunnel, whose ack is
 // what makes the ADD succeed. The record is already listed, so a ztunnel
-// connecting meanwhile gets the pod in its snapshot.
+// connecting meanwhile gets the pod in its snapshot, and a release of
+// another attachment of the pod sees it and keeps ztunnel's hold.
 func (s *Store) handOver(ctx context.Context, r *Record) error {
 	if s.Ambient == nil {
 		return errors.New("ambient pod, but the agent runs without --ambient")
 	}
-	if err := redirect.AddHostIPs(s.Ambient.Host, podAddrs(r)...); err != nil {
+	defer lockStripe(&s.podStripes, r.PodUID)()
+	s.hostMu.Lock()
+	err := redirect.AddHostIPs(s.Ambient.Host, podAddrs(r)...)
+	s.hostMu.Unlock()
+	if err != nil {
 		return fmt.Errorf("add %s to the host probe table: %w", r.Attachment, err)
 	}
-	if err := s.Ambient.Ztunnel.Add(ctx, ztunnelWorkload(r)); err != nil {
+	ackCtx, cancel := ackContext(ctx)
+	defer cancel()
+	if err := s.Ambient.Ztunnel.Add(ackCtx, ztunnelWorkload(r)); err != nil {
 		return fmt.Errorf("hand %s to ztunnel: %w", r.Attachment, err)
 	}
 	return nil
 }
 
-// takeBack undoes handOver; errors are joined, every step is tried.
+// rollbackReserve is the part of an ADD's deadline kept back from
+// ztunnel's ack, so a late ztunnel is answered as "ztunnel did not ack"
+// with everything rolled back, not as the caller's own deadline.
+const rollbackReserve = 250 * time.Millisecond
+
+func ackContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok || time.Until(dl) <= 2*rollbackReserve {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, dl.Add(-rollbackReserve))
+}
+
+// takeBack undoes handOver for r, which is no longer listed; errors are
+// joined, every step is tried. A probe address another listed record holds
+// (a new pod that reuses the IP, a sibling attachment) stays; ztunnel hears
+// Del only when no attachment of the pod is left (a recreated sandbox keeps
+// its proxy).
 func (s *Store) takeBack(ctx context.Context, r *Record) error {
 	if s.Ambient == nil {
 		return nil
 	}
-	return errors.Join(
-		s.Ambient.Ztunnel.Del(ctx, r.PodUID),
-		redirect.RemoveHostIPs(s.Ambient.Host, podAddrs(r)...),
-	)
+	defer lockStripe(&s.podStripes, r.PodUID)()
+	s.hostMu.Lock()
+	s.mu.RLock()
+	var gone []netip.Addr
+	podLeft := false
+	listed := s.listedLocked()
+	for _, a := range podAddrs(r) {
+		if !slices.ContainsFunc(listed, func(o *Record) bool { return isAmbient(o) && slices.Contains(podAddrs(o), a) }) {
+			gone = append(gone, a)
+		}
+	}
+	podLeft = r.PodUID != "" && slices.ContainsFunc(listed, func(o *Record) bool { return isAmbient(o) && o.PodUID == r.PodUID })
+	s.mu.RUnlock()
+	err := redirect.RemoveHostIPs(s.Ambient.Host, gone...)
+	s.hostMu.Unlock()
+	if podLeft {
+		return err
+	}
+	return errors.Join(err, s.Ambient.Ztunnel.Del(ctx, r.PodUID))
 }
 
 // ZtunnelSnapshot lists the ambient pods for a ztunnel that (re)connects:

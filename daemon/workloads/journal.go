@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // The journal is one JSON file per attachment in the state dir, written
@@ -19,6 +22,27 @@ func journalName(a Attachment) string {
 	return a.ContainerID + ":" + a.IfName + journalExt
 }
 
+// maxRecordBytes caps what is read of one journal file: a record is a few
+// KiB; anything larger is not ours and is moved aside unread.
+const maxRecordBytes = 1 << 20
+
+// JournalError is a failure of the agent's own state dir, never the
+// caller's: rpc answers it with a try-again or internal code.
+type JournalError struct {
+	Op  string // "write", "remove", "sync"
+	Err error
+}
+
+func (e *JournalError) Error() string { return e.Op + " journal: " + e.Err.Error() }
+func (e *JournalError) Unwrap() error { return e.Err }
+
+// Full reports a state dir out of space or quota: worth retrying later.
+func (e *JournalError) Full() bool {
+	return errors.Is(e.Err, unix.ENOSPC) || errors.Is(e.Err, unix.EDQUOT)
+}
+
+func journalErr(op string, err error) error { return &JournalError{Op: op, Err: err} }
+
 func (s *Store) writeRecord(r *Record) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -26,45 +50,92 @@ func (s *Store) writeRecord(r *Record) error {
 	}
 	path := filepath.Join(s.dir, journalName(r.Attachment))
 	tmp, err := os.CreateTemp(s.dir, ".tmp-")
+	if errors.Is(err, os.ErrNotExist) {
+		// Someone removed the state dir (it is on tmpfs, and cleanup
+		// scripts exist): recreate it rather than fail every ADD. The
+		// records it held are written again by the next Reconcile.
+		s.log.Warn("state dir missing; recreating it", "dir", s.dir)
+		if err = os.MkdirAll(s.dir, 0o700); err == nil {
+			tmp, err = os.CreateTemp(s.dir, ".tmp-")
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("write journal record %s: %w", r.Attachment, err)
+		return journalErr("write", fmt.Errorf("record %s: %w", r.Attachment, err))
 	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write journal record %s: %w", r.Attachment, err)
+		return journalErr("write", fmt.Errorf("record %s: %w", r.Attachment, err))
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("sync journal record %s: %w", r.Attachment, err)
+		return journalErr("sync", fmt.Errorf("record %s: %w", r.Attachment, err))
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close journal record %s: %w", r.Attachment, err)
+		return journalErr("write", fmt.Errorf("close record %s: %w", r.Attachment, err))
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("commit journal record %s: %w", r.Attachment, err)
+		return journalErr("write", fmt.Errorf("commit record %s: %w", r.Attachment, err))
 	}
 	return s.syncDir()
 }
 
 func (s *Store) deleteRecord(a Attachment) error {
 	err := os.Remove(filepath.Join(s.dir, journalName(a)))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove journal record %s: %w", a, err)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, derr := os.Stat(s.dir); errors.Is(derr, os.ErrNotExist) {
+			return nil // no dir, no record
+		}
+		err = nil
+	}
+	if err != nil {
+		return journalErr("remove", fmt.Errorf("record %s: %w", a, err))
 	}
 	return s.syncDir()
+}
+
+// hasRecord says whether a's journal file is there (the state dir may have
+// been removed under the agent).
+func (s *Store) hasRecord(a Attachment) bool {
+	_, err := os.Lstat(filepath.Join(s.dir, journalName(a)))
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 func (s *Store) syncDir() error {
 	d, err := os.Open(s.dir)
 	if err != nil {
-		return fmt.Errorf("sync state dir: %w", err)
+		return journalErr("sync", fmt.Errorf("state dir: %w", err))
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync state dir %s: %w", s.dir, err)
+		return journalErr("sync", fmt.Errorf("state dir %s: %w", s.dir, err))
 	}
 	return nil
+}
+
+// readRecordFile reads one journal file without following a link or
+// blocking on a FIFO put in its place, and at most maxRecordBytes.
+func readRecordFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxRecordBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxRecordBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxRecordBytes)
+	}
+	return b, nil
 }
 
 // loadJournal reads every record. Leftover temp files of a crashed write are
@@ -86,12 +157,15 @@ func (s *Store) loadJournal() ([]*Record, error) {
 		case !strings.HasSuffix(name, journalExt) || !e.Type().IsRegular():
 			continue
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("read journal record %s: %w", name, err)
+		b, err := readRecordFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed since the listing
 		}
 		r := &Record{}
-		if err := json.Unmarshal(b, r); err != nil || journalName(r.Attachment) != name {
+		if err == nil {
+			err = json.Unmarshal(b, r)
+		}
+		if err != nil || journalName(r.Attachment) != name {
 			s.log.Warn("journal record unreadable; moved aside", "file", name, "err", err)
 			os.Rename(path, path+".corrupt")
 			continue

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,9 @@ type Record struct {
 	PodNamespace string `json:"podNamespace,omitempty"`
 	PodName      string `json:"podName,omitempty"`
 	PodUID       string `json:"podUID,omitempty"`
+	// Network is the CNI network name of the ADD (the conflist's name):
+	// GC is scoped to it. Empty in records of agents before it was kept.
+	Network string `json:"network,omitempty"`
 	// ServiceAccount is the pod's, for ztunnel (ambient).
 	ServiceAccount string        `json:"serviceAccount,omitempty"`
 	Netns          string        `json:"netns"`
@@ -72,9 +76,21 @@ type Store struct {
 	// OnRepair, when set before serving, hears of each drift repair.
 	OnRepair func(r Record, drift []string)
 
+	// released holds attachments whose kernel state is gone but whose
+	// journal record could not be deleted: they are never reasserted, and
+	// the delete is retried on each Reconcile.
+	released map[Attachment]bool
+
 	// Calls for one container are serialised (a retried ADD racing its own
 	// DEL must not interleave); calls for different ones run in parallel.
 	stripes [64]sync.Mutex
+	// nsStripes (by netns inode) make "is another attachment in this
+	// netns?" and the apply or removal that follows one step; podStripes
+	// (by pod uid) do the same for "is another attachment of this pod
+	// enrolled?" and ztunnel's Add or Del; hostMu for the host probe set.
+	nsStripes  [64]sync.Mutex
+	podStripes [64]sync.Mutex
+	hostMu     sync.Mutex
 }
 
 // Open loads the journal in dir (created 0700 if missing). It does not touch
@@ -83,7 +99,7 @@ func Open(dir string, opener *podns.Opener, log *slog.Logger) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
-	s := &Store{dir: dir, opener: opener, log: log, recs: map[Attachment]*Record{}}
+	s := &Store{dir: dir, opener: opener, log: log, recs: map[Attachment]*Record{}, released: map[Attachment]bool{}}
 	recs, err := s.loadJournal()
 	if err != nil {
 		return nil, err
@@ -94,17 +110,25 @@ func Open(dir string, opener *podns.Opener, log *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) lock(a Attachment) func() {
+func (s *Store) lock(a Attachment) func() { return lockStripe(&s.stripes, a.ContainerID) }
+
+func lockStripe(stripes *[64]sync.Mutex, key string) func() {
 	h := fnv.New32a()
-	h.Write([]byte(a.ContainerID))
-	m := &s.stripes[h.Sum32()%uint32(len(s.stripes))]
+	h.Write([]byte(key))
+	m := &stripes[h.Sum32()%uint32(len(stripes))]
 	m.Lock()
 	return m.Unlock
 }
 
+func (s *Store) lockNetns(ino uint64) func() {
+	return lockStripe(&s.nsStripes, strconv.FormatUint(ino, 10))
+}
+
 // Enroll programs r.Spec into r.Netns and journals it. The record is written
 // first, as intent: if the agent dies after the kernel change, the
-// reconciler still knows the netns is ours. A retried Enroll converges.
+// reconciler still knows the netns is ours. A retried Enroll converges; one
+// into another netns moves the attachment, and the netns it leaves loses
+// the table unless another attachment still owns it there.
 func (s *Store) Enroll(ctx context.Context, r Record) error {
 	rs, err := redirect.Build(r.Spec)
 	if err != nil {
@@ -126,16 +150,30 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	if r.EnrolledAt.IsZero() {
 		r.EnrolledAt = time.Now().UTC().Truncate(time.Second)
 	}
+	s.mu.RLock()
+	prev := s.recs[r.Attachment]
+	s.mu.RUnlock()
 	if err := s.writeRecord(&r); err != nil {
 		return err
 	}
+	unlockNS := s.lockNetns(r.NetnsInode)
 	if err := s.apply(ns, rs); err != nil {
-		s.forget(r.Attachment)
+		unlockNS()
+		s.restore(r.Attachment, prev)
 		return fmt.Errorf("apply ruleset to %s (netns %s): %w", r.Attachment, r.Netns, err)
 	}
 	s.mu.Lock()
 	s.recs[r.Attachment] = &r
+	delete(s.released, r.Attachment)
 	s.mu.Unlock()
+	unlockNS()
+	if prev != nil && !sameNetns(prev, &r) {
+		s.log.Info("attachment moved to another netns; releasing the old one", "attachment", r.Attachment.String(),
+			"from", prev.Netns, "to", r.Netns)
+		if err := s.letGo(ctx, prev); err != nil {
+			s.log.Error("releasing the netns an attachment left", "attachment", r.Attachment.String(), "netns", prev.Netns, "err", err)
+		}
+	}
 	if !isAmbient(&r) {
 		return nil
 	}
@@ -144,11 +182,10 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 		s.mu.Lock()
 		delete(s.recs, r.Attachment)
 		s.mu.Unlock()
-		cleanup := errors.Join(s.takeBack(context.WithoutCancel(ctx), &r), redirect.Remove(ns))
-		s.forget(r.Attachment)
-		if cleanup != nil {
+		if cleanup := s.letGo(context.WithoutCancel(ctx), &r); cleanup != nil {
 			s.log.Error("rolling back a failed ambient enrolment", "attachment", r.Attachment.String(), "err", cleanup)
 		}
+		s.forget(r.Attachment)
 		return err
 	}
 	return nil
@@ -181,48 +218,16 @@ func (s *Store) forget(a Attachment) {
 	}
 }
 
-// Release removes the attachment's ruleset and record. A netns that is gone
-// and an attachment we never knew are both fine: DEL must not block
-// teardown. netnsPath, when given, is used if there is no record (the agent
-// died between applying and journaling, or the journal was lost).
-func (s *Store) Release(ctx context.Context, a Attachment, netnsPath string) error {
-	defer s.lock(a)()
-	s.mu.RLock()
-	r := s.recs[a]
-	s.mu.RUnlock()
-	if r != nil {
-		if isAmbient(r) {
-			if err := s.takeBack(ctx, r); err != nil {
-				return fmt.Errorf("release %s: %w", a, err)
-			}
-		}
-		if err := s.removeTable(r.Netns, r.NetnsInode); err != nil {
-			return fmt.Errorf("release %s: %w", a, err)
-		}
-	} else if netnsPath != "" {
-		if err := s.removeTable(netnsPath, 0); err != nil {
-			return fmt.Errorf("release %s: %w", a, err)
-		}
+// restore puts back the journal as it was before a failed Enroll: the
+// earlier enrolment (whose table an atomic apply left intact), or nothing.
+func (s *Store) restore(a Attachment, prev *Record) {
+	if prev == nil {
+		s.forget(a)
+		return
 	}
-	if err := s.deleteRecord(a); err != nil {
-		return err
+	if err := s.writeRecord(prev); err != nil {
+		s.log.Error("journal restore after failed apply", "attachment", a.String(), "err", err)
 	}
-	s.mu.Lock()
-	delete(s.recs, a)
-	s.mu.Unlock()
-	return nil
-}
-
-func (s *Store) removeTable(netnsPath string, ino uint64) error {
-	ns, err := s.openEnrolled(netnsPath, ino)
-	if errors.Is(err, podns.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	return redirect.Remove(ns)
 }
 
 // Check compares the kernel's ruleset in netnsPath with what spec asks for,
@@ -251,27 +256,6 @@ func (s *Store) Check(ctx context.Context, a Attachment, netnsPath string, spec 
 		return nil, fmt.Errorf("verify %s: %w", a, err)
 	}
 	return append(drift, kernel...), nil
-}
-
-// GC releases every attachment of ours that is not in valid; late
-// enrolments are not the runtime's to list.
-func (s *Store) GC(ctx context.Context, valid []Attachment) ([]Attachment, error) {
-	var stale []Attachment
-	for _, r := range s.List() {
-		if !r.Late && !slices.Contains(valid, r.Attachment) {
-			stale = append(stale, r.Attachment)
-		}
-	}
-	var errs []error
-	var removed []Attachment
-	for _, a := range stale {
-		if err := s.Release(ctx, a, ""); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		removed = append(removed, a)
-	}
-	return removed, errors.Join(errs...)
 }
 
 // List returns the enrolled records sorted by attachment.
@@ -315,7 +299,7 @@ func (s *Store) Verify(r Record) ([]string, error) {
 // Reconcile brings the kernel in line with the journal: records whose netns
 // is gone are dropped; the rest are verified and re-applied on drift.
 func (s *Store) Reconcile(ctx context.Context) error {
-	var errs []error
+	errs := []error{s.retryReleased()}
 	for _, r := range s.List() {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -329,26 +313,30 @@ func (s *Store) Reconcile(ctx context.Context) error {
 
 func (s *Store) reconcileOne(r Record) error {
 	defer s.lock(r.Attachment)()
+	s.mu.RLock()
+	cur := s.recs[r.Attachment]
+	s.mu.RUnlock()
+	if cur == nil {
+		return nil // released since List
+	}
+	r = *cur
 	ns, err := s.openEnrolled(r.Netns, r.NetnsInode)
 	if errors.Is(err, podns.ErrNotExist) {
 		s.log.Info("netns gone; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns)
-		if isAmbient(&r) {
-			if err := s.takeBack(context.Background(), &r); err != nil {
-				return fmt.Errorf("drop %s: %w", r.Attachment, err)
-			}
-		}
-		if err := s.deleteRecord(r.Attachment); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		delete(s.recs, r.Attachment)
-		s.mu.Unlock()
-		return nil
+		return s.drop(context.Background(), r.Attachment)
 	}
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 	}
 	defer ns.Close()
+	if !s.hasRecord(r.Attachment) {
+		// The state dir was emptied under us: the kernel state is still
+		// ours, so the journal must say so again before a restart.
+		s.log.Warn("journal record missing; writing it again", "attachment", r.Attachment.String())
+		if err := s.writeRecord(&r); err != nil {
+			return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
+		}
+	}
 	if isAmbient(&r) && s.Ambient != nil {
 		// The host table may have been recreated empty (an uninstall and a
 		// reinstall, a reboot of the agent's host netns in tests).

@@ -14,6 +14,8 @@ import (
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
+const testNetwork = "test-net"
+
 type fixture struct {
 	root, state string
 	store       *Store
@@ -43,7 +45,7 @@ func (f *fixture) open(t *testing.T) *Store {
 func (f *fixture) enroll(t *testing.T, id string) (*nstest.NS, Record) {
 	t.Helper()
 	ns := nstest.NewIn(t, f.root, id)
-	r := Record{Attachment: Attachment{ContainerID: id, IfName: "eth0"}, Netns: ns.Path, Spec: redirect.DefaultSpec()}
+	r := Record{Attachment: Attachment{ContainerID: id, IfName: "eth0"}, Network: testNetwork, Netns: ns.Path, Spec: redirect.DefaultSpec()}
 	if err := f.store.Enroll(context.Background(), r); err != nil {
 		t.Fatalf("enroll %s: %v", id, err)
 	}
@@ -82,26 +84,11 @@ func TestEnrollReleaseJournal(t *testing.T) {
 	}
 }
 
-// Without a record (the agent died between apply and journal), DEL still
-// cleans the netns the runtime names.
-func TestReleaseWithoutRecordUsesRuntimePath(t *testing.T) {
-	f := newFixture(t)
-	ns, r := f.enroll(t, "c2")
-	os.Remove(filepath.Join(f.state, "c2:eth0.json"))
-	s := f.open(t)
-	if err := s.Release(context.Background(), r.Attachment, ns.Path); err != nil {
-		t.Fatal(err)
-	}
-	if hasTable(t, ns) {
-		t.Fatal("table left behind")
-	}
-}
-
 func TestGCKeepsValidOnly(t *testing.T) {
 	f := newFixture(t)
 	keep, rk := f.enroll(t, "keep")
 	drop, _ := f.enroll(t, "drop")
-	removed, err := f.store.GC(context.Background(), []Attachment{rk.Attachment})
+	removed, err := f.store.GC(context.Background(), testNetwork, []Attachment{rk.Attachment})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,11 +161,11 @@ func TestEnrollRefusesBadNetns(t *testing.T) {
 func TestGCLeavesLateEnrolments(t *testing.T) {
 	f := newFixture(t)
 	ns := nstest.NewIn(t, f.root, "late")
-	r := Record{Attachment: Attachment{ContainerID: "late-u1", IfName: "eth0"}, Netns: ns.Path, Spec: redirect.DefaultSpec(), Late: true}
+	r := Record{Attachment: Attachment{ContainerID: "late-u1", IfName: "eth0"}, Network: testNetwork, Netns: ns.Path, Spec: redirect.DefaultSpec(), Late: true}
 	if err := f.store.Enroll(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
-	if removed, err := f.store.GC(context.Background(), nil); err != nil || len(removed) != 0 {
+	if removed, err := f.store.GC(context.Background(), testNetwork, nil); err != nil || len(removed) != 0 {
 		t.Fatalf("GC removed %v (%v)", removed, err)
 	}
 	if !hasTable(t, ns) {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
 // CNI 1.1 GC through libcni removes every attachment the runtime no longer
@@ -25,10 +27,32 @@ func TestGCKeepsOnlyValidAttachments(t *testing.T) {
 		}
 	}
 	if _, err := sluicev1.NewCNIClient(n.client()).Add(t.Context(), &sluicev1.AddRequest{
-		ApiVersion: sluicev1.ApiVersion_API_VERSION_1, ContainerId: "orphan", Netns: orphan.Path, IfName: "eth0"}); err != nil {
+		ApiVersion: sluicev1.ApiVersion_API_VERSION_1, ContainerId: "orphan", Netns: orphan.Path, IfName: "eth0",
+		Config: &sluicev1.PluginConfig{NetworkName: "storm"}}); err != nil {
 		t.Fatal(err)
 	}
-	err := n.ns.Do(func() error {
+	// Another network's GC lists none of these: it must remove none of them.
+	other := n.cni([]byte(strings.Replace(string(n.loopbackChain("2s")), `"name":"storm"`, `"name":"other-net"`, 1)))
+	if err := n.ns.Do(func() error {
+		return other.lib.GCNetworkList(context.Background(), other.conf, &libcni.GCArgs{ValidAttachments: []types.GCAttachment{}})
+	}); err != nil {
+		t.Fatalf("GC of other-net: %v", err)
+	}
+	// A GC whose config lacks cni.dev/valid-attachments is refused (by hand:
+	// libcni itself DELs every cached attachment when given no list).
+	out, err := execPlugin(t, n.ns, []string{"CNI_COMMAND=GC", "CNI_CONTAINERID=", "CNI_IFNAME=", "CNI_NETNS="},
+		[]byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"storm","type":"sluice","socket":%q}`, n.socket)))
+	if err == nil {
+		t.Error("GC without cni.dev/valid-attachments succeeded")
+	} else if e := cniError(t, out); e.Code != types.ErrInvalidNetworkConfig {
+		t.Errorf("GC without cni.dev/valid-attachments: %v", e)
+	}
+	for name, pod := range map[string]*nstest.NS{"keep": keep, "drop": drop, "orphan": orphan} {
+		if s := rulesetState(t, pod); s != "full" {
+			t.Fatalf("a GC of another network or without the key touched %s: %s", name, s)
+		}
+	}
+	err = n.ns.Do(func() error {
 		return c.lib.GCNetworkList(context.Background(), c.conf, &libcni.GCArgs{
 			ValidAttachments: []types.GCAttachment{{ContainerID: "keep", IfName: "eth0"}}})
 	})
@@ -48,7 +72,7 @@ func TestGCKeepsOnlyValidAttachments(t *testing.T) {
 	if len(ws) != 1 || ws[0].ContainerId != "keep" {
 		t.Errorf("after GC the agent lists %v", ws)
 	}
-	if len(n.agent.logs.lines("msg=call", "/sluice.v1.CNI/GC", "code=OK")) != 1 {
+	if len(n.agent.logs.lines("msg=call", "/sluice.v1.CNI/GC", "code=OK")) != 2 { // other-net's, then storm's
 		t.Errorf("the GC verb never reached the agent:\n%s", n.agent.logs)
 	}
 }

@@ -959,12 +959,19 @@ func (x *StatusResponse) GetReason() string {
 type GCRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	ApiVersion ApiVersion             `protobuf:"varint,1,opt,name=api_version,json=apiVersion,proto3,enum=sluice.v1.ApiVersion" json:"api_version,omitempty"`
-	// cni.dev/valid-attachments: everything else of this network is stale.
+	// cni.dev/valid-attachments: everything else of this network
+	// (config.network_name) is stale.
 	ValidAttachments []*Attachment `protobuf:"bytes,2,rep,name=valid_attachments,json=validAttachments,proto3" json:"valid_attachments,omitempty"`
 	Config           *PluginConfig `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
 	RequestId        string        `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// True when the runtime's config carried cni.dev/valid-attachments, even
+	// as an empty list: a repeated field cannot tell "key absent" (nothing
+	// may be removed) from "no valid attachments" (all of the network is
+	// stale). The agent refuses a GC without the key; from a plugin too old
+	// to send this field, an empty list counts as absent.
+	ValidAttachmentsPresent bool `protobuf:"varint,5,opt,name=valid_attachments_present,json=validAttachmentsPresent,proto3" json:"valid_attachments_present,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *GCRequest) Reset() {
@@ -1023,6 +1030,13 @@ func (x *GCRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *GCRequest) GetValidAttachmentsPresent() bool {
+	if x != nil {
+		return x.ValidAttachmentsPresent
+	}
+	return false
 }
 
 type GCResponse struct {
@@ -1665,14 +1679,15 @@ const file_sluice_v1_agent_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\">\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xd7\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x93\x02\n" +
 	"\tGCRequest\x126\n" +
 	"\vapi_version\x18\x01 \x01(\x0e2\x15.sluice.v1.ApiVersionR\n" +
 	"apiVersion\x12B\n" +
 	"\x11valid_attachments\x18\x02 \x03(\v2\x15.sluice.v1.AttachmentR\x10validAttachments\x12/\n" +
 	"\x06config\x18\x03 \x01(\v2\x17.sluice.v1.PluginConfigR\x06config\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"=\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12:\n" +
+	"\x19valid_attachments_present\x18\x05 \x01(\bR\x17validAttachmentsPresent\"=\n" +
 	"\n" +
 	"GCResponse\x12/\n" +
 	"\aremoved\x18\x01 \x03(\v2\x15.sluice.v1.AttachmentR\aremoved\"\x95\x02\n" +

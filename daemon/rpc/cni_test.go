@@ -1,0 +1,135 @@
+package rpc
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+type cniFixture struct {
+	root, state string
+	cni         *CNI
+}
+
+func newCNIFixture(t *testing.T, state string) *cniFixture {
+	t.Helper()
+	nstest.RequireRoot(t)
+	f := &cniFixture{root: t.TempDir(), state: state}
+	o, err := podns.NewOpener([]string{f.root}, "/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := workloads.Open(state, o, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cni = &CNI{Policy: &policy.Static{Spec: redirect.DefaultSpec()}, Workloads: store,
+		Ready: func() (bool, string) { return true, "" }, Inflight: NewInflight(4)}
+	return f
+}
+
+func (f *cniFixture) add(t *testing.T, id string) (*nstest.NS, error) {
+	t.Helper()
+	ns := nstest.NewIn(t, f.root, id)
+	_, err := f.cni.Add(context.Background(), &sluicev1.AddRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_2,
+		ContainerId: id, Netns: ns.Path, IfName: "eth0", Config: &sluicev1.PluginConfig{NetworkName: "net-a"}})
+	return ns, err
+}
+
+func code(err error) codes.Code { return status.Code(err) }
+
+// A state dir removed under the agent is the agent's problem, never the
+// caller's (code 4 made the runtime blame the pod): it is recreated.
+func TestAddRecreatesMissingStateDir(t *testing.T) {
+	f := newCNIFixture(t, filepath.Join(t.TempDir(), "state"))
+	if err := os.RemoveAll(f.state); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.add(t, "c1"); err != nil {
+		t.Fatalf("ADD with the state dir removed: %v (code %v)", err, code(err))
+	}
+	if _, err := os.Stat(filepath.Join(f.state, "c1:eth0.json")); err != nil {
+		t.Fatalf("journal record: %v", err)
+	}
+}
+
+// A full disk is answered "try again later", not 999 with a confusing
+// message, and leaves no rules behind.
+func TestAddOnFullDiskIsTryAgain(t *testing.T) {
+	nstest.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
+		t.Fatalf("mount a small tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	f := newCNIFixture(t, dir)
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := filler.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	filler.Close()
+	ns, err := f.add(t, "full")
+	if code(err) != codes.ResourceExhausted {
+		t.Fatalf("ADD on a full state dir: code %v (%v), want ResourceExhausted", code(err), err)
+	}
+	if ns.Command("nft", "list", "table", "inet", "sluice").Run() == nil {
+		t.Fatal("an ADD that could not journal left its table")
+	}
+}
+
+// The agent's own failures are never InvalidArgument.
+func TestJournalErrorsAreNotTheCallers(t *testing.T) {
+	for _, err := range []error{
+		&workloads.JournalError{Op: "write", Err: os.ErrNotExist},
+		&workloads.JournalError{Op: "sync", Err: unix.EIO},
+	} {
+		if c := code(toStatus(err)); c == codes.InvalidArgument || c == codes.OK {
+			t.Errorf("%v: code %v", err, c)
+		}
+	}
+	if c := code(toStatus(&workloads.JournalError{Op: "write", Err: unix.ENOSPC})); c != codes.ResourceExhausted {
+		t.Errorf("ENOSPC: code %v", c)
+	}
+}
+
+// A GC without cni.dev/valid-attachments is refused and removes nothing;
+// an older plugin's non-empty list still counts as the key present.
+func TestGCWithoutValidAttachmentsIsRefused(t *testing.T) {
+	f := newCNIFixture(t, t.TempDir())
+	ns, err := f.add(t, "live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.cni.GC(context.Background(), &sluicev1.GCRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_2,
+		Config: &sluicev1.PluginConfig{NetworkName: "net-a"}})
+	if code(err) != codes.InvalidArgument {
+		t.Fatalf("GC without the key: code %v (%v)", code(err), err)
+	}
+	if ns.Command("nft", "list", "table", "inet", "sluice").Run() != nil || len(f.cni.Workloads.List()) != 1 {
+		t.Fatal("a refused GC removed state")
+	}
+	resp, err := f.cni.GC(context.Background(), &sluicev1.GCRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_2,
+		Config:           &sluicev1.PluginConfig{NetworkName: "net-a"},
+		ValidAttachments: []*sluicev1.Attachment{{ContainerId: "other", IfName: "eth0"}}})
+	if err != nil || len(resp.Removed) != 1 {
+		t.Fatalf("GC from an older plugin with a list: %v %v", resp, err)
+	}
+}
