@@ -28,6 +28,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/rpc"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/installer"
@@ -129,6 +130,7 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 
 	checks := &health.Checks{}
 	var rec *events.Recorder // nil records nothing (standalone)
+	var redirection *repair.Redirection
 	if kube != nil {
 		go kube.Run(ctx)
 		checks.Add("policy", kube.Synced)
@@ -138,7 +140,7 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 			}
 			return 0
 		})
-		if rec, err = startRepair(ctx, cfg, rc, kube, store, m, log); err != nil {
+		if rec, redirection, err = startRepair(ctx, cfg, rc, kube, store, m, log); err != nil {
 			return err
 		}
 		defer flushEvents(rec)
@@ -152,7 +154,8 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 		m.Func("counter", "installer_writes_total", "Files the installer wrote (installs and repairs).", func() float64 { return float64(inst.Stats().Writes) })
 		m.Func("counter", "installer_restores_total", "Repairs of a binary or entry someone else removed or changed.", func() float64 { return float64(inst.Stats().Restores) })
 	}
-	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight), Events: rec}
+	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight), Events: rec,
+		Redirection: redirection}
 	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
 	lis, err := rpc.Listen(cfg.socket)
 	if err != nil {

@@ -19,17 +19,17 @@ import (
 // startRepair runs late enrolment (pods found running uncaptured, handled
 // per --repair-mode) and returns the Event recorder the rest of the agent
 // reports capture failures and drift repairs with.
-func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy.Kube, store *workloads.Store, m *metrics.Metrics, log *slog.Logger) (*events.Recorder, error) {
+func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy.Kube, store *workloads.Store, m *metrics.Metrics, log *slog.Logger) (*events.Recorder, *repair.Redirection, error) {
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+		return nil, nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}
 	rec := events.New(events.Config{Client: client, NodeName: cfg.nodeName, Log: log.With("component", "events")})
 	rep, err := repair.New(repair.Config{Policy: kube, Store: store, Client: client, Events: rec,
 		HostProc: cfg.hostProc, Mode: cfg.repairMode, NodeName: cfg.nodeName, Log: log.With("component", "repair")})
 	if err != nil {
 		rec.Shutdown(context.Background())
-		return nil, err
+		return nil, nil, err
 	}
 	go func() {
 		if err := rep.Run(ctx); err != nil && ctx.Err() == nil {
@@ -40,7 +40,7 @@ func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy
 	store.OnRepair = func(r workloads.Record, drift []string) {
 		rec.RulesetRepaired(policy.Pod{Namespace: r.PodNamespace, Name: r.PodName, UID: r.PodUID}, drift)
 	}
-	return rec, nil
+	return rec, rep.Redirection(), nil
 }
 
 // flushEvents gives queued Events a few seconds to reach the API server.

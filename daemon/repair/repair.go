@@ -71,8 +71,9 @@ type Config struct {
 
 // Repairer watches this node's pods for uncaptured ones.
 type Repairer struct {
-	cfg Config
-	log *slog.Logger
+	cfg         Config
+	log         *slog.Logger
+	redirection *Redirection
 
 	mu sync.Mutex
 	// failedAt holds, per pod, the resourceVersion whose repair failed: the
@@ -109,11 +110,12 @@ func New(cfg Config) (*Repairer, error) {
 		cfg.Log = slog.Default()
 	}
 	return &Repairer{
-		cfg:      cfg,
-		log:      cfg.Log,
-		failedAt: map[types.UID]string{},
-		outcomes: map[string]int{},
-		swept:    make(chan struct{}),
+		cfg:         cfg,
+		log:         cfg.Log,
+		redirection: NewRedirection(cfg.Client, cfg.Log.With("component", "redirection")),
+		failedAt:    map[types.UID]string{},
+		outcomes:    map[string]int{},
+		swept:       make(chan struct{}),
 	}, nil
 }
 
@@ -124,6 +126,7 @@ func (r *Repairer) Run(ctx context.Context) error {
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, synced); err != nil {
 		return fmt.Errorf("repair: wait for the policy caches: %w", err)
 	}
+	go r.redirection.Run(ctx)
 	q := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "repair"})
 	// Registered on a synced informer, the handler is first sent every
 	// cached pod: that is the sweep at start.

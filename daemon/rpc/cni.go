@@ -35,6 +35,16 @@ type CNI struct {
 	Ready     Readiness
 	Inflight  Inflight
 	Events    *events.Recorder // nil records nothing (standalone)
+	// Redirection, when set, marks ambient pods for istiod
+	// (ambient.istio.io/redirection) before the ADD returns; nil in
+	// standalone mode.
+	Redirection Annotator
+}
+
+// Annotator sets ambient.istio.io/redirection on a pod ("" removes it)
+// within ctx, retrying on its own when that fails (repair.Redirection).
+type Annotator interface {
+	Set(ctx context.Context, pod policy.Pod, value string)
 }
 
 func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddResponse, error) {
@@ -72,9 +82,18 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	for _, ip := range req.Ips {
 		rec.IPs = append(rec.IPs, ip.Address)
 	}
+	ambient := d.Spec.Mode == redirect.ModeAmbient
 	if err := s.Workloads.Enroll(ctx, rec); err != nil {
 		s.Events.CaptureFailed(pod, err)
+		if ambient && errors.Is(err, workloads.ErrZtunnel) {
+			s.annotate(ctx, pod, "pending") // as Istio marks a pod ztunnel refused
+		}
 		return nil, toStatus(err)
+	}
+	if ambient {
+		// Before the ADD returns, as Istio does: istiod sends this pod HBONE
+		// only once it reads "enabled".
+		s.annotate(ctx, pod, "enabled")
 	}
 	return &sluicev1.AddResponse{Enrolled: true, Mode: modeOf(d.Spec.Mode), Reason: d.Reason}, nil
 }
@@ -148,6 +167,12 @@ func (s *CNI) GC(ctx context.Context, req *sluicev1.GCRequest) (*sluicev1.GCResp
 		return resp, toStatus(err)
 	}
 	return resp, nil
+}
+
+func (s *CNI) annotate(ctx context.Context, pod policy.Pod, value string) {
+	if s.Redirection != nil {
+		s.Redirection.Set(ctx, pod, value)
+	}
 }
 
 func podOf(p *sluicev1.PodRef) policy.Pod {

@@ -2,9 +2,11 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -16,6 +18,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -131,5 +134,50 @@ func TestGCWithoutValidAttachmentsIsRefused(t *testing.T) {
 		ValidAttachments: []*sluicev1.Attachment{{ContainerId: "other", IfName: "eth0"}}})
 	if err != nil || len(resp.Removed) != 1 {
 		t.Fatalf("GC from an older plugin with a list: %v %v", resp, err)
+	}
+}
+
+// fakeAnnotator records what istiod would be told, in order (a seam fake).
+type fakeAnnotator struct{ got []string }
+
+func (a *fakeAnnotator) Set(_ context.Context, pod policy.Pod, value string) {
+	a.got = append(a.got, pod.UID+"="+value)
+}
+
+type fakeZtunnel struct{ refuse error }
+
+func (z *fakeZtunnel) Add(context.Context, ztunnel.Workload) error { return z.refuse }
+func (z *fakeZtunnel) Del(context.Context, string) error           { return nil }
+
+// An ambient ADD marks the pod for istiod before it returns, as Istio's
+// does; one ztunnel refused marks it pending.
+func TestAmbientAddAnnotatesBeforeReturning(t *testing.T) {
+	f := newCNIFixture(t, t.TempDir())
+	host := nstest.New(t, "host")
+	h := host.Handle(t)
+	if err := redirect.EnsureHostTable(h, redirect.DefaultHostConfig()); err != nil {
+		t.Fatal(err)
+	}
+	zt := &fakeZtunnel{}
+	f.cni.Workloads.Ambient = &workloads.Ambient{Ztunnel: zt, Host: h}
+	f.cni.Policy = &policy.Static{Spec: redirect.DefaultAmbientSpec()}
+	ann := &fakeAnnotator{}
+	f.cni.Redirection = ann
+	add := func(id string) error {
+		ns := nstest.NewIn(t, f.root, id)
+		_, err := f.cni.Add(context.Background(), &sluicev1.AddRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_2,
+			ContainerId: id, Netns: ns.Path, IfName: "eth0", Pod: &sluicev1.PodRef{Namespace: "ns", Name: id, Uid: "uid-" + id},
+			Ips: []*sluicev1.IPConfig{{Address: "10.1.0.2/24"}}})
+		return err
+	}
+	if err := add("ok"); err != nil {
+		t.Fatal(err)
+	}
+	zt.refuse = errors.New("ztunnel says no")
+	if err := add("refused"); code(err) == codes.OK {
+		t.Fatal("ADD succeeded with ztunnel refusing")
+	}
+	if want := []string{"uid-ok=enabled", "uid-refused=pending"}; !slices.Equal(ann.got, want) {
+		t.Fatalf("annotations %v, want %v", ann.got, want)
 	}
 }

@@ -26,6 +26,11 @@ type Ambient struct {
 	Host netns.NsHandle
 }
 
+// ErrZtunnel is wrapped when an ambient enrolment failed because ztunnel
+// did not take the pod (absent, refused, or no ack in time): Istio marks
+// such a pod "pending".
+var ErrZtunnel = errors.New("ztunnel did not take the pod")
+
 func isAmbient(r *Record) bool { return r.Spec.Mode == redirect.ModeAmbient }
 
 // handOver finishes an ambient enrolment after its in-pod rules are in:
@@ -47,7 +52,7 @@ func (s *Store) handOver(ctx context.Context, r *Record) error {
 	ackCtx, cancel := ackContext(ctx)
 	defer cancel()
 	if err := s.Ambient.Ztunnel.Add(ackCtx, ztunnelWorkload(r)); err != nil {
-		return fmt.Errorf("hand %s to ztunnel: %w", r.Attachment, err)
+		return fmt.Errorf("hand %s to ztunnel: %w: %w", r.Attachment, ErrZtunnel, err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -251,11 +252,14 @@ type fakeZtunnel struct {
 	refuse error
 	// onDel runs inside Del, to look at the kernel at that moment.
 	onDel func()
+	// addDeadline is the deadline the last Add was given.
+	addDeadline time.Time
 }
 
-func (z *fakeZtunnel) Add(_ context.Context, w ztunnel.Workload) error {
+func (z *fakeZtunnel) Add(ctx context.Context, w ztunnel.Workload) error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
+	z.addDeadline, _ = ctx.Deadline()
 	if z.refuse != nil {
 		return z.refuse
 	}
