@@ -3,15 +3,18 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"time"
+
+	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
-// check validates the configuration without touching the node, for
-// --check-config (the chart's tests run the agent with the DaemonSet's
-// exact args and env through it, so chart and flags cannot drift).
+// check validates the configuration without touching the node. parseConfig
+// runs it, so the agent, --check-config (which the chart's tests run with
+// the DaemonSet's exact args and env) and the plugin's entry all pass the
+// same rules.
 func (c *config) check() error {
 	var errs []error
 	if _, err := c.uids(); err != nil {
@@ -27,7 +30,7 @@ func (c *config) check() error {
 		}
 	}
 	for flag, path := range map[string]string{
-		"--socket": c.socket, "--state-dir": c.stateDir, "--host-proc": c.hostProc,
+		"--state-dir": c.stateDir, "--host-proc": c.hostProc,
 		"--cni-conf-dir": c.cniConfDir, "--ztunnel-socket": c.ztunnelSocket,
 	} {
 		if !filepath.IsAbs(path) {
@@ -49,8 +52,28 @@ func (c *config) check() error {
 	if _, _, err := net.SplitHostPort(c.healthAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--health-addr: %w", err))
 	}
-	if c.pluginTimeout <= 0 || c.pluginTimeout > 60*time.Second {
-		errs = append(errs, fmt.Errorf("--plugin-timeout %s: must be in (0, 60s]", c.pluginTimeout))
+	if _, err := c.logger(io.Discard); err != nil {
+		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.checkPluginEntry())...)
+}
+
+// checkPluginEntry applies the plugin's own rules (pluginconf) to the
+// entry the agent would write, naming the flags each key comes from.
+func (c *config) checkPluginEntry() error {
+	var errs []error
+	if err := pluginconf.CheckSocket(c.socket); err != nil {
+		errs = append(errs, fmt.Errorf("--socket %q: %w", c.socket, err))
+	}
+	if err := pluginconf.CheckTimeout(c.pluginTimeout); err != nil {
+		errs = append(errs, fmt.Errorf("--plugin-timeout %s: %w", c.pluginTimeout, err))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// Whatever the flags above miss, the whole entry as written must parse.
+	if _, err := c.pluginSettings().Parse(); err != nil {
+		return fmt.Errorf("the plugin would refuse the conflist entry built from --socket, --plugin-timeout and --log-level: %w", err)
+	}
+	return nil
 }

@@ -91,7 +91,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", false, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
 	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
-	fs.BoolVar(&c.checkConfig, "check-config", false, "validate flags and env without touching the node, print 'config ok' and exit")
+	fs.BoolVar(&c.checkConfig, "check-config", false, "validate flags and env without touching the node (the same checks every start runs), print 'config ok' and exit 0; invalid: exit 2")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -130,6 +130,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if c.kubeconfig != "" && c.nodeName == "" {
 		return nil, fmt.Errorf("--node-name (or $NODE_NAME) is required with --kubeconfig")
+	}
+	// One validation, on every path: the agent that starts is the one
+	// --check-config approved.
+	if err := c.check(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
 	return c, nil
 }

@@ -79,20 +79,60 @@ func TestCheck(t *testing.T) {
 	if err := ok.check(); err != nil {
 		t.Errorf("defaults with in-cluster: %v", err)
 	}
-	bad, err := parseConfig([]string{"--socket", "rel.sock", "--netns-roots", "/a,b", "--health-addr", "9890", "--default-mode", "x"}, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = bad.check()
+	_, err = parseConfig([]string{"--socket", "rel.sock", "--netns-roots", "/a,b", "--health-addr", "9890", "--default-mode", "x"}, func(string) string { return "" }, io.Discard)
 	for _, want := range []string{"--socket", "--netns-roots", "--health-addr", "--default-mode"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("check() = %v, want it to name %s", err, want)
+			t.Errorf("parseConfig = %v, want it to name %s", err, want)
 		}
 	}
 	if _, err := parseConfig([]string{"--kubeconfig", "/k"}, func(string) string { return "" }, io.Discard); err == nil {
 		t.Error("--kubeconfig without a node name accepted")
 	}
-	if c, err := parseConfig([]string{"--kubeconfig", "/k"}, func(k string) string { return map[string]string{"NODE_NAME": "n9"}[k] }, io.Discard); err != nil || c.nodeName != "n9" {
+	if c, err := parseConfig([]string{"--kubeconfig", "in-cluster"}, func(k string) string { return map[string]string{"NODE_NAME": "n9"}[k] }, io.Discard); err != nil || c.nodeName != "n9" {
 		t.Errorf("NODE_NAME not used as --node-name default: %v %v", c, err)
+	}
+}
+
+// TestConfigValidatedOnEveryPath: a flag the plugin would refuse in the
+// entry the agent writes fails the agent's start, not every later ADD, DEL
+// and STATUS; --check-config is the same parse, so it cannot be stricter.
+func TestConfigValidatedOnEveryPath(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--plugin-timeout", "90s"}, "--plugin-timeout"},
+		{[]string{"--plugin-timeout", "0s"}, "--plugin-timeout"},
+		{[]string{"--plugin-timeout", "-1s"}, "--plugin-timeout"},
+		{[]string{"--socket", "agent.sock"}, "--socket"},
+		{[]string{"--socket", "/" + strings.Repeat("s", 200) + ".sock"}, "--socket"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+	} {
+		for _, check := range []bool{false, true} {
+			args := tc.args
+			if check {
+				args = append(args, "--check-config")
+			}
+			_, err := parseConfig(args, func(string) string { return "" }, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v: err = %v, want it to name %s", args, err, tc.want)
+			}
+		}
+	}
+}
+
+// TestEntryAcceptedByPlugin: the entry built from the flags parses with the
+// rules the plugin applies.
+func TestEntryAcceptedByPlugin(t *testing.T) {
+	c, err := parseConfig([]string{"--plugin-timeout", "60s", "--socket", "/run/x/agent.sock"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.pluginSettings().Parse()
+	if err != nil {
+		t.Fatalf("the plugin refuses the agent's entry: %v", err)
+	}
+	if p.Timeout != 60*time.Second || p.Socket != "/run/x/agent.sock" {
+		t.Errorf("entry parsed as %+v", p)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/installer"
+	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
 // newInstaller maps the agent's flags onto the installer. The plugin's
@@ -24,24 +25,27 @@ func newInstaller(cfg *config, log *slog.Logger) (*installer.Installer, error) {
 		}
 		bin = filepath.Join(filepath.Dir(self), "sluice")
 	}
-	entry := map[string]any{
-		"socket":   cfg.socket,
-		"timeout":  cfg.pluginTimeout.String(),
-		"logLevel": cfg.logLevel,
-	}
-	if ns := splitList(cfg.excludeNamespaces); len(ns) > 0 {
-		entry["excludeNamespaces"] = ns
-	}
 	return installer.New(installer.Config{
 		BinDirs:        splitList(cfg.cniBinDirs),
 		ConfDir:        cfg.cniConfDir,
 		ConfName:       cfg.cniConfName,
 		Chained:        cfg.chained,
 		PluginBinary:   bin,
-		PluginConfig:   entry,
+		PluginConfig:   cfg.pluginSettings().Map(),
 		ResyncInterval: cfg.resync,
 		Logger:         log,
 	})
+}
+
+// pluginSettings is the plugin's conflist entry as the agent's flags make
+// it; check validates it with the plugin's own rules.
+func (c *config) pluginSettings() pluginconf.Settings {
+	return pluginconf.Settings{
+		Socket:            c.socket,
+		Timeout:           c.pluginTimeout.String(),
+		LogLevel:          c.logLevel,
+		ExcludeNamespaces: splitList(c.excludeNamespaces),
+	}
 }
 
 // uninstallOnExit decides whether SIGTERM removes our entry. Standalone,

@@ -52,11 +52,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sluice-agent:", err)
 		os.Exit(2)
 	}
-	if cfg.checkConfig {
-		if err := cfg.check(); err != nil {
-			fmt.Fprintln(os.Stderr, "sluice-agent: invalid configuration:", err)
-			os.Exit(2)
-		}
+	if cfg.checkConfig { // parseConfig validated it
 		fmt.Println("config ok")
 		return
 	}

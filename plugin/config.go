@@ -3,41 +3,25 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
-const (
-	defaultSocket  = "/var/run/sluice/agent.sock"
-	defaultTimeout = 2 * time.Second
-	// A kubelet's CRI runtime timeout is minutes; far sooner than that the
-	// runtime should learn the agent is not answering and retry the pod.
-	maxTimeout = 60 * time.Second
-)
-
-// NetConf is the sluice entry of a conflist.
+// NetConf is the sluice entry of a conflist. Its sluice keys, their
+// defaults and limits live in pluginconf, which the agent checks its flags
+// with before it writes the entry.
 type NetConf struct {
 	types.PluginConf
-	// Socket is the agent's gRPC unix socket.
-	Socket string `json:"socket,omitempty"`
-	// Timeout bounds each call to the agent, e.g. "2s".
-	Timeout string `json:"timeout,omitempty"`
-	// LogLevel is the plugin's own stderr level: debug, info, warn, error.
-	LogLevel string `json:"logLevel,omitempty"`
-	// ExcludeNamespaces are never sent to the agent, so pods the cluster
-	// needs to boot (DNS, the primary CNI) start while the agent is down.
-	ExcludeNamespaces []string `json:"excludeNamespaces,omitempty"`
+	pluginconf.Settings
 
-	timeout  time.Duration
-	logLevel slog.Level
+	parsed pluginconf.Parsed
 	// raw is the entry as received, without prevResult, for the agent's logs.
 	raw []byte
 	// warnings are sent to the agent, which logs them where operators look.
@@ -59,30 +43,11 @@ func parseConfig(stdin []byte) (*NetConf, error) {
 	if err := json.Unmarshal(stdin, conf); err != nil {
 		return nil, fmt.Errorf("failed to parse network configuration: %w", err)
 	}
-	if conf.Socket == "" {
-		conf.Socket = defaultSocket
+	parsed, err := conf.Settings.Parse()
+	if err != nil {
+		return nil, err
 	}
-	if !filepath.IsAbs(conf.Socket) {
-		return nil, fmt.Errorf("socket %q: must be an absolute path", conf.Socket)
-	}
-	conf.timeout = defaultTimeout
-	if conf.Timeout != "" {
-		d, err := time.ParseDuration(conf.Timeout)
-		if err != nil {
-			return nil, fmt.Errorf("timeout %q: %w", conf.Timeout, err)
-		}
-		if d <= 0 || d > maxTimeout {
-			return nil, fmt.Errorf("timeout %q: must be in (0, %s]", conf.Timeout, maxTimeout)
-		}
-		conf.timeout = d
-	}
-	if conf.LogLevel != "" {
-		if err := conf.logLevel.UnmarshalText([]byte(conf.LogLevel)); err != nil {
-			return nil, fmt.Errorf("logLevel %q: %w", conf.LogLevel, err)
-		}
-	} else {
-		conf.logLevel = slog.LevelWarn
-	}
+	conf.parsed = parsed
 	if conf.RawPrevResult != nil {
 		if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
 			return nil, fmt.Errorf("failed to parse prevResult: %w", err)
@@ -117,7 +82,7 @@ func parseConfig(stdin []byte) (*NetConf, error) {
 }
 
 func (c *NetConf) excluded(namespace string) bool {
-	return namespace != "" && slices.Contains(c.ExcludeNamespaces, namespace)
+	return namespace != "" && slices.Contains(c.parsed.ExcludeNamespaces, namespace)
 }
 
 // podArgs are the Kubernetes keys a runtime puts in CNI_ARGS.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
 const prevResult = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],
@@ -22,8 +24,8 @@ func TestParseConfig(t *testing.T) {
 			name: "defaults",
 			in:   `{"cniVersion":"1.1.0","name":"k8s","type":"sluice"}`,
 			check: func(t *testing.T, c *NetConf) {
-				if c.Socket != defaultSocket || c.timeout != defaultTimeout {
-					t.Errorf("socket %q timeout %v", c.Socket, c.timeout)
+				if c.parsed.Socket != pluginconf.DefaultSocket || c.parsed.Timeout != pluginconf.DefaultTimeout {
+					t.Errorf("socket %q timeout %v", c.parsed.Socket, c.parsed.Timeout)
 				}
 				if c.PrevResult != nil {
 					t.Error("prevResult set without one in the input")
@@ -36,7 +38,7 @@ func TestParseConfig(t *testing.T) {
 			      "excludeNamespaces":["kube-system"],
 			      "prevResult":{"cniVersion":"0.3.1","interfaces":[{"name":"eth0"}],"ips":[{"version":"4","address":"10.1.0.2/24","interface":0}]}}`,
 			check: func(t *testing.T, c *NetConf) {
-				if c.Socket != "/run/s.sock" || c.timeout != 500*time.Millisecond || c.LogLevel != "debug" {
+				if c.Socket != "/run/s.sock" || c.parsed.Timeout != 500*time.Millisecond || c.LogLevel != "debug" {
 					t.Errorf("got %+v", c)
 				}
 				r, ok := c.PrevResult.(*current.Result)
@@ -102,8 +104,8 @@ func FuzzParseConfig(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if c.timeout <= 0 || c.timeout > maxTimeout || c.Socket == "" {
-			t.Fatalf("accepted config with timeout %v socket %q", c.timeout, c.Socket)
+		if c.parsed.Timeout <= 0 || c.parsed.Timeout > pluginconf.MaxTimeout || c.parsed.Socket == "" {
+			t.Fatalf("accepted config with timeout %v socket %q", c.parsed.Timeout, c.parsed.Socket)
 		}
 		if !json.Valid(c.raw) {
 			t.Fatalf("raw is not JSON: %q", c.raw)

@@ -33,7 +33,7 @@ func newCall(args *skel.CmdArgs, verb string) (*call, error) {
 		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}
 	id := newRequestID()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: conf.logLevel})).With(
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: conf.parsed.LogLevel})).With(
 		"verb", verb, "request_id", id, "container_id", args.ContainerID,
 		"pod", pod.Namespace+"/"+pod.Name)
 	for _, w := range conf.warnings {
@@ -43,7 +43,7 @@ func newCall(args *skel.CmdArgs, verb string) (*call, error) {
 }
 
 func (c *call) context() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), c.conf.timeout)
+	return context.WithTimeout(context.Background(), c.conf.parsed.Timeout)
 }
 
 func (c *call) pluginConfig() *sluicev1.PluginConfig {
@@ -68,7 +68,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		c.log.Info("namespace excluded in plugin config; not asking the agent")
 		return types.PrintResult(prev, c.conf.CNIVersion)
 	}
-	a, err := dial(c.conf.Socket)
+	a, err := dial(c.conf.parsed.Socket)
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	if c.conf.excluded(c.pod.Namespace) {
 		return nil
 	}
-	a, err := dial(c.conf.Socket)
+	a, err := dial(c.conf.parsed.Socket)
 	if err != nil {
 		c.log.Warn("agent unreachable; DEL left to the agent's GC", "err", err)
 		return nil
@@ -140,7 +140,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if c.conf.excluded(c.pod.Namespace) {
 		return nil
 	}
-	a, err := dial(c.conf.Socket)
+	a, err := dial(c.conf.parsed.Socket)
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func cmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	a, err := dial(c.conf.Socket)
+	a, err := dial(c.conf.parsed.Socket)
 	if err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 	}
@@ -207,7 +207,7 @@ func cmdGC(args *skel.CmdArgs) error {
 	for _, v := range c.conf.ValidAttachments {
 		valid = append(valid, &sluicev1.Attachment{ContainerId: v.ContainerID, IfName: v.IfName})
 	}
-	a, err := dial(c.conf.Socket)
+	a, err := dial(c.conf.parsed.Socket)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,116 @@
+// Package pluginconf is the sluice entry of a CNI conflist: its keys, their
+// defaults and their limits. The plugin parses the entry with it and the
+// agent validates its flags with it before writing the entry, so the agent
+// can never install an entry the plugin refuses. It imports only the
+// standard library: the plugin runs on every pod start and stays thin.
+package pluginconf
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+)
+
+const (
+	// DefaultSocket is the agent's gRPC socket when the entry names none.
+	DefaultSocket = "/var/run/sluice/agent.sock"
+	// DefaultTimeout bounds each plugin call when the entry sets none.
+	DefaultTimeout = 2 * time.Second
+	// MaxTimeout caps each call: a kubelet's CRI timeout is minutes, and far
+	// sooner than that the runtime should learn the agent is not answering
+	// and retry the pod.
+	MaxTimeout = 60 * time.Second
+	// DefaultLogLevel is the plugin's stderr level when the entry sets none.
+	DefaultLogLevel = slog.LevelWarn
+	// maxSocketPath is sun_path (108 bytes) less its terminating NUL: a
+	// longer path cannot be dialled or listened on at all.
+	maxSocketPath = 107
+)
+
+// Settings are the sluice keys of the entry as they appear in the file.
+type Settings struct {
+	// Socket is the agent's gRPC unix socket.
+	Socket string `json:"socket,omitempty"`
+	// Timeout bounds each call to the agent, e.g. "2s".
+	Timeout string `json:"timeout,omitempty"`
+	// LogLevel is the plugin's own stderr level: debug, info, warn, error.
+	LogLevel string `json:"logLevel,omitempty"`
+	// ExcludeNamespaces are never sent to the agent, so pods the cluster
+	// needs to boot (DNS, the primary CNI) start while the agent is down.
+	ExcludeNamespaces []string `json:"excludeNamespaces,omitempty"`
+}
+
+// Parsed is Settings checked, with defaults filled in.
+type Parsed struct {
+	Socket            string
+	Timeout           time.Duration
+	LogLevel          slog.Level
+	ExcludeNamespaces []string
+}
+
+// Parse checks every key and fills in defaults; the error names each key
+// that is wrong.
+func (s Settings) Parse() (Parsed, error) {
+	p := Parsed{Socket: s.Socket, Timeout: DefaultTimeout, LogLevel: DefaultLogLevel, ExcludeNamespaces: s.ExcludeNamespaces}
+	if p.Socket == "" {
+		p.Socket = DefaultSocket
+	}
+	var errs []error
+	if err := CheckSocket(p.Socket); err != nil {
+		errs = append(errs, fmt.Errorf("socket %q: %w", p.Socket, err))
+	}
+	if s.Timeout != "" {
+		d, err := time.ParseDuration(s.Timeout)
+		if err == nil {
+			err = CheckTimeout(d)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("timeout %q: %w", s.Timeout, err))
+		}
+		p.Timeout = d
+	}
+	if s.LogLevel != "" {
+		if err := p.LogLevel.UnmarshalText([]byte(s.LogLevel)); err != nil {
+			errs = append(errs, fmt.Errorf("logLevel %q: %w", s.LogLevel, err))
+		}
+	}
+	return p, errors.Join(errs...)
+}
+
+// CheckSocket is the rule for the agent's socket path: absolute (the plugin
+// runs in whatever directory the runtime chose) and short enough to fit a
+// unix socket address.
+func CheckSocket(path string) error {
+	if !filepath.IsAbs(path) {
+		return errors.New("must be an absolute path")
+	}
+	if len(path) > maxSocketPath {
+		return fmt.Errorf("longer than the %d bytes a unix socket path can hold", maxSocketPath)
+	}
+	return nil
+}
+
+// CheckTimeout is the rule for the plugin's per-call deadline.
+func CheckTimeout(d time.Duration) error {
+	if d <= 0 || d > MaxTimeout {
+		return fmt.Errorf("must be in (0, %s]", MaxTimeout)
+	}
+	return nil
+}
+
+// Map is s as the installer's PluginConfig: the keys it writes, with
+// empty ones left out as the file would leave them.
+func (s Settings) Map() map[string]any {
+	m := map[string]any{}
+	for k, v := range map[string]string{"socket": s.Socket, "timeout": s.Timeout, "logLevel": s.LogLevel} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	if len(s.ExcludeNamespaces) > 0 {
+		m["excludeNamespaces"] = s.ExcludeNamespaces
+	}
+	return m
+}
