@@ -35,7 +35,7 @@ func InsertEntry(conflist, entry []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	base, err := removeEntries(conflist)
+	base, err := removeType(conflist, PluginType)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,21 @@ func InsertEntry(conflist, entry []byte) ([]byte, error) {
 // byte as it was. It is the exact inverse of InsertEntry on a list that had
 // no sluice entry. A list without our entry is returned unchanged.
 func RemoveEntry(conflist []byte) ([]byte, error) {
-	out, err := removeEntries(conflist)
+	out, err := RemovePlugins(conflist, PluginType)
+	if errors.Is(err, errEmptied) {
+		return nil, ErrOnlyPlugin
+	}
+	return out, err
+}
+
+// errEmptied: removing the plugins would leave none.
+var errEmptied = errors.New("no plugin would be left")
+
+// RemovePlugins returns conflist without any plugin of type typ, every
+// other byte as it was; a list without one is returned unchanged. It
+// refuses to leave a list with no plugins, which no runtime accepts.
+func RemovePlugins(conflist []byte, typ string) ([]byte, error) {
+	out, err := removeType(conflist, typ)
 	if err != nil {
 		return nil, err
 	}
@@ -100,10 +114,10 @@ func RemoveEntry(conflist []byte) ([]byte, error) {
 		return nil, err
 	}
 	if len(l.plugins) == 0 {
-		return nil, ErrOnlyPlugin
+		return nil, fmt.Errorf("remove %q plugins: %w", typ, errEmptied)
 	}
 	if err := validate(out, false); err != nil {
-		return nil, fmt.Errorf("conflist with sluice entry removed: %w", err)
+		return nil, fmt.Errorf("conflist with %q plugins removed: %w", typ, err)
 	}
 	return out, nil
 }
@@ -122,15 +136,15 @@ func PluginTypes(conflist []byte) ([]string, error) {
 	return types, nil
 }
 
-// removeEntries cuts every sluice entry, one at a time from the last, and
-// re-locates after each cut so offsets never go stale.
-func removeEntries(data []byte) ([]byte, error) {
+// removeType cuts every plugin of type typ, one at a time from the last,
+// and re-locates after each cut so offsets never go stale.
+func removeType(data []byte, typ string) ([]byte, error) {
 	for {
 		l, err := locatePlugins(data)
 		if err != nil {
 			return nil, err
 		}
-		i := l.sluiceIndex()
+		i := l.lastOf(typ)
 		if i < 0 {
 			return data, nil
 		}
@@ -218,9 +232,9 @@ type plugins struct {
 	plugins []pluginSpan
 }
 
-func (l plugins) sluiceIndex() int {
+func (l plugins) lastOf(typ string) int {
 	for i := len(l.plugins) - 1; i >= 0; i-- {
-		if l.plugins[i].typ == PluginType {
+		if l.plugins[i].typ == typ {
 			return i
 		}
 	}

@@ -160,6 +160,26 @@ func TestRemoveEntry(t *testing.T) {
 	})
 }
 
+// TestRemovePlugins removes another plugin type (a leftover istio-cni
+// entry) as RemoveEntry removes ours: its element and the separator before
+// it, nothing else.
+func TestRemovePlugins(t *testing.T) {
+	flannel := testdata(t, "10-flannel.conflist")
+	i := bytes.LastIndex(flannel, []byte("\n  ]"))
+	withIstio := append(append(append([]byte{}, flannel[:i]...), ",\n    {\"type\": \"istio-cni\", \"log_level\": \"info\"}"...), flannel[i:]...)
+	out, err := RemovePlugins(withIstio, "istio-cni")
+	if err != nil || !bytes.Equal(out, flannel) {
+		t.Fatalf("RemovePlugins = %v\n%s\nwant the file without the entry, byte for byte", err, out)
+	}
+	if out, err := RemovePlugins(flannel, "istio-cni"); err != nil || !bytes.Equal(out, flannel) {
+		t.Fatalf("a list without the type changed: %v", err)
+	}
+	only := []byte(`{"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "istio-cni"}]}`)
+	if _, err := RemovePlugins(only, "istio-cni"); err == nil {
+		t.Fatal("removed the only plugin of a list")
+	}
+}
+
 func TestFromConf(t *testing.T) {
 	out, err := FromConf(testdata(t, "10-bridge.conf"))
 	if err != nil {
