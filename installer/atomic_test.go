@@ -71,45 +71,21 @@ func TestRewriteNeverTorn(t *testing.T) {
 	t.Logf("%d reads, no failures", reads.Load())
 }
 
-// TestConvertNeverLeavesNoConfig converts a .conf while a reader checks that
-// the .conf or the .conflist exists at every moment.
-func TestConvertNeverLeavesNoConfig(t *testing.T) {
-	const rounds = 100
-	for range rounds {
-		e := newEnv(t)
-		conf := filepath.Join(e.conf, "10-bridge.conf")
-		list := filepath.Join(e.conf, "10-bridge.conflist")
-		writeTestFile(t, conf, testdata(t, "10-bridge.conf"), 0o640)
-		in := e.newInstaller(t, e.config(true))
-
-		var gap atomic.Bool
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// The .conflist is created before the .conf goes and is
-				// never removed, so checking the .conf first is enough.
-				if !fileExists(conf) && !fileExists(list) {
-					gap.Store(true)
-				}
-			}
-		})
-		in.sync()
-		close(stop)
-		wg.Wait()
-		if gap.Load() {
-			t.Fatal("a reader saw neither the .conf nor the .conflist")
-		}
-		if ok, why := in.Ready(); !ok || fileExists(conf) {
-			t.Fatalf("conversion incomplete: ready=%v (%s), .conf exists=%v", ok, why, fileExists(conf))
-		}
-		if fi, err := os.Stat(list); err != nil || fi.Mode().Perm() != 0o640 {
-			t.Fatalf(".conflist mode %v (err %v), want the .conf's 0640", fi.Mode(), err)
-		}
+// TestChainedConfKeepsMode: our conflist for a single-plugin primary gets
+// the primary's mode (a config may name credentials), and the .conf stays.
+func TestChainedConfKeepsMode(t *testing.T) {
+	e := newEnv(t)
+	conf := filepath.Join(e.conf, "10-bridge.conf")
+	writeTestFile(t, conf, testdata(t, "10-bridge.conf"), 0o640)
+	in := e.newInstaller(t, e.config(true))
+	in.sync()
+	if ok, why := in.Ready(); !ok {
+		t.Fatalf("not ready: %s", why)
+	}
+	if fi, err := os.Stat(filepath.Join(e.conf, "10-bridge-sluice.conflist")); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("our conflist: %v (err %v), want the .conf's 0640", fi, err)
+	}
+	if !fileIs(conf, testdata(t, "10-bridge.conf")) {
+		t.Fatal("the .conf changed")
 	}
 }

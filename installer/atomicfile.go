@@ -18,12 +18,20 @@ const (
 	tempSuffix = ".tmp"
 )
 
+// testHookBeforeRename, when set by a test, runs just before the rename
+// that publishes path: the window in which another writer's change must
+// not be lost.
+var testHookBeforeRename func(path string)
+
 // replaceFile publishes the bytes fill writes as path: temp file in the same
 // directory, fsync, chmod, rename over the old file, fsync the directory.
 // Readers see the old file or the new one, never a partial one and never
 // none; a binary that is being executed is replaced without ETXTBSY because
 // its inode is never opened for writing.
-func replaceFile(path string, perm fs.FileMode, fill func(io.Writer) error) (err error) {
+//
+// A non-nil precondition runs last, just before the rename: it re-checks a
+// file someone else owns, so their concurrent write is never reverted.
+func replaceFile(path string, perm fs.FileMode, fill func(io.Writer) error, precondition func() error) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, tempPrefix+filepath.Base(path)+"-*"+tempSuffix)
 	if err != nil {
@@ -48,18 +56,37 @@ func replaceFile(path string, perm fs.FileMode, fill func(io.Writer) error) (err
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
+	if testHookBeforeRename != nil {
+		testHookBeforeRename(path)
+	}
+	if precondition != nil {
+		if err := precondition(); err != nil {
+			return err
+		}
+	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("rename %s to %s: %w", tmp.Name(), path, err)
 	}
 	return syncDir(dir)
 }
 
-// writeFile is replaceFile for bytes already in memory.
+// writeFile is replaceFile for bytes already in memory, for files the
+// installer owns.
 func writeFile(path string, data []byte, perm fs.FileMode) error {
-	return replaceFile(path, perm, func(w io.Writer) error {
+	return replaceFile(path, perm, writeBytes(data), nil)
+}
+
+// rewrite replaces the file prev was read from with data, keeping its mode,
+// unless it changed since (errChanged).
+func rewrite(prev snapshot, data []byte) error {
+	return replaceFile(prev.path, prev.info.Mode().Perm(), writeBytes(data), prev.unchanged)
+}
+
+func writeBytes(data []byte) func(io.Writer) error {
+	return func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
-	})
+	}
 }
 
 // removeFile removes path and makes the removal durable. A file that is

@@ -31,7 +31,7 @@ func (in *Installer) syncBinary(dir string) error {
 		return nil
 	}
 	in.repairing(target, what)
-	if err := replaceFile(target, binaryPerm, in.copyBinary); err != nil {
+	if err := replaceFile(target, binaryPerm, in.copyBinary, nil); err != nil {
 		return fmt.Errorf("install plugin binary: %w", err)
 	}
 	fi, err := os.Stat(target)

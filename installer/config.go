@@ -9,10 +9,15 @@ import (
 	"time"
 )
 
-// OwnConfName is the conflist written in non-chained mode. "00-" makes it
-// sort before the configs CNIs ship (05-cilium, 10-calico, 10-flannel...),
-// and runtimes use the lexically first config.
-const OwnConfName = "00-sluice.conflist"
+// OwnConfName is the conflist written in non-chained mode. It sorts after
+// the configs CNIs ship (05-cilium, 10-calico, 99-loopback...), as Istio's
+// YYY-istio-cni does: runtimes use the lexically first config, which stays
+// the primary CNI's, and Multus finds this one by its network name.
+const OwnConfName = "YYY-sluice.conflist"
+
+// legacyOwnConfName is what earlier versions wrote in non-chained mode; it
+// sorts first, so it is removed wherever it is found.
+const legacyOwnConfName = "00-sluice.conflist"
 
 // DefaultResyncInterval is the safety net behind fsnotify: a missed event
 // is repaired no later than this.
@@ -30,13 +35,19 @@ type Config struct {
 	// OwnConfName, which is the file runtimes use. Unused when not Chained.
 	ConfName string
 	// Chained inserts the sluice entry as the last plugin of the primary
-	// config. Otherwise the installer writes OwnConfName holding only the
-	// sluice plugin and leaves every other file alone.
+	// conflist; for a single-plugin .conf primary, which is never edited,
+	// into a conflist of ours that sorts just before it. Otherwise the
+	// installer writes OwnConfName holding only the sluice plugin and leaves
+	// every other file alone.
 	Chained bool
 	// PluginBinary is the file copied into BinDirs.
 	PluginBinary string
 	// PluginConfig holds the keys of our entry besides "type": "sluice".
 	PluginConfig map[string]any
+	// RemoveIstioCNIEntry removes a leftover "type": "istio-cni" entry from
+	// the primary conflist (a migration from istio-cni); otherwise it is
+	// left in place with a warning.
+	RemoveIstioCNIEntry bool
 	// ResyncInterval re-checks everything even without events; zero means
 	// DefaultResyncInterval.
 	ResyncInterval time.Duration
@@ -78,7 +89,7 @@ func (c Config) validate() error {
 	if c.ConfName != "" && (filepath.Base(c.ConfName) != c.ConfName || !isConfFile(c.ConfName)) {
 		errs = append(errs, fmt.Errorf("primary config name %q is not a .conf, .conflist or .json file name", c.ConfName))
 	}
-	if c.Chained && c.ConfName == OwnConfName {
+	if c.Chained && c.ConfName != "" && ours(c.ConfName) {
 		errs = append(errs, fmt.Errorf("primary config name %q is the installer's own file", c.ConfName))
 	}
 	if c.PluginBinary == "" {

@@ -8,14 +8,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
-	"github.com/containernetworking/cni/libcni"
 	"github.com/sluicemesh/sluice/installer/conflist"
 )
 
 const ownConfPerm fs.FileMode = 0o644
+
+// editAttempts bounds the re-reads when the primary keeps changing under an
+// edit; after that the next event or resync tries again.
+const editAttempts = 5
 
 func (in *Installer) syncConf() error {
 	if err := os.MkdirAll(in.cfg.ConfDir, 0o755); err != nil {
@@ -27,25 +29,35 @@ func (in *Installer) syncConf() error {
 	return in.syncOwn()
 }
 
-// syncChained keeps our entry last in the primary conflist. A deleted
-// primary is not recreated: its CNI may have removed it on purpose, and a
-// config for a CNI that is gone would break every new pod. The installer
-// waits, not ready, until a primary appears.
+// syncChained keeps our entry last in the primary conflist (or in our own
+// conflist chained from a single-plugin primary). A deleted primary is not
+// recreated: its CNI may have removed it on purpose, and a config for a CNI
+// that is gone would break every new pod. The installer waits, not ready,
+// until a primary appears.
 func (in *Installer) syncChained() error {
-	// A file left by an earlier non-chained run sorts first and would
-	// hand every pod to sluice alone.
-	if own := filepath.Join(in.cfg.ConfDir, OwnConfName); fileExists(own) {
-		in.log.Warn("removing the non-chained config of an earlier run", "path", own)
-		in.countWrite()
-		if err := removeFile(own); err != nil {
-			return err
+	// A file left by a non-chained run would hand every pod to sluice alone
+	// (00-) or sit unused (YYY-); both are ours.
+	for _, name := range []string{OwnConfName, legacyOwnConfName} {
+		if own := filepath.Join(in.cfg.ConfDir, name); fileExists(own) {
+			in.log.Warn("removing the non-chained config of an earlier run", "path", own)
+			in.countWrite()
+			if err := removeFile(own); err != nil {
+				return err
+			}
 		}
 	}
+	// Our conflist for a .conf that is gone must go too: it would keep a
+	// removed CNI's config in use.
+	in.removeChainedConfs(func(path string) bool { return !chainedSourceExists(path) })
+	return retryChanged(in.chainOnce)
+}
+
+func (in *Installer) chainOnce() error {
 	p, err := in.findPrimary()
 	if err != nil {
 		return err
 	}
-	target := p.conflistPath()
+	target := p.target()
 	if in.primary != "" && in.primary != target {
 		in.log.Info("primary CNI config changed, moving the sluice entry", "from", in.primary, "to", target)
 		if err := in.dropEntry(in.primary); err != nil {
@@ -53,72 +65,75 @@ func (in *Installer) syncChained() error {
 		}
 		in.primary = ""
 	}
-	list := p.data
-	if !p.conflist {
-		if list, err = in.convertible(p); err != nil {
-			return err
-		}
+	in.removeChainedConfs(func(path string) bool { return path != target })
+	list, err := in.listWithoutLeftovers(p)
+	if err != nil {
+		return err
 	}
 	want, err := conflist.InsertEntry(list, in.entry)
 	if err != nil {
 		return fmt.Errorf("insert sluice entry into %s: %w", p.path, err)
 	}
-	if p.conflist && bytes.Equal(want, p.data) {
-		in.placed[target] = true
-		in.primary = target
-		return nil
+	if p.conflist {
+		err = in.placeInPrimary(p, want)
+	} else {
+		err = in.placeChainedConf(p, target, want)
 	}
-	in.repairing(target, describeChange(p))
-	if err := writeFile(target, want, p.mode); err != nil {
-		return fmt.Errorf("write CNI config: %w", err)
+	if err != nil {
+		return err
 	}
 	in.primary = target
 	in.placed[target] = true
-	// The .conflist exists before the .conf goes, so the runtime always
-	// has one of them; while both exist the .conf sorts first.
-	if !p.conflist {
-		in.countWrite()
-		if err := removeFile(p.path); err != nil {
-			return fmt.Errorf("remove converted single-plugin config: %w", err)
-		}
+	return nil
+}
+
+// placeInPrimary rewrites the primary conflist with our entry unless it
+// already holds exactly that; the rename is dropped (errChanged) if the
+// primary's CNI wrote the file since it was read.
+func (in *Installer) placeInPrimary(p primaryConf, want []byte) error {
+	if bytes.Equal(want, p.data) {
+		return nil
+	}
+	in.repairing(p.path, describeChange(p.data))
+	if err := rewrite(p.snapshot, want); err != nil {
+		return fmt.Errorf("write CNI config: %w", err)
 	}
 	return nil
 }
 
-// convertible turns a single-plugin conf into a conflist, refusing to
-// overwrite a .conflist of the same stem that belongs to another network;
-// one of the same network is our earlier conversion, rewritten by its CNI.
-func (in *Installer) convertible(p primaryConf) ([]byte, error) {
-	list, err := conflist.FromConf(p.data)
-	if err != nil {
-		return nil, fmt.Errorf("convert %s to a conflist: %w", p.path, err)
+// placeChainedConf keeps our conflist for a single-plugin primary: the
+// primary's plugin followed by ours. A file at that name that is not ours
+// is never overwritten.
+func (in *Installer) placeChainedConf(p primaryConf, target string, want []byte) error {
+	cur, err := readConf(target)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		in.repairing(target, fmt.Sprintf("chaining single-plugin config %s", filepath.Base(p.path)))
+		if err := writeFile(target, want, p.info.Mode().Perm()); err != nil {
+			return fmt.Errorf("write CNI config: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("cannot chain %s through %s: %w", p.path, target, err)
+	case bytes.Equal(cur.data, want):
+		return nil
+	case !hasEntry(cur.data):
+		return fmt.Errorf("cannot chain %s: %s exists and is not sluice's (it has no sluice entry); refusing to overwrite it", p.path, target)
 	}
-	existing, err := os.ReadFile(p.conflistPath())
-	if errors.Is(err, fs.ErrNotExist) {
-		return list, nil
+	in.repairing(target, fmt.Sprintf("single-plugin config %s changed, or the sluice conflist was edited", filepath.Base(p.path)))
+	if err := rewrite(cur, want); err != nil {
+		return fmt.Errorf("write CNI config: %w", err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read conversion target: %w", err)
-	}
-	theirs, err := libcni.ConfListFromBytes(existing)
-	if err != nil {
-		return nil, fmt.Errorf("converting %s would overwrite %s, which is not a valid conflist: %w", p.path, p.conflistPath(), err)
-	}
-	ours, _ := libcni.ConfListFromBytes(list)
-	if theirs.Name != ours.Name {
-		return nil, fmt.Errorf("converting %s would overwrite %s of network %q", p.path, p.conflistPath(), theirs.Name)
-	}
-	return list, nil
+	return nil
 }
 
 // describeChange says what happened to a primary that needs a write, in
 // words an operator can match to the CNI that did it.
-func describeChange(p primaryConf) string {
-	if !p.conflist {
-		return fmt.Sprintf("single-plugin config %s written, converting it", filepath.Base(p.path))
-	}
-	types, _ := conflist.PluginTypes(p.data)
+func describeChange(data []byte) string {
+	types, _ := conflist.PluginTypes(data)
 	switch {
+	case slices.Contains(types, istioCNIType):
+		return fmt.Sprintf("removing a leftover istio-cni entry (plugins: %s)", strings.Join(types, ", "))
 	case !slices.Contains(types, conflist.PluginType):
 		return fmt.Sprintf("rewritten without the sluice entry (plugins: %s)", strings.Join(types, ", "))
 	case types[len(types)-1] != conflist.PluginType:
@@ -131,16 +146,25 @@ func describeChange(p primaryConf) string {
 // syncOwn keeps OwnConfName exactly as this agent would write it.
 func (in *Installer) syncOwn() error {
 	path := filepath.Join(in.cfg.ConfDir, OwnConfName)
-	in.warnIfShadowed()
-	cur, err := os.ReadFile(path)
+	// Earlier versions wrote 00-sluice.conflist, which sorts first: it would
+	// hand every pod to sluice alone instead of to the primary CNI.
+	if legacy := filepath.Join(in.cfg.ConfDir, legacyOwnConfName); fileExists(legacy) {
+		in.log.Warn("removing the non-chained config of an earlier version, which sorts first", "path", legacy)
+		in.countWrite()
+		if err := removeFile(legacy); err != nil {
+			return err
+		}
+	}
+	cur, err := readConf(path)
 	switch {
-	case err == nil && bytes.Equal(cur, in.own):
+	case err == nil && bytes.Equal(cur.data, in.own):
 		in.placed[path] = true
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
 		in.repairing(path, "file missing")
 	case err != nil:
-		return fmt.Errorf("read own CNI config: %w", err)
+		// The name is ours, whatever was put there: a link, a FIFO, a huge file.
+		in.repairing(path, err.Error())
 	default:
 		in.repairing(path, "content changed")
 	}
@@ -151,47 +175,16 @@ func (in *Installer) syncOwn() error {
 	return nil
 }
 
-// warnIfShadowed tells the operator when a config sorts before ours: the
-// runtime then uses that one and never calls sluice.
-func (in *Installer) warnIfShadowed() {
-	files, err := libcni.ConfFiles(in.cfg.ConfDir, []string{".conf", ".conflist", ".json"})
-	if err != nil || len(files) == 0 {
-		return
+// retryChanged runs edit again while another writer changed the file under
+// it, so the other write is kept and our entry still goes in.
+func retryChanged(edit func() error) error {
+	var err error
+	for range editAttempts {
+		if err = edit(); !errors.Is(err, errChanged) {
+			return err
+		}
 	}
-	sort.Strings(files)
-	if first := filepath.Base(files[0]); first < OwnConfName {
-		in.warnOnce("shadowed:"+first, "a CNI config sorts before ours; runtimes that use the first config will not call sluice",
-			"config", files[0], "ours", OwnConfName)
-	}
-}
-
-// dropEntry removes our entry from the conflist at path, keeping its mode
-// and every other byte. A missing file or one without our entry is fine.
-func (in *Installer) dropEntry(path string) error {
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("check %s for the sluice entry: %w", path, err)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read %s to remove the sluice entry: %w", path, err)
-	}
-	out, err := conflist.RemoveEntry(data)
-	if err != nil {
-		return fmt.Errorf("remove sluice entry from %s: %w", path, err)
-	}
-	if bytes.Equal(out, data) {
-		return nil
-	}
-	in.countWrite()
-	if err := writeFile(path, out, fi.Mode().Perm()); err != nil {
-		return fmt.Errorf("write %s without the sluice entry: %w", path, err)
-	}
-	in.log.Info("removed the sluice entry", "path", path)
-	return nil
+	return fmt.Errorf("gave up after %d attempts, retrying on the next change: %w", editAttempts, err)
 }
 
 func fileExists(path string) bool {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sluicemesh/sluice/installer/conflist"
@@ -104,8 +105,9 @@ func (in *Installer) Stats() Stats {
 	return in.stats
 }
 
-// Uninstall removes our entry from the primary conflist (chained) or removes
-// OwnConfName (non-chained), atomically, and stops a running Run from
+// Uninstall removes our entry from the primary conflist, or our conflist
+// chained from a single-plugin primary (chained), or OwnConfName
+// (non-chained), atomically, and stops a running Run from
 // putting it back. The plugin binary stays: a pod sandbox being torn down
 // may still need it for DEL, and a config without our entry never calls it.
 func (in *Installer) Uninstall() error {
@@ -119,13 +121,15 @@ func (in *Installer) Uninstall() error {
 		in.countWrite()
 		return removeFile(filepath.Join(in.cfg.ConfDir, OwnConfName))
 	}
+	// Every conflist of ours chained from a single-plugin config goes.
+	in.removeChainedConfs(func(string) bool { return true })
 	path := in.primary
 	if path == "" {
 		p, err := in.findPrimary()
 		if err != nil {
 			return fmt.Errorf("find primary config to uninstall from: %w", err)
 		}
-		path = p.path
+		path = p.target()
 	}
 	return in.dropEntry(path)
 }
@@ -215,9 +219,14 @@ func (in *Installer) warnOnce(key, msg string, args ...any) {
 
 func hashFile(path string) ([32]byte, error) {
 	var sum [32]byte
-	f, err := os.Open(path)
+	// Non-blocking: the path may have become a FIFO since it was checked.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return sum, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return sum, fmt.Errorf("hash %s: not a regular file", path)
 	}
 	defer f.Close()
 	h := sha256.New()

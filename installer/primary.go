@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,26 +12,42 @@ import (
 	"github.com/sluicemesh/sluice/installer/conflist"
 )
 
+// chainedSuffix names the conflist the installer writes for a single-plugin
+// primary "<stem>.conf": "<stem>-sluice.conflist". '-' sorts before '.', so
+// it comes just before the .conf and runtimes use it, while the .conf (the
+// primary CNI's own file) is never edited, converted or deleted.
+const chainedSuffix = "-sluice.conflist"
+
 // primaryConf is the config file our entry is chained into, as read.
 type primaryConf struct {
-	path     string
-	data     []byte
-	mode     fs.FileMode
-	conflist bool // false: a single-plugin .conf/.json to convert first
+	snapshot
+	conflist bool // false: a single-plugin .conf/.json, chained through our own file
 }
 
-// conflistPath is where the entry lives: the file itself, or for a
-// single-plugin conf the .conflist it is converted to.
-func (p primaryConf) conflistPath() string {
+// target is the file our entry lives in: the primary conflist itself, or
+// for a single-plugin conf the conflist of ours that sorts just before it.
+func (p primaryConf) target() string {
 	if p.conflist {
 		return p.path
 	}
-	return strings.TrimSuffix(p.path, filepath.Ext(p.path)) + ".conflist"
+	return chainedConfFor(p.path)
 }
 
-// findPrimary reads the primary config: ConfName if set (or the .conflist
-// it was converted to), else the lexically first valid config that is not
-// OwnConfName. Invalid files are never chosen and never touched.
+func chainedConfFor(conf string) string {
+	return strings.TrimSuffix(conf, filepath.Ext(conf)) + chainedSuffix
+}
+
+// ours reports whether name is a config file the installer creates, and so
+// never a primary.
+func ours(name string) bool {
+	return name == OwnConfName || name == legacyOwnConfName || strings.HasSuffix(name, chainedSuffix)
+}
+
+// findPrimary reads the primary config: ConfName if set, else the lexically
+// first config that is not ours, which is the file runtimes use. A primary
+// that does not parse stays the primary: it is most likely being written by
+// its CNI, and moving to the next file would edit (or shadow) a file for no
+// reason but a half-written one. The caller goes not ready and waits.
 func (in *Installer) findPrimary() (primaryConf, error) {
 	dir := in.cfg.ConfDir
 	if in.cfg.ConfName != "" {
@@ -43,59 +58,46 @@ func (in *Installer) findPrimary() (primaryConf, error) {
 		return primaryConf{}, fmt.Errorf("list CNI configs: %w", err)
 	}
 	sort.Strings(files)
-	var skipped []string
 	for _, f := range files {
-		if filepath.Base(f) == OwnConfName {
+		if ours(filepath.Base(f)) {
 			continue
 		}
 		p, err := readPrimary(f)
 		if errors.Is(err, fs.ErrNotExist) {
-			continue // removed between listing and reading
+			return p, fmt.Errorf("primary CNI config %s was removed while being read; retrying", f)
 		}
 		if err != nil {
-			skipped = append(skipped, err.Error())
-			continue
-		}
-		if len(skipped) > 0 {
-			// containerd stops at the first config that does not parse,
-			// CRI-O skips it; either way the operator should know.
-			in.warnOnce(strings.Join(skipped, "|"), "skipped invalid CNI configs that sort before the primary; they are left untouched",
-				"primary", p.path, "skipped", skipped)
+			return p, fmt.Errorf("the primary CNI config (the first in %s) is unusable, waiting for it and writing nothing meanwhile (--cni-conf-name picks another file): %w", dir, err)
 		}
 		return p, nil
-	}
-	if len(skipped) > 0 {
-		return primaryConf{}, fmt.Errorf("no valid CNI config in %s to chain into, waiting; left untouched: %s", dir, strings.Join(skipped, "; "))
 	}
 	return primaryConf{}, fmt.Errorf("no CNI config in %s to chain into yet, waiting for one", dir)
 }
 
-// namedPrimary reads an operator-named primary. After a .conf was converted
-// only its .conflist remains, so that is the primary from then on.
+// namedPrimary reads an operator-named primary. Earlier versions converted
+// a named .conf to a .conflist of the same stem and removed the .conf; that
+// .conflist is the primary then.
 func (in *Installer) namedPrimary(path string) (primaryConf, error) {
 	p, err := readPrimary(path)
 	if errors.Is(err, fs.ErrNotExist) && !p.conflist {
-		p, err = readPrimary(p.conflistPath())
+		p, err = readPrimary(strings.TrimSuffix(path, filepath.Ext(path)) + ".conflist")
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return p, fmt.Errorf("primary CNI config %s does not exist yet, waiting for it", path)
 	}
-	return p, err
+	if err != nil {
+		return p, fmt.Errorf("the primary CNI config (--cni-conf-name) is unusable, waiting for it and writing nothing meanwhile: %w", err)
+	}
+	return p, nil
 }
 
 // readPrimary reads path and checks it as the runtime would, plus the
-// network name a .conf needs to become a .conflist.
+// network name a single-plugin conf needs to be listed.
 func readPrimary(path string) (primaryConf, error) {
-	p := primaryConf{path: path, conflist: filepath.Ext(path) == ".conflist"}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return p, err
-	}
-	if !fi.Mode().IsRegular() {
-		return p, fmt.Errorf("%s is not a regular file", path)
-	}
-	p.mode = fi.Mode().Perm()
-	if p.data, err = os.ReadFile(path); err != nil {
+	p := primaryConf{conflist: filepath.Ext(path) == ".conflist"}
+	var err error
+	if p.snapshot, err = readConf(path); err != nil {
+		p.path = path
 		return p, err
 	}
 	if p.conflist {

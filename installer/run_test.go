@@ -206,8 +206,8 @@ func TestMissingPrimary(t *testing.T) {
 	for _, tc := range []struct{ file, confName, result string }{
 		{"10-calico.conflist", "", "10-calico.conflist"},
 		{"10-calico.conflist", "10-calico.conflist", "10-calico.conflist"},
-		{"10-bridge.conf", "", "10-bridge.conflist"},
-		{"10-bridge.conf", "10-bridge.conf", "10-bridge.conflist"},
+		{"10-bridge.conf", "", "10-bridge-sluice.conflist"},
+		{"10-bridge.conf", "10-bridge.conf", "10-bridge-sluice.conflist"},
 	} {
 		t.Run(tc.file+"/ConfName="+tc.confName, func(t *testing.T) {
 			e := newEnv(t)
@@ -230,19 +230,17 @@ func TestMissingPrimary(t *testing.T) {
 			result := filepath.Join(e.conf, tc.result)
 			waitFor(t, "installed", func() bool { return fileIs(result, mustInsert(t, data)) })
 			waitFor(t, "ready", ready(in))
-			if tc.result != tc.file && fileExists(filepath.Join(e.conf, tc.file)) {
-				t.Error("converted .conf left in place")
+			if tc.result != tc.file && !fileIs(filepath.Join(e.conf, tc.file), testdata(t, tc.file)) {
+				t.Error("the single-plugin primary was changed")
 			}
 
 			// A deleted primary is not recreated: its CNI may be gone.
-			if err := os.Remove(result); err != nil {
+			if err := os.Remove(filepath.Join(e.conf, tc.file)); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, "not ready", func() bool { return !ready(in)() })
 			in.sync()
-			if fileExists(result) {
-				t.Error("deleted primary was recreated")
-			}
+			assertOnly(t, e.conf)
 		})
 	}
 }
@@ -319,21 +317,21 @@ func TestUninstall(t *testing.T) {
 			t.Error("entry reinstalled after Uninstall")
 		}
 	})
-	t.Run("converted conf", func(t *testing.T) {
+	t.Run("single-plugin conf", func(t *testing.T) {
 		e := newEnv(t)
 		conf := testdata(t, "05-cilium.conf")
 		writeTestFile(t, filepath.Join(e.conf, "05-cilium.conf"), conf, 0o644)
 		in := e.newInstaller(t, e.config(true))
 		in.sync()
+		if !fileExists(filepath.Join(e.conf, "05-cilium-sluice.conflist")) {
+			t.Fatal("not installed")
+		}
 		if err := in.Uninstall(); err != nil {
 			t.Fatal(err)
 		}
-		converted, err := conflist.FromConf(conf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !fileIs(filepath.Join(e.conf, "05-cilium.conflist"), converted) {
-			t.Error("uninstalled conflist is not the plain conversion")
+		assertOnly(t, e.conf, "05-cilium.conf")
+		if !fileIs(filepath.Join(e.conf, "05-cilium.conf"), conf) {
+			t.Error("the .conf changed")
 		}
 	})
 	t.Run("own conflist", func(t *testing.T) {

@@ -1,0 +1,129 @@
+package installer
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicemesh/sluice/installer/conflist"
+)
+
+// TestConfPrimaryNeverConverted: a single-plugin .conf is another CNI's
+// file. The installer chains into it by writing a conflist of its own that
+// sorts just before it, and leaves the .conf byte for byte as it was,
+// through rewrites and uninstall.
+func TestConfPrimaryNeverConverted(t *testing.T) {
+	e := newEnv(t)
+	conf := filepath.Join(e.conf, "10-bridge.conf")
+	original := testdata(t, "10-bridge.conf")
+	writeTestFile(t, conf, original, 0o644)
+	ours := filepath.Join(e.conf, "10-bridge-sluice.conflist")
+	in := e.newInstaller(t, e.config(true))
+	start(t, in)
+	waitFor(t, "own conflist chained from the .conf", func() bool { return fileIs(ours, mustInsert(t, mustFromConf(t, original))) })
+	waitFor(t, "ready", ready(in))
+	if !fileIs(conf, original) {
+		t.Fatal("the .conf was changed")
+	}
+	if first := firstConf(t, e.conf); first != filepath.Base(ours) {
+		t.Fatalf("runtimes would use %s, not our conflist", first)
+	}
+
+	// Its CNI rewrites the .conf: our conflist follows.
+	rewritten := bytes.Replace(original, []byte("10.22.0.0/16"), []byte("10.23.0.0/16"), 1)
+	if err := writeFile(conf, rewritten, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "own conflist follows the .conf", func() bool { return fileIs(ours, mustInsert(t, mustFromConf(t, rewritten))) })
+
+	// Half-written: our conflist stays as it was, not ready.
+	writeTestFile(t, conf, rewritten[:20], 0o644)
+	waitFor(t, "not ready", notReadyBecause(in, "10-bridge.conf"))
+	in.sync()
+	if !fileIs(ours, mustInsert(t, mustFromConf(t, rewritten))) {
+		t.Fatal("our conflist changed while the .conf was invalid")
+	}
+	writeTestFile(t, conf, rewritten, 0o644)
+	waitFor(t, "ready again", ready(in))
+
+	if err := in.Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	assertOnly(t, e.conf, "10-bridge.conf")
+	if !fileIs(conf, rewritten) {
+		t.Fatal("uninstall changed the .conf")
+	}
+}
+
+// TestConfPrimaryDeleted: our conflist mirrors the .conf, so it goes with
+// it; a deleted primary is waited for, not recreated.
+func TestConfPrimaryDeleted(t *testing.T) {
+	e := newEnv(t)
+	conf := filepath.Join(e.conf, "10-bridge.conf")
+	writeTestFile(t, conf, testdata(t, "10-bridge.conf"), 0o644)
+	in := e.newInstaller(t, e.config(true))
+	start(t, in)
+	waitFor(t, "ready", ready(in))
+	if err := os.Remove(conf); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "not ready, waiting", notReadyBecause(in, "waiting"))
+	waitFor(t, "our conflist removed", func() bool { return !fileExists(filepath.Join(e.conf, "10-bridge-sluice.conflist")) })
+	assertOnly(t, e.conf)
+}
+
+// TestConfTargetNotOurs: a file already at our conflist's name that is not
+// ours (no sluice entry) is never overwritten.
+func TestConfTargetNotOurs(t *testing.T) {
+	e := newEnv(t)
+	writeTestFile(t, filepath.Join(e.conf, "10-bridge.conf"), testdata(t, "10-bridge.conf"), 0o644)
+	theirs := filepath.Join(e.conf, "10-bridge-sluice.conflist")
+	other := testdata(t, "11-bridge.conflist")
+	writeTestFile(t, theirs, other, 0o644)
+	in := e.newInstaller(t, e.config(true))
+	in.sync()
+	if ok, why := in.Ready(); ok || !strings.Contains(why, "10-bridge-sluice.conflist") {
+		t.Fatalf("ready=%v %q, want not ready naming the file in the way", ok, why)
+	}
+	if !fileIs(theirs, other) {
+		t.Fatal("a file that is not ours was overwritten")
+	}
+}
+
+// TestOwnConflistSortsLast: non-chained mode (Multus, OpenShift) writes a
+// file that sorts after the primary, as Istio's YYY-istio-cni does, so
+// runtimes keep using the primary; the 00- file of earlier versions goes.
+func TestOwnConflistSortsLast(t *testing.T) {
+	e := newEnv(t)
+	primary := filepath.Join(e.conf, "10-flannel.conflist")
+	original := testdata(t, "10-flannel.conflist")
+	writeTestFile(t, primary, original, 0o644)
+	own, err := conflist.Own(mustEntry(t, testEntryConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(e.conf, legacyOwnConfName), own, 0o644)
+	in := e.newInstaller(t, e.config(false))
+	in.sync()
+	if ok, why := in.Ready(); !ok {
+		t.Fatalf("not ready: %s", why)
+	}
+	assertOnly(t, e.conf, "10-flannel.conflist", OwnConfName)
+	if first := firstConf(t, e.conf); first != "10-flannel.conflist" {
+		t.Fatalf("runtimes would use %s", first)
+	}
+	if !fileIs(primary, original) || !fileIs(filepath.Join(e.conf, OwnConfName), own) {
+		t.Fatal("wrong contents")
+	}
+}
+
+func mustFromConf(t *testing.T, conf []byte) []byte {
+	t.Helper()
+	list, err := conflist.FromConf(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}

@@ -1,0 +1,52 @@
+package installer
+
+import (
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+)
+
+// TestConcurrentRewriteNotReverted: the primary's CNI rewrites its file
+// after the installer read it and before the installer's rename. The
+// rewrite must survive, with our entry inserted into it, not be replaced
+// by our edit of the old bytes.
+func TestConcurrentRewriteNotReverted(t *testing.T) {
+	for _, how := range []string{"in place", "by rename"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEnv(t)
+			primary := filepath.Join(e.conf, "10-flannel.conflist")
+			writeTestFile(t, primary, testdata(t, "10-flannel.conflist"), 0o644)
+			rewritten := testdata(t, "10-calico.conflist")
+			in := e.newInstaller(t, e.config(true))
+
+			var injected atomic.Bool
+			testHookBeforeRename = func(path string) {
+				if path != primary || !injected.CompareAndSwap(false, true) {
+					return
+				}
+				if how == "in place" {
+					writeTestFile(t, primary, rewritten, 0o644)
+					return
+				}
+				tmp := filepath.Join(e.conf, "cni-writer.tmp")
+				writeTestFile(t, tmp, rewritten, 0o644)
+				if err := os.Rename(tmp, primary); err != nil {
+					t.Error(err)
+				}
+			}
+			t.Cleanup(func() { testHookBeforeRename = nil })
+
+			in.sync()
+			if !injected.Load() {
+				t.Fatal("the installer never reached the rename")
+			}
+			if !fileIs(primary, mustInsert(t, rewritten)) {
+				t.Fatalf("the CNI's concurrent rewrite was lost:\n%s", readTestFile(t, primary))
+			}
+			if ok, why := in.Ready(); !ok {
+				t.Fatalf("not ready: %s", why)
+			}
+		})
+	}
+}
