@@ -33,6 +33,7 @@ type config struct {
 	cniConfDir        string
 	cniConfName       string
 	chained           bool
+	removeIstioCNI    bool
 	pluginBinary      string
 	pluginTimeout     time.Duration
 	excludeNamespaces string
@@ -79,7 +80,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.cniBinDirs, "cni-bin-dir", "/opt/cni/bin", "comma-separated directories the plugin binary is installed into")
 	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "directory of the CNI configs the runtime reads")
 	fs.StringVar(&c.cniConfName, "cni-conf-name", "", "primary config file to chain into; empty: the lexically first valid one")
-	fs.BoolVar(&c.chained, "chained", true, "insert sluice into the primary conflist; false writes an own 00-sluice.conflist")
+	fs.BoolVar(&c.chained, "chained", true, "insert sluice into the primary conflist; false writes an own YYY-sluice.conflist, which sorts last (Multus, OpenShift)")
+	fs.BoolVar(&c.removeIstioCNI, "remove-istio-cni-entry", false, "remove a leftover istio-cni entry from the primary conflist (migration from istio-cni); false only warns")
 	fs.StringVar(&c.pluginBinary, "plugin-binary", "", "the sluice plugin to install; empty: 'sluice' next to this executable")
 	fs.DurationVar(&c.pluginTimeout, "plugin-timeout", 2*time.Second, "the plugin's deadline for each call, written into the conflist entry")
 	fs.StringVar(&c.excludeNamespaces, "exclude-namespaces", "kube-system", "comma-separated namespaces never captured; the plugin skips them even while the agent is down")

@@ -136,3 +136,14 @@ func TestEntryAcceptedByPlugin(t *testing.T) {
 		t.Errorf("entry parsed as %+v", p)
 	}
 }
+
+func TestRemoveIstioCNIEntryFlag(t *testing.T) {
+	c, err := parseConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil || c.removeIstioCNI {
+		t.Fatalf("default: remove=%v err=%v, want warn-only", c.removeIstioCNI, err)
+	}
+	c, err = parseConfig(nil, func(k string) string { return map[string]string{"SLUICE_REMOVE_ISTIO_CNI_ENTRY": "true"}[k] }, io.Discard)
+	if err != nil || !c.removeIstioCNI {
+		t.Fatalf("env: remove=%v err=%v", c.removeIstioCNI, err)
+	}
+}

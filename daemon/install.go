@@ -26,14 +26,15 @@ func newInstaller(cfg *config, log *slog.Logger) (*installer.Installer, error) {
 		bin = filepath.Join(filepath.Dir(self), "sluice")
 	}
 	return installer.New(installer.Config{
-		BinDirs:        splitList(cfg.cniBinDirs),
-		ConfDir:        cfg.cniConfDir,
-		ConfName:       cfg.cniConfName,
-		Chained:        cfg.chained,
-		PluginBinary:   bin,
-		PluginConfig:   cfg.pluginSettings().Map(),
-		ResyncInterval: cfg.resync,
-		Logger:         log,
+		BinDirs:             splitList(cfg.cniBinDirs),
+		ConfDir:             cfg.cniConfDir,
+		ConfName:            cfg.cniConfName,
+		Chained:             cfg.chained,
+		RemoveIstioCNIEntry: cfg.removeIstioCNI,
+		PluginBinary:        bin,
+		PluginConfig:        cfg.pluginSettings().Map(),
+		ResyncInterval:      cfg.resync,
+		Logger:              log,
 	})
 }
 
