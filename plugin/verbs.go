@@ -54,16 +54,22 @@ func (c *call) podRef() *sluicev1.PodRef {
 	return &sluicev1.PodRef{Namespace: c.pod.Namespace, Name: c.pod.Name, Uid: c.pod.UID}
 }
 
+// prevResult is what the plugin passes through. Run as a network of its own
+// (Multus, Istio's chained: false) there is none: the result is empty, as
+// istio-cni's, and the agent gets no IPs from it.
+func (c *call) prevResult() *current.Result {
+	if r, ok := c.conf.PrevResult.(*current.Result); ok {
+		return r
+	}
+	return &current.Result{CNIVersion: current.ImplementedSpecVersion}
+}
+
 func cmdAdd(args *skel.CmdArgs) error {
 	c, err := newCall(args, "ADD")
 	if err != nil {
 		return err
 	}
-	if c.conf.PrevResult == nil {
-		return types.NewError(types.ErrInvalidNetworkConfig,
-			"sluice is a chained plugin: it must follow the primary CNI in a conflist (no prevResult)", "")
-	}
-	prev := c.conf.PrevResult.(*current.Result)
+	prev := c.prevResult()
 	if c.conf.excluded(c.pod.Namespace) {
 		c.log.Info("namespace excluded in plugin config; not asking the agent")
 		return types.PrintResult(prev, c.conf.CNIVersion)
@@ -134,9 +140,6 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if c.conf.PrevResult == nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, "sluice CHECK: no prevResult", "")
-	}
 	if c.conf.excluded(c.pod.Namespace) {
 		return nil
 	}
@@ -153,7 +156,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 		Netns:       args.Netns,
 		IfName:      args.IfName,
 		Pod:         c.podRef(),
-		Ips:         ipConfigs(c.conf.PrevResult.(*current.Result)),
+		Ips:         ipConfigs(c.prevResult()),
 		Config:      c.pluginConfig(),
 		RequestId:   c.id,
 		Warnings:    c.conf.warnings,
