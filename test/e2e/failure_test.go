@@ -148,7 +148,6 @@ func TestPluginRejectsBadInput(t *testing.T) {
 	}{
 		{"garbage", []byte(`{"cniVersion":"1.0.0",`), types.ErrDecodingFailure, ""},
 		{"unknown cniVersion", pluginStdin(n.socket, "9.9.9", `,"prevResult":`+fakePrev), types.ErrIncompatibleCNIVersion, ""},
-		{"missing prevResult", pluginStdin(n.socket, "1.0.0", ""), types.ErrInvalidNetworkConfig, "chained"},
 		{"bad timeout", pluginStdin(n.socket, "1.0.0", `,"timeout":"x","prevResult":`+fakePrev), types.ErrInvalidNetworkConfig, "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

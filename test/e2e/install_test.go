@@ -76,12 +76,18 @@ func TestInstalledChainCapturesAndUninstalls(t *testing.T) {
 }
 
 // /readyz follows the installer: an invalid primary written by someone
-// else keeps the agent not ready, untouched; once fixed, it is ready.
+// else keeps the agent not ready, untouched, and is no reason to edit the
+// next file (99-loopback.conf); once fixed, it is ready.
 func TestReadyzFollowsInstaller(t *testing.T) {
 	n := newNode(t)
 	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
 	garbage := []byte(`{"cniVersion": "1.0.0", "name": "e2e", "plugins": [`)
 	if err := os.WriteFile(primaryPath, garbage, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loopbackPath := filepath.Join(n.confDir, "99-loopback.conf")
+	loopback := []byte(`{"cniVersion": "1.0.0", "name": "lo", "type": "loopback"}`)
+	if err := os.WriteFile(loopbackPath, loopback, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n.startAgentNotReady("--install=true")
@@ -91,6 +97,12 @@ func TestReadyzFollowsInstaller(t *testing.T) {
 	}, "/readyz not 503 naming the installer")
 	if b, _ := os.ReadFile(primaryPath); !bytes.Equal(b, garbage) {
 		t.Fatal("installer touched an invalid file it does not own")
+	}
+	if b, _ := os.ReadFile(loopbackPath); !bytes.Equal(b, loopback) {
+		t.Fatal("installer moved to the next file while the primary was invalid")
+	}
+	if entries, _ := os.ReadDir(n.confDir); len(entries) != 2 {
+		t.Fatalf("installer created files while the primary was invalid: %v", entries)
 	}
 	if resp, err := n.status(); err != nil || resp.Ready || !strings.Contains(resp.Reason, "installer") {
 		t.Fatalf("STATUS = %v %v, want not ready because of the installer", resp, err)
