@@ -127,3 +127,31 @@ func mustFromConf(t *testing.T, conf []byte) []byte {
 	}
 	return list
 }
+
+// TestNamedConfNotMistaken: with --cni-conf-name naming a .conf that is
+// (briefly) gone, another network's .conflist of the same stem is not
+// taken for it; only an earlier version's conversion, holding our entry, is.
+func TestNamedConfNotMistaken(t *testing.T) {
+	e := newEnv(t)
+	other := filepath.Join(e.conf, "10-bridge.conflist")
+	data := testdata(t, "11-bridge.conflist")
+	writeTestFile(t, other, data, 0o644)
+	cfg := e.config(true)
+	cfg.ConfName = "10-bridge.conf"
+	in := e.newInstaller(t, cfg)
+	in.sync()
+	if ok, why := in.Ready(); ok || !strings.Contains(why, "does not exist yet") {
+		t.Fatalf("ready=%v %q, want waiting for 10-bridge.conf", ok, why)
+	}
+	if !fileIs(other, data) {
+		t.Fatal("another network's conflist was edited")
+	}
+
+	// An earlier version's conversion carries our entry: still ours to keep.
+	converted := mustInsert(t, mustFromConf(t, testdata(t, "10-bridge.conf")))
+	writeTestFile(t, other, converted, 0o644)
+	in.sync()
+	if ok, why := in.Ready(); !ok {
+		t.Fatalf("not ready with an earlier conversion in place: %s", why)
+	}
+}

@@ -76,11 +76,15 @@ func (in *Installer) findPrimary() (primaryConf, error) {
 
 // namedPrimary reads an operator-named primary. Earlier versions converted
 // a named .conf to a .conflist of the same stem and removed the .conf; that
-// .conflist is the primary then.
+// .conflist, holding our entry, is the primary then.
 func (in *Installer) namedPrimary(path string) (primaryConf, error) {
 	p, err := readPrimary(path)
 	if errors.Is(err, fs.ErrNotExist) && !p.conflist {
-		p, err = readPrimary(strings.TrimSuffix(path, filepath.Ext(path)) + ".conflist")
+		// Only a conversion of ours, recognised by our entry: another
+		// network's .conflist of the same stem is not the named file.
+		if conv, cerr := readPrimary(strings.TrimSuffix(path, filepath.Ext(path)) + ".conflist"); cerr == nil && hasEntry(conv.data) {
+			p, err = conv, nil
+		}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return p, fmt.Errorf("primary CNI config %s does not exist yet, waiting for it", path)
