@@ -55,6 +55,13 @@ func (c *config) check() error {
 	if _, err := c.logger(io.Discard); err != nil {
 		errs = append(errs, err)
 	}
+	if c.install {
+		if ic, err := c.installerConfig(nil); err != nil {
+			errs = append(errs, err)
+		} else if err := ic.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("installer flags: %w", err))
+		}
+	}
 	return errors.Join(append(errs, c.checkPluginEntry())...)
 }
 

@@ -34,6 +34,7 @@ type config struct {
 	cniConfName       string
 	chained           bool
 	removeIstioCNI    bool
+	cniNetworkName    string
 	pluginBinary      string
 	pluginTimeout     time.Duration
 	excludeNamespaces string
@@ -81,6 +82,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "directory of the CNI configs the runtime reads")
 	fs.StringVar(&c.cniConfName, "cni-conf-name", "", "primary config file to chain into; empty: the lexically first valid one")
 	fs.BoolVar(&c.chained, "chained", true, "insert sluice into the primary conflist; false writes an own YYY-sluice.conflist, which sorts last (Multus, OpenShift)")
+	fs.StringVar(&c.cniNetworkName, "cni-network-name", "sluice", "network name of the non-chained YYY-sluice.conflist; Multus matches it against a NetworkAttachmentDefinition without config of its own")
 	fs.BoolVar(&c.removeIstioCNI, "remove-istio-cni-entry", false, "remove a leftover istio-cni entry from the primary conflist (migration from istio-cni); false only warns")
 	fs.StringVar(&c.pluginBinary, "plugin-binary", "", "the sluice plugin to install; empty: 'sluice' next to this executable")
 	fs.DurationVar(&c.pluginTimeout, "plugin-timeout", 2*time.Second, "the plugin's deadline for each call, written into the conflist entry")

@@ -147,3 +147,20 @@ func TestRemoveIstioCNIEntryFlag(t *testing.T) {
 		t.Fatalf("env: remove=%v err=%v", c.removeIstioCNI, err)
 	}
 }
+
+// TestInstallerFlagsValidated: the installer's own rules run at parse time
+// too, so a start fails where --check-config would.
+func TestInstallerFlagsValidated(t *testing.T) {
+	for _, args := range [][]string{
+		{"--cni-network-name", "bad name"},
+		{"--cni-conf-name", "../x.conflist"},
+		{"--cni-conf-name", "YYY-sluice.conflist"},
+	} {
+		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "installer flags") {
+			t.Errorf("%v: err = %v, want the installer's refusal", args, err)
+		}
+	}
+	if _, err := parseConfig([]string{"--install=false", "--cni-network-name", "bad name"}, func(string) string { return "" }, io.Discard); err != nil {
+		t.Errorf("installer flags checked with --install=false: %v", err)
+	}
+}

@@ -17,25 +17,36 @@ import (
 // conflist entry is built from the agent's own flags, so the socket the
 // plugin dials is always the one the agent serves.
 func newInstaller(cfg *config, log *slog.Logger) (*installer.Installer, error) {
-	bin := cfg.pluginBinary
+	ic, err := cfg.installerConfig(log)
+	if err != nil {
+		return nil, err
+	}
+	return installer.New(ic)
+}
+
+// installerConfig is the installer's half of the flags; check validates it
+// with the installer's own rules.
+func (c *config) installerConfig(log *slog.Logger) (installer.Config, error) {
+	bin := c.pluginBinary
 	if bin == "" {
 		self, err := os.Executable()
 		if err != nil {
-			return nil, fmt.Errorf("locate own executable for --plugin-binary: %w", err)
+			return installer.Config{}, fmt.Errorf("locate own executable for --plugin-binary: %w", err)
 		}
 		bin = filepath.Join(filepath.Dir(self), "sluice")
 	}
-	return installer.New(installer.Config{
-		BinDirs:             splitList(cfg.cniBinDirs),
-		ConfDir:             cfg.cniConfDir,
-		ConfName:            cfg.cniConfName,
-		Chained:             cfg.chained,
-		RemoveIstioCNIEntry: cfg.removeIstioCNI,
+	return installer.Config{
+		BinDirs:             splitList(c.cniBinDirs),
+		ConfDir:             c.cniConfDir,
+		ConfName:            c.cniConfName,
+		Chained:             c.chained,
+		NetworkName:         c.cniNetworkName,
+		RemoveIstioCNIEntry: c.removeIstioCNI,
 		PluginBinary:        bin,
-		PluginConfig:        cfg.pluginSettings().Map(),
-		ResyncInterval:      cfg.resync,
+		PluginConfig:        c.pluginSettings().Map(),
+		ResyncInterval:      c.resync,
 		Logger:              log,
-	})
+	}, nil
 }
 
 // pluginSettings is the plugin's conflist entry as the agent's flags make

@@ -100,7 +100,7 @@ func TestOwnConflistSortsLast(t *testing.T) {
 	primary := filepath.Join(e.conf, "10-flannel.conflist")
 	original := testdata(t, "10-flannel.conflist")
 	writeTestFile(t, primary, original, 0o644)
-	own, err := conflist.Own(mustEntry(t, testEntryConfig))
+	own, err := conflist.Own(conflist.PluginType, mustEntry(t, testEntryConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,5 +153,23 @@ func TestNamedConfNotMistaken(t *testing.T) {
 	in.sync()
 	if ok, why := in.Ready(); !ok {
 		t.Fatalf("not ready with an earlier conversion in place: %s", why)
+	}
+}
+
+// TestOwnConflistNetworkName: Multus finds a NAD without config of its own
+// by the network name of a file in the conf dir, so it is configurable.
+func TestOwnConflistNetworkName(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config(false)
+	cfg.NetworkName = "istio-cni"
+	in := e.newInstaller(t, cfg)
+	in.sync()
+	got := readTestFile(t, filepath.Join(e.conf, OwnConfName))
+	if !bytes.Contains(got, []byte(`"name": "istio-cni"`)) {
+		t.Fatalf("own conflist does not carry the network name:\n%s", got)
+	}
+	cfg.NetworkName = "no spaces"
+	if _, err := New(cfg); err == nil {
+		t.Fatal("New accepted a network name the CNI spec refuses")
 	}
 }

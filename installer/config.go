@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"time"
+
+	"github.com/sluicemesh/sluice/installer/conflist"
 )
 
 // OwnConfName is the conflist written in non-chained mode. It sorts after
@@ -40,6 +43,10 @@ type Config struct {
 	// installer writes OwnConfName holding only the sluice plugin and leaves
 	// every other file alone.
 	Chained bool
+	// NetworkName is the network name of OwnConfName (non-chained mode),
+	// which Multus matches against a NetworkAttachmentDefinition's name
+	// when the NAD carries no config of its own; empty means "sluice".
+	NetworkName string
 	// PluginBinary is the file copied into BinDirs.
 	PluginBinary string
 	// PluginConfig holds the keys of our entry besides "type": "sluice".
@@ -59,6 +66,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.NetworkName == "" {
+		c.NetworkName = conflist.PluginType
+	}
 	if c.ResyncInterval == 0 {
 		c.ResyncInterval = DefaultResyncInterval
 	}
@@ -73,8 +83,20 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// networkName is the CNI spec's rule for a network name.
+var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
+
+// Validate checks cfg as New does, without touching the node or reading
+// the plugin binary, so the agent's --check-config runs the same rules.
+func (c Config) Validate() error {
+	return c.withDefaults().validate()
+}
+
 func (c Config) validate() error {
 	var errs []error
+	if !networkName.MatchString(c.NetworkName) {
+		errs = append(errs, fmt.Errorf("network name %q: want letters, digits, '_', '.' and '-', starting with a letter or digit", c.NetworkName))
+	}
 	if len(c.BinDirs) == 0 {
 		errs = append(errs, errors.New("no plugin binary directory"))
 	}

@@ -80,7 +80,7 @@ func New(cfg Config) (*Installer, error) {
 		reason:     "not installed yet",
 	}
 	if !cfg.Chained {
-		if in.own, err = conflist.Own(entry); err != nil {
+		if in.own, err = conflist.Own(cfg.NetworkName, entry); err != nil {
 			return nil, err
 		}
 	}

@@ -138,7 +138,7 @@ func TestRepairsOwnConflist(t *testing.T) {
 	in := e.newInstaller(t, e.config(false))
 	start(t, in)
 	own := filepath.Join(e.conf, OwnConfName)
-	want, err := conflist.Own(mustEntry(t, testEntryConfig))
+	want, err := conflist.Own(conflist.PluginType, mustEntry(t, testEntryConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

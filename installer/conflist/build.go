@@ -39,14 +39,14 @@ func FromConf(conf []byte) ([]byte, error) {
 	})
 }
 
-// Own is the whole file written in non-chained mode: a network named
-// "sluice" whose only plugin is entry.
-func Own(entry []byte) ([]byte, error) {
+// Own is the whole file written in non-chained mode: a network called
+// network whose only plugin is entry.
+func Own(network string, entry []byte) ([]byte, error) {
 	ent, err := normalizeEntry(entry)
 	if err != nil {
 		return nil, err
 	}
-	return encodeConflist(conflistDoc{CNIVersion: OwnCNIVersion, Name: PluginType, Plugins: []json.RawMessage{ent}})
+	return encodeConflist(conflistDoc{CNIVersion: OwnCNIVersion, Name: network, Plugins: []json.RawMessage{ent}})
 }
 
 // Entry builds our plugin object: "type" first, then cfg's keys in sorted
