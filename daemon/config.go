@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
 // config is every flag of sluice-agent. Each flag also reads SLUICE_<NAME>
@@ -85,14 +87,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.cniNetworkName, "cni-network-name", "sluice", "network name of the non-chained YYY-sluice.conflist; Multus matches it against a NetworkAttachmentDefinition without config of its own")
 	fs.BoolVar(&c.removeIstioCNI, "remove-istio-cni-entry", false, "remove a leftover istio-cni entry from the primary conflist (migration from istio-cni); false only warns")
 	fs.StringVar(&c.pluginBinary, "plugin-binary", "", "the sluice plugin to install; empty: 'sluice' next to this executable")
-	fs.DurationVar(&c.pluginTimeout, "plugin-timeout", 2*time.Second, "the plugin's deadline for each call, written into the conflist entry")
+	fs.DurationVar(&c.pluginTimeout, "plugin-timeout", pluginconf.DefaultTimeout, "the plugin's deadline for each call, written into the conflist entry")
 	fs.StringVar(&c.excludeNamespaces, "exclude-namespaces", "kube-system", "comma-separated namespaces never captured; the plugin skips them even while the agent is down")
 	fs.StringVar(&c.nodeName, "node-name", getenv("NODE_NAME"), "this node's name: only its pods are watched (default $NODE_NAME)")
 	fs.StringVar(&c.podName, "pod-name", getenv("POD_NAME"), "the agent's own pod, to find its DaemonSet on exit (default $POD_NAME)")
 	fs.StringVar(&c.podNamespace, "pod-namespace", getenv("POD_NAMESPACE"), "the agent's own namespace, never captured (default $POD_NAMESPACE)")
 	fs.StringVar(&c.repairMode, "repair-mode", "apply", "pods found running uncaptured: apply (program their rules), label (sluice.dev/uncaptured=true) or delete (evict)")
 	fs.BoolVar(&c.ambient, "ambient", false, "enroll pods labelled istio.io/dataplane-mode=ambient and hand them to ztunnel")
-	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", false, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
+	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", true, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
 	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
 	fs.BoolVar(&c.checkConfig, "check-config", false, "validate flags and env without touching the node (the same checks every start runs), print 'config ok' and exit 0; invalid: exit 2")

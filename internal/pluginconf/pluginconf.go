@@ -17,7 +17,7 @@ const (
 	// DefaultSocket is the agent's gRPC socket when the entry names none.
 	DefaultSocket = "/var/run/sluice/agent.sock"
 	// DefaultTimeout bounds each plugin call when the entry sets none.
-	DefaultTimeout = 2 * time.Second
+	DefaultTimeout = 10 * time.Second
 	// MaxTimeout caps each call: a kubelet's CRI timeout is minutes, and far
 	// sooner than that the runtime should learn the agent is not answering
 	// and retry the pod.
