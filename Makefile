@@ -4,6 +4,7 @@ BIN       := bin
 # Helper binaries (reference CNI plugins) are cached outside the tree.
 CACHE     ?= $(HOME)/.cache/sluice
 PLUGINS   := $(CACHE)/cni-plugins/$(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+KUBE_VERSION ?= v1.37.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=$(VERSION)
 # grpc-go without golang.org/x/net/trace (and html/template with it): the
@@ -19,9 +20,14 @@ FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:F
 # Scripts and tests find their cached helper binaries here too.
 export SLUICE_CACHE := $(CACHE)
 
-.PHONY: all build plugins kube-apiserver proto manifests image verify lint test fuzz demo bench clean
+.PHONY: all prereqs build plugins kube-apiserver kube proto manifests image verify lint test fuzz demo bench clean
 
 all: build
+
+# Every tool the tests and the demo exec; as root on Debian the missing
+# ones are installed with apt-get, elsewhere this stops with the command.
+prereqs:
+	@hack/prereqs.sh
 
 build:
 	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice ./plugin
@@ -39,7 +45,12 @@ $(PLUGINS)/bridge:
 # The test kube-apiserver, built once from the module proxy into $(CACHE)
 # (about 7 minutes cold on 2 cores; instant when cached).
 kube-apiserver:
-	hack/kube-apiserver/build.sh >/dev/null
+	hack/kube/build.sh $(KUBE_VERSION) kube-apiserver >/dev/null
+
+# The test node's control plane, kubelet and kube-proxy, built together
+# (about 7 minutes cold on 2 cores for all five; instant when cached).
+kube:
+	hack/kube/build.sh $(KUBE_VERSION) >/dev/null
 
 proto:
 	protoc -I api \
@@ -73,7 +84,7 @@ lint:
 	$(GO) vet ./...
 	hack/gotool.sh honnef.co/go/tools/cmd/staticcheck v0.8.2 ./...
 
-test: build plugins kube-apiserver verify
+test: prereqs build plugins kube verify
 	$(GO) test -count=1 -timeout 20m ./...
 	$(MAKE) -s fuzz
 
@@ -90,7 +101,7 @@ fuzz:
 bench:
 	$(GO) run ./hack/bench
 
-demo: build plugins
+demo: prereqs build plugins
 	$(GO) run ./hack/demo --bin $(CURDIR)/$(BIN) --plugins $(PLUGINS)
 
 clean:
