@@ -1,9 +1,16 @@
 # syntax=docker/dockerfile:1
-# The sluice image: the node agent and the CNI plugin it installs, both
-# static, on distroless. The agent runs as root with a handful of
-# capabilities (see deploy/helm/sluice/templates/daemonset.yaml).
+# The sluice image for people with Docker: the node agent and the CNI plugin
+# it installs, both static, on nothing. `make image` builds the same image
+# without Docker (hack/image); both hold exactly these two files and their
+# parent directories. To compare the filesystems:
 #
-#   docker build -t sluice:dev --build-arg VERSION=$(git describe --tags --always --dirty) .
+#   docker build -t sluice:dev --build-arg VERSION=dev .
+#   docker export $(docker create sluice:dev) | tar -t | sort
+#   make image VERSION=dev   # the layer is the archive's last blob:
+#   tar -xOf bin/image/sluice.tar $(tar -tf bin/image/sluice.tar | tail -1) | tar -tz
+#
+# (docker export adds the mount points a runtime creates: .dockerenv, dev/,
+# etc/hostname, etc/hosts, etc/resolv.conf, proc/, sys/.)
 #
 # hack/kind-up.sh builds it and loads it into a kind cluster.
 
@@ -25,9 +32,10 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 	CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
 		go build -tags grpcnotrace -trimpath -ldflags "$ldflags" -o /out/sluice-agent ./daemon
 
-# static: no libc, CA certificates and tzdata only; runs as root by default,
-# which the agent needs for the host paths it writes.
-FROM gcr.io/distroless/static-debian12
+# Nothing but the binaries: the agent reads its CA and token from the
+# service account mount and needs no libc, CA bundle, tzdata or shell. It
+# runs as root, which it needs for the host paths it writes.
+FROM scratch
 ARG VERSION=dev
 LABEL org.opencontainers.image.title="sluice" \
 	org.opencontainers.image.description="CNI node agent for service-mesh traffic capture" \

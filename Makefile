@@ -20,7 +20,7 @@ FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:F
 # Scripts and tests find their cached helper binaries here too.
 export SLUICE_CACHE := $(CACHE)
 
-.PHONY: all prereqs build plugins kube-apiserver kube proto manifests image verify lint test fuzz demo bench clean
+.PHONY: all prereqs build plugins kube-apiserver kube proto manifests image image-docker verify lint test fuzz demo bench clean
 
 all: build
 
@@ -65,7 +65,14 @@ proto:
 manifests:
 	hack/helm/manifests.sh
 
-image:
+# OCI archives in bin/image, no Docker: the product image from the binaries
+# above, and the node tests' test-app and pause images. Reproducible: the
+# same source gives the same digests. `make image-docker` builds the
+# Dockerfile's (same filesystem) for people with Docker.
+image: build
+	$(GO) run ./hack/image/build -bin $(BIN) -version $(VERSION) -o $(BIN)/image
+
+image-docker:
 	docker build -t sluice:$(VERSION) --build-arg VERSION=$(VERSION) .
 
 # Fails when generated code or manifests are stale, or the tree is not
