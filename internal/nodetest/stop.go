@@ -1,0 +1,140 @@
+package nodetest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Stop tears the cluster down and proves that nothing is left of it: no
+// process in its namespaces, cgroups or dir, no mount, no cgroup, no link.
+// It is safe to call more than once; what it found left is its error.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() { c.stopErr = c.stop() })
+	return c.stopErr
+}
+
+func (c *Cluster) stop() error {
+	var errs []error
+	// The kubelet first, so it does not restart what is killed next.
+	c.kubelet.stop(5 * time.Second)
+	c.kubeProxy.stop(5 * time.Second)
+	// containerd, the shims, every container and the holder: all in the
+	// node's cgroups, whatever they forked.
+	if len(c.hierarchies) > 0 {
+		if err := c.killCgroups(10 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// The API server may sit on SIGTERM for many seconds with watches
+	// open; its state is in etcd, which is thrown away.
+	var wg sync.WaitGroup
+	for _, p := range c.control {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.stop(2 * time.Second) }()
+	}
+	wg.Wait()
+	c.etcd.stop(5 * time.Second)
+	for _, p := range c.procs {
+		p.stop(time.Second)
+	}
+	if len(c.hierarchies) > 0 {
+		if err := c.removeCgroups(5 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := c.leftovers(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		if err := os.RemoveAll(c.Dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", c.Dir, err))
+		}
+	} else {
+		errs = append(errs, fmt.Errorf("kept %s for a look", c.Dir))
+	}
+	return errors.Join(errs...)
+}
+
+// leftovers lists what the cluster left on the machine.
+func (c *Cluster) leftovers() error {
+	var left []string
+	for _, pid := range c.strayProcesses() {
+		cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		left = append(left, fmt.Sprintf("process %d (%s)", pid, strings.ReplaceAll(string(cmd), "\x00", " ")))
+	}
+	if _, err := net.InterfaceByName(c.hostLink); err == nil {
+		left = append(left, "link "+c.hostLink)
+	}
+	left = append(left, c.strayMounts()...)
+	for _, h := range c.hierarchies {
+		if _, err := os.Stat(filepath.Join(h, c.cgroup)); err == nil {
+			left = append(left, "cgroup "+filepath.Join(h, c.cgroup))
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("node cluster %s left behind: %s", c.id, strings.Join(left, "; "))
+	}
+	return nil
+}
+
+// strayProcesses are processes in the node's namespaces or running
+// anything from the cluster's dir.
+func (c *Cluster) strayProcesses() []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		stray := false
+		for ns, ino := range c.nsInodes {
+			if got, err := nsInode(pid, ns); err == nil && got == ino {
+				stray = true
+			}
+		}
+		if cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(string(cmd), c.Dir) {
+			stray = true
+		}
+		if stray {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// strayMounts are the machine's mounts below the cluster's dir and any
+// bind mount that keeps one of the node's namespaces alive.
+func (c *Cluster) strayMounts() []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return []string{"(read mountinfo: " + err.Error() + ")"}
+	}
+	defer f.Close()
+	var left []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		root, point := fields[3], fields[4]
+		if strings.HasPrefix(point, c.Dir) {
+			left = append(left, "mount "+point)
+		}
+		for ns, ino := range c.nsInodes {
+			if root == fmt.Sprintf("%s:[%d]", map[string]string{"net": "net", "mnt": "mnt"}[ns], ino) {
+				left = append(left, "namespace mount "+point)
+			}
+		}
+	}
+	return left
+}
