@@ -62,7 +62,7 @@ func (c *Cluster) waitControllers(ctx context.Context) error {
 		if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
 			return err
 		}
-		_, err := cs.CoreV1().Endpoints("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		_, err := cs.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 		return err
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	pause "github.com/sluicemesh/sluice/hack/pause/image"
@@ -63,7 +64,9 @@ disabled_plugins = [
 `
 
 // primaryConflist is the node's primary CNI: the reference bridge with
-// host-local IPAM, as a kubeadm node with the bridge CNI would have.
+// host-local IPAM, as a kubeadm node with the bridge CNI would have. Pod
+// traffic leaving the node is masqueraded to the node IP, so the control
+// plane answers pods without a route back to the pod CIDR.
 const primaryConflist = `{
   "cniVersion": "1.0.0",
   "name": "nodetest",
@@ -72,7 +75,7 @@ const primaryConflist = `{
       "type": "bridge",
       "bridge": "cni0",
       "isGateway": true,
-      "ipMasq": false,
+      "ipMasq": true,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
@@ -243,7 +246,13 @@ func poll(ctx context.Context, p *process, what string, f func() error) error {
 }
 
 // NodePath is a path of the node's filesystem, as the machine sees it.
+// /var/run is a symlink to /run, and an absolute symlink under
+// /proc/PID/root resolves against the machine's root, not the node's: so
+// the link is followed here.
 func (c *Cluster) NodePath(path string) string {
+	if rest, ok := strings.CutPrefix(path, "/var/run/"); ok {
+		path = "/run/" + rest
+	}
 	return c.NodeRoot() + path
 }
 

@@ -8,6 +8,8 @@
 //	                         and keeps dialling DIAL, logging each reply
 //	testapp ztunnel SOCKET   a stand-in for ztunnel: takes pods over ZDS and
 //	                         runs the proxy part inside each pod's netns
+//	testapp validate         the istio-validation init container's place:
+//	                         says so and exits 0
 //
 // Its log lines on stdout are what the tests read back with the pod's logs.
 package main
@@ -30,6 +32,8 @@ func main() {
 		err = runApp(args)
 	case "ztunnel":
 		err = runZtunnel(args)
+	case "validate":
+		fmt.Println("istio-validation stand-in: nothing to check")
 	default:
 		err = fmt.Errorf("unknown part %q", os.Args[1])
 	}

@@ -108,7 +108,7 @@ func dialOnce(addr string) string {
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil && line == "" {
-		return "error " + err.Error()
+		return "connected, no reply: " + err.Error()
 	}
 	return strings.TrimSpace(line)
 }

@@ -1,0 +1,195 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The Istio metadata istiod's injector writes in CNI mode.
+const (
+	annStatus = "sidecar.istio.io/status"
+	statusVal = `{"initContainers":["istio-validation"],"containers":["istio-proxy"],"volumes":["istio-envoy"],"imagePullSecrets":null,"revision":"default"}`
+	proxyUID  = int64(1337)
+)
+
+// unreachable is a destination nothing on the node routes (TEST-NET-1):
+// a connection to it that gets an answer was captured in the pod.
+const unreachable = "192.0.2.10:80"
+
+func appContainer(dial string) corev1.Container {
+	return corev1.Container{
+		Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"/testapp", "app", "8080", dial},
+	}
+}
+
+// plainPod is an uninjected application pod: it serves "app" on 8080 and
+// keeps dialling dial.
+func plainPod(name, dial string) *corev1.Pod {
+	zero := int64(0)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			Containers:                    []corev1.Container{appContainer(dial)},
+			TerminationGracePeriodSeconds: &zero,
+		},
+	}
+}
+
+// sidecarPod is what the injector makes of plainPod in CNI mode: the status
+// annotation, the istio-validation init container and an istio-proxy
+// running as 1337 (the test app's stand-in proxy on 15001 and 15006).
+func sidecarPod(name, dial string, annotations map[string]string) *corev1.Pod {
+	p := plainPod(name, dial)
+	p.Annotations = map[string]string{annStatus: statusVal}
+	for k, v := range annotations {
+		p.Annotations[k] = v
+	}
+	uid := proxyUID
+	sc := &corev1.SecurityContext{RunAsUser: &uid, RunAsGroup: &uid}
+	p.Spec.InitContainers = []corev1.Container{{
+		Name: "istio-validation", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"/testapp", "validate"}, SecurityContext: sc,
+	}}
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
+		Name: "istio-proxy", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"/testapp", "proxy", "15001", "15006"}, SecurityContext: sc,
+	})
+	return p
+}
+
+func createPod(t *testing.T, ns string, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	got, err := client(t).CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)
+	}
+	return got
+}
+
+func getPod(t testing.TB, ns, name string) *corev1.Pod {
+	t.Helper()
+	p, err := client(t).CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s/%s: %v", ns, name, err)
+	}
+	return p
+}
+
+// runningPod waits until every container of the pod runs and returns it.
+func runningPod(t testing.TB, ns, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() error {
+		p = getPod(t, ns, name)
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("%s", podState(p))
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running == nil {
+				return fmt.Errorf("%s", podState(p))
+			}
+		}
+		return nil
+	})
+	return p
+}
+
+// logShows waits until the container's log has a line containing every
+// one of parts.
+func logShows(t testing.TB, ns, pod, container string, timeout time.Duration, parts ...string) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("%s/%s[%s] to log %q", ns, pod, container, parts), func() error {
+		l := logs(t, ns, pod, container)
+		for _, line := range strings.Split(l, "\n") {
+			if containsAll(line, parts) {
+				return nil
+			}
+		}
+		return fmt.Errorf("log:\n%s", tailLines(l, 10))
+	})
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// record is the agent's journal record of a pod, read from the node's
+// /var/run/sluice/state.
+type record struct {
+	file  string
+	Netns string
+}
+
+// journalRecords are the agent's records naming the pod's uid.
+func journalRecords(t testing.TB, uid string) []record {
+	t.Helper()
+	dir := cluster.NodePath("/run/sluice/state")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	var out []record
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil || !strings.Contains(string(b), uid) {
+			continue
+		}
+		var raw map[string]any
+		if err := json.Unmarshal(b, &raw); err != nil {
+			t.Fatalf("journal record %s: %v", f, err)
+		}
+		out = append(out, record{file: f, Netns: findString(raw, "netns", "Netns", "NetnsPath", "netns_path", "netnsPath")})
+	}
+	return out
+}
+
+// findString finds the first string value under any of keys, anywhere in v.
+func findString(v any, keys ...string) string {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range keys {
+			if s, ok := x[k].(string); ok && s != "" {
+				return s
+			}
+		}
+		for _, e := range x {
+			if s := findString(e, keys...); s != "" {
+				return s
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if s := findString(e, keys...); s != "" {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// sluiceTable is the pod netns's sluice table as nft lists it, or the
+// error.
+func sluiceTable(netns string) (string, error) {
+	out, err := exec.Command("nsenter", "--net="+cluster.NodePath(netns), "nft", "list", "table", "inet", "sluice").CombinedOutput()
+	return string(out), err
+}
