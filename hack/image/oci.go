@@ -94,7 +94,7 @@ func ociEntries(tag name.Tag, img v1.Image) ([]entry, v1.Hash, error) {
 			"annotations": map[string]string{
 				// containerd's import names the image by the first,
 				// Docker's load by the second.
-				"io.containerd.image.name":         tag.Name(),
+				"io.containerd.image.name":          tag.Name(),
 				"org.opencontainers.image.ref.name": tag.Name(),
 			},
 		}},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -50,6 +51,11 @@ func (c *Cluster) stop() error {
 			errs = append(errs, err)
 		}
 	}
+	// The kernel dismantles a netns whose last process is gone in the
+	// background, veth pair and all; delete our end now rather than race it.
+	if err := deleteLink(c.hostLink); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.leftovers(); err != nil {
 		errs = append(errs, err)
 	}
@@ -61,6 +67,18 @@ func (c *Cluster) stop() error {
 		errs = append(errs, fmt.Errorf("kept %s for a look", c.Dir))
 	}
 	return errors.Join(errs...)
+}
+
+// deleteLink deletes a link if it is there.
+func deleteLink(name string) error {
+	if _, err := net.InterfaceByName(name); err != nil {
+		return nil
+	}
+	out, err := exec.Command("ip", "link", "del", name).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "Cannot find device") {
+		return fmt.Errorf("ip link del %s: %w: %s", name, err, out)
+	}
+	return nil
 }
 
 // leftovers lists what the cluster left on the machine.

@@ -112,6 +112,9 @@ func chartValues(extra ...string) []string {
 		"--set", "image.repository=" + images.SluiceRepo,
 		"--set", "image.tag=" + images.SluiceTag,
 		"--set", "image.pullPolicy=Never",
+		// Ambient on: sidecar pods are unaffected, and the ambient test
+		// needs the ZDS socket mounted.
+		"--set", "ambient.enabled=true",
 	}
 	for _, e := range extra {
 		args = append(args, "--set", e)
@@ -212,4 +215,3 @@ func dialLine(addr string) (string, error) {
 	}
 	return strings.TrimSpace(string(buf[:n])), nil
 }
-

@@ -171,4 +171,3 @@ func recv(uc *net.UnixConn) (*zds.WorkloadRequest, int, error) {
 	}
 	return &req, fd, nil
 }
-
