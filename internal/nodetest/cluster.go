@@ -43,6 +43,7 @@ type Cluster struct {
 	plugins     string // the reference CNI plugins
 	tokens      map[string]string
 	nsInodes    map[string]uint64 // the node's net and mnt namespaces
+	nsFiles     []*os.File        // open on them until teardown's proof is done
 
 	holder             *process // holds the node's namespaces open
 	holderPID          int

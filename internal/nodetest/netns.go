@@ -144,6 +144,14 @@ func (c *Cluster) startHolder() error {
 	}
 	c.holderPID = p.cmd.Process.Pid
 	for _, ns := range []string{"net", "mnt"} {
+		// Held open until teardown has proved the namespace unused: a dead
+		// namespace's inode number is soon reused by a new one, which
+		// would make the proof compare against a stranger.
+		f, err := os.Open("/proc/" + strconv.Itoa(c.holderPID) + "/ns/" + ns)
+		if err != nil {
+			return fmt.Errorf("open the node's %s namespace: %w", ns, err)
+		}
+		c.nsFiles = append(c.nsFiles, f)
 		ino, err := nsInode(c.holderPID, ns)
 		if err != nil {
 			return err
@@ -151,6 +159,15 @@ func (c *Cluster) startHolder() error {
 		c.nsInodes[ns] = ino
 	}
 	return nil
+}
+
+// releaseNamespaces closes the handles that keep the node's namespaces'
+// inode numbers ours.
+func (c *Cluster) releaseNamespaces() {
+	for _, f := range c.nsFiles {
+		f.Close()
+	}
+	c.nsFiles = nil
 }
 
 func startWithStdout(name string, logf, stdout *os.File, argv []string) (*process, error) {
@@ -168,6 +185,8 @@ func nsInode(pid int, ns string) (uint64, error) {
 	}
 	return st.Ino, nil
 }
+
+func itoa(i int) string { return strconv.Itoa(i) }
 
 // InNode is argv run inside the node's network and mount namespaces and
 // cgroups, keeping its PID (nsenter and sh exec, neither forks).

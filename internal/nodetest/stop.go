@@ -60,10 +60,13 @@ func (c *Cluster) stop() error {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
+		c.releaseNamespaces()
 		if err := os.RemoveAll(c.Dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", c.Dir, err))
 		}
 	} else {
+		// The namespaces stay pinned too, so what is named stays
+		// findable; they go when this process exits.
 		errs = append(errs, fmt.Errorf("kept %s for a look", c.Dir))
 	}
 	return errors.Join(errs...)
@@ -81,7 +84,8 @@ func deleteLink(name string) error {
 	return nil
 }
 
-// leftovers lists what the cluster left on the machine.
+// leftovers lists what the cluster left on the machine. Our own handles
+// on the node's namespaces do not count.
 func (c *Cluster) leftovers() error {
 	var left []string
 	for _, pid := range c.strayProcesses() {
@@ -149,7 +153,7 @@ func (c *Cluster) strayMounts() []string {
 			left = append(left, "mount "+point)
 		}
 		for ns, ino := range c.nsInodes {
-			if root == fmt.Sprintf("%s:[%d]", map[string]string{"net": "net", "mnt": "mnt"}[ns], ino) {
+			if root == fmt.Sprintf("%s:[%d]", ns, ino) {
 				left = append(left, "namespace mount "+point)
 			}
 		}

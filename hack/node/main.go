@@ -1,0 +1,82 @@
+// Command node runs the test node cluster (internal/nodetest) for a person
+// until it is told to stop: hack/node-up.sh starts it in the background and
+// hack/node-down.sh stops it.
+//
+//	go run ./hack/node -state DIR
+//
+// It builds what it needs (the Kubernetes binaries, the reference CNI
+// plugins, the sluice, test-app and pause images), starts the cluster,
+// writes DIR/kubeconfig and DIR/ready, and on SIGTERM or SIGINT tears the
+// cluster down, proving nothing is left, and writes DIR/stopped.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/sluicemesh/sluice/internal/nodetest"
+)
+
+func main() {
+	state := flag.String("state", "", "directory for the kubeconfig and the ready/stopped markers")
+	tag := flag.String("tag", "dev", "tag of the sluice image built and loaded into the node")
+	flag.Parse()
+	if *state == "" {
+		fmt.Fprintln(os.Stderr, "node: -state is required")
+		os.Exit(2)
+	}
+	if err := run(*state, *tag); err != nil {
+		fmt.Fprintln(os.Stderr, "node:", err)
+		_ = os.WriteFile(filepath.Join(*state, "stopped"), []byte(err.Error()+"\n"), 0o644)
+		os.Exit(1)
+	}
+}
+
+func run(state, tag string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	bins, err := nodetest.KubeBinaries(ctx)
+	if err != nil {
+		return err
+	}
+	plugins, err := nodetest.CNIPlugins(ctx)
+	if err != nil {
+		return err
+	}
+	imgDir := filepath.Join(state, "images")
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return err
+	}
+	images, err := nodetest.BuildImages(ctx, imgDir, tag)
+	if err != nil {
+		return err
+	}
+	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: images.Archives})
+	if err != nil {
+		return err
+	}
+	kc, err := os.ReadFile(c.Kubeconfig())
+	if err == nil {
+		err = os.WriteFile(filepath.Join(state, "kubeconfig"), kc, 0o600)
+	}
+	if err != nil {
+		_ = c.Stop()
+		return err
+	}
+	info := fmt.Sprintf("node %s (%s), API %s, node dir %s\nimages: %s:%s %s (imagePullPolicy: Never)\n",
+		c.NodeName, c.NodeIP, c.Server(), c.Dir, images.SluiceRepo, images.SluiceTag, images.TestApp)
+	if err := os.WriteFile(filepath.Join(state, "ready"), []byte(info), 0o644); err != nil {
+		_ = c.Stop()
+		return err
+	}
+	<-ctx.Done()
+	if err := c.Stop(); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(state, "stopped"), []byte("clean: no process, mount, cgroup, namespace or link left\n"), 0o644)
+}

@@ -1,0 +1,71 @@
+package nodetest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Teardown's proof is only worth something if it can fail: a process that
+// slipped out of the node's cgroups but still holds its network namespace
+// is named, and so is a mount left below the cluster's dir. Only the node's
+// namespaces and cgroups are made here, no control plane.
+func TestStopReportsLeftovers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network and mount namespaces, cgroups")
+	}
+	c, err := newCluster(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(c.Dir) })
+	for _, f := range []func() error{c.makeCgroups, c.startHolder, c.link} {
+		if err := f(); err != nil {
+			c.Stop()
+			t.Fatal(err)
+		}
+	}
+	// Joins the node's netns but not its cgroups.
+	stray := exec.Command("nsenter", "--target", itoa(c.holderPID), "--net", "sleep", "60")
+	stray.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := stray.Start(); err != nil {
+		c.Stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stray.Process.Kill(); stray.Wait() })
+	mnt := c.path("leak")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("nodetest-leak", mnt, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+
+	err = c.Stop()
+	if err == nil {
+		t.Fatal("Stop with a stray process and a stray mount reported nothing")
+	}
+	for _, want := range []string{"process " + itoa(stray.Process.Pid), "mount " + mnt} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Stop's error %q does not name %q", err, want)
+		}
+	}
+	if _, statErr := os.Stat(c.Dir); statErr != nil {
+		t.Errorf("cluster dir removed although something was left: %v", statErr)
+	}
+	// With the strays gone the node is gone too: nothing of its own kept.
+	stray.Process.Kill()
+	stray.Wait()
+	syscall.Unmount(mnt, syscall.MNT_DETACH)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := poll(ctx, nil, "no leftovers", c.leftovers); err != nil {
+		t.Error(err)
+	}
+	c.releaseNamespaces()
+}
