@@ -40,7 +40,7 @@ func (c *Cluster) waitNodeReady(ctx context.Context) error {
 				if cond.Status == corev1.ConditionTrue {
 					return nil
 				}
-				return fmt.Errorf("Ready=%s: %s", cond.Status, cond.Message)
+				return fmt.Errorf("condition Ready=%s: %s", cond.Status, cond.Message)
 			}
 		}
 		return fmt.Errorf("no Ready condition")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -38,7 +39,8 @@ func listenTransparent(addr string) (net.Listener, error) {
 			_ = syscall.SetsockoptInt(int(fd), syscall.SOL_IPV6, 75 /* IPV6_TRANSPARENT */, 1)
 		})
 	}}
-	l, err := lc.Listen(nil, "tcp", addr) //nolint:staticcheck // no context to cancel: the listener lives as long as the process
+	// The listener lives as long as the process: nothing to cancel.
+	l, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
