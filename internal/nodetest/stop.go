@@ -72,6 +72,15 @@ func (c *Cluster) stop() error {
 	return errors.Join(errs...)
 }
 
+// LogTails is the end of each daemon's log, for a failed test's output.
+func (c *Cluster) LogTails() string {
+	var b strings.Builder
+	for _, p := range c.procs {
+		fmt.Fprintf(&b, "==> %s\n%s\n", p.name, p.logTail())
+	}
+	return b.String()
+}
+
 // deleteLink deletes a link if it is there.
 func deleteLink(name string) error {
 	if _, err := net.InterfaceByName(name); err != nil {

@@ -72,6 +72,9 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "test/node: the cluster's logs (kept in full only when teardown fails):\n%s", c.LogTails())
+	}
 	if err := c.Stop(); err != nil {
 		return 1, err
 	}
