@@ -166,3 +166,36 @@ func (c *Cluster) removeCgroups(deadline time.Duration) error {
 	}
 	return errors.Join(errs...)
 }
+
+// cgroupPrefix starts every node's cgroup name; the name ends in the PID of
+// the process that owns the cluster.
+const cgroupPrefix = "sluice-node-"
+
+// reapOrphans removes what is left of clusters whose owner died without
+// tearing down (a test binary killed by its timeout): their direct
+// children die with it (Pdeathsig), but containerd's shims and the
+// containers live on in the node's cgroups. Only cgroups with this
+// package's prefix whose owner PID is gone are touched.
+func reapOrphans() {
+	hs, err := cgroupHierarchies()
+	if err != nil {
+		return
+	}
+	names := map[string]bool{}
+	for _, h := range hs {
+		m, _ := filepath.Glob(filepath.Join(h, cgroupPrefix+"*"))
+		for _, d := range m {
+			names[filepath.Base(d)] = true
+		}
+	}
+	for name := range names {
+		i := strings.LastIndex(name, "-")
+		owner, err := strconv.Atoi(name[i+1:])
+		if err != nil || owner <= 0 || syscall.Kill(owner, 0) == nil {
+			continue // not ours, or its owner still runs
+		}
+		orphan := &Cluster{cgroup: name, hierarchies: hs}
+		_ = orphan.killCgroups(10 * time.Second)
+		_ = orphan.removeCgroups(5 * time.Second)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -97,7 +98,7 @@ func newCluster(opts Options) (*Cluster, error) {
 		NodeIP:   ipv4(base + 2),
 		id:       id,
 		hostLink: "snode" + id,
-		cgroup:   "sluice-node-" + id,
+		cgroup:   cgroupPrefix + id + "-" + strconv.Itoa(os.Getpid()),
 		bins:     opts.KubeBinDir,
 		plugins:  opts.CNIBinDir,
 		tokens:   map[string]string{},
@@ -106,6 +107,7 @@ func newCluster(opts Options) (*Cluster, error) {
 }
 
 func (c *Cluster) start(ctx context.Context, opts Options) error {
+	reapOrphans()
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	steps := []struct {

@@ -69,3 +69,54 @@ func TestStopReportsLeftovers(t *testing.T) {
 	}
 	c.releaseNamespaces()
 }
+
+// A cluster whose owner died (a test binary killed by its timeout) leaves
+// processes in its cgroups; the next Start reaps them and their cgroups,
+// and leaves a live owner's alone.
+func TestReapOrphans(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: cgroups")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := &Cluster{cgroup: cgroupPrefix + "reaptest-" + itoa(dead.Process.Pid)}
+	live := &Cluster{cgroup: cgroupPrefix + "reaptest-" + itoa(os.Getpid())}
+	var sleepers []*exec.Cmd
+	for _, c := range []*Cluster{orphan, live} {
+		if err := c.makeCgroups(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.killCgroups(5 * time.Second); c.removeCgroups(5 * time.Second) })
+		s := exec.Command("sh", "-c", c.joinCgroups("$$")+"exec sleep 60")
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sleepers = append(sleepers, s)
+		t.Cleanup(func() { s.Process.Kill(); s.Wait() })
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		err := poll(ctx, nil, "sleeper in its cgroup", func() error {
+			if len(c.cgroupPIDs()) == 0 {
+				return os.ErrNotExist
+			}
+			return nil
+		})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	reapOrphans()
+	if err := sleepers[0].Wait(); err == nil {
+		t.Error("orphan's process exited cleanly; want it killed")
+	}
+	for _, h := range orphan.hierarchies {
+		if _, err := os.Stat(h + "/" + orphan.cgroup); err == nil {
+			t.Errorf("orphan cgroup %s/%s left", h, orphan.cgroup)
+		}
+	}
+	if pids := live.cgroupPIDs(); len(pids) != 1 {
+		t.Errorf("live owner's cgroup holds %v, want its sleeper untouched", pids)
+	}
+}
