@@ -49,7 +49,8 @@ func ztunnelDaemonSet() *appsv1.DaemonSet {
 }
 
 // A pod in a namespace labelled ambient is handed to the ztunnel stand-in,
-// its outbound TCP lands on it; removing the label unenrols the pod live.
+// its outbound and inbound TCP land on it; removing the label unenrols the
+// pod live.
 func TestAmbient(t *testing.T) {
 	requireAgent(t)
 	cs := client(t)
@@ -78,6 +79,12 @@ func TestAmbient(t *testing.T) {
 	logShows(t, releaseNS, zt, "istio-proxy", 30*time.Second, "ztunnel add "+string(p.UID), ns+"/"+p.Name)
 	logShows(t, ns, p.Name, "app", 30*time.Second,
 		"app dial "+unreachable+": ztunnel "+string(p.UID)+" captured on :15001 original dst "+unreachable)
+	// Inbound from another pod lands on the stand-in's 15006 too.
+	other := namespace(t, nil)
+	c := createPod(t, other, plainPod("client", p.Status.PodIP+":8080"))
+	c = runningPod(t, other, c.Name, time.Minute)
+	logShows(t, other, c.Name, "app", 30*time.Second,
+		"app dial "+p.Status.PodIP+":8080: ztunnel "+string(p.UID)+" captured on :15006 original dst "+p.Status.PodIP+":8080 from "+c.Status.PodIP+":")
 
 	patch := []byte(`{"metadata":{"labels":{"` + labelDataplane + `":null}}}`)
 	if _, err := cs.CoreV1().Namespaces().Patch(t.Context(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
