@@ -1,0 +1,95 @@
+// Package istiotest programs Istio's own capture rules into test network
+// namespaces, with the tools istio-cni runs (`nft -f`, iptables-restore),
+// so tests can stand a pod istio-cni captured next to one sluice did. For
+// tests only; rules/README.md says where each rule text comes from.
+package istiotest
+
+import (
+	"bytes"
+	"embed"
+	"testing"
+
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+//go:embed rules/*.nft rules/*.iptables
+var rules embed.FS
+
+// Ruleset is one of Istio's captures and the tool that loads it.
+type Ruleset struct {
+	File string // under rules/
+	Tool string // nft, iptables-nft-restore, ip6tables-nft-restore, iptables-legacy-restore
+	// Ambient rulesets also get Istio's in-pod policy route.
+	Ambient bool
+}
+
+// The captures istio-cni programs in a pod, per mode and backend.
+var (
+	SidecarNft       = Ruleset{File: "sidecar.nft", Tool: "nft"}
+	AmbientNft       = Ruleset{File: "ambient.nft", Tool: "nft", Ambient: true}
+	SidecarIptables  = Ruleset{File: "sidecar.iptables", Tool: "iptables-nft-restore"}
+	Sidecar6Iptables = Ruleset{File: "sidecar6.iptables", Tool: "ip6tables-nft-restore"}
+	AmbientIptables  = Ruleset{File: "ambient.iptables", Tool: "iptables-nft-restore", Ambient: true}
+	// SidecarLegacy is SidecarIptables written through x_tables, which
+	// netlink does not see.
+	SidecarLegacy = Ruleset{File: "sidecar.iptables", Tool: "iptables-legacy-restore"}
+)
+
+// Program loads r into ns as istio-cni would, failing t if the tool fails.
+func Program(t testing.TB, ns *nstest.NS, r Ruleset) {
+	t.Helper()
+	if out, err := load(ns, r); err != nil {
+		t.Fatalf("program Istio's %s with %s in %s: %v\n%s", r.File, r.Tool, ns.Name, err, out)
+	}
+	if r.Ambient {
+		// cni/pkg/iptables: ip rule add fwmark 0x111/0xfff pref 32764
+		// lookup 100, and the local default route of table 100.
+		ns.Run(t, "ip", "rule", "add", "fwmark", "0x111/0xfff", "pref", "32764", "lookup", "100")
+		ns.Run(t, "ip", "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "100")
+	}
+}
+
+// TryProgram is Program that reports a failure instead of failing t, for
+// backends the machine may lack (iptables-legacy without x_tables).
+func TryProgram(ns *nstest.NS, r Ruleset) ([]byte, error) { return load(ns, r) }
+
+func load(ns *nstest.NS, r Ruleset) ([]byte, error) {
+	text, err := rules.ReadFile("rules/" + r.File)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{}
+	if r.Tool == "nft" {
+		args = []string{"-f", "-"}
+	}
+	cmd := ns.Command(r.Tool, args...)
+	cmd.Stdin = bytes.NewReader(text)
+	return cmd.CombinedOutput()
+}
+
+// Save is what iptables-nft-save (v4 and v6) and `nft list ruleset` show
+// in ns, for comparing the kernel before and after.
+func Save(t testing.TB, ns *nstest.NS) string {
+	t.Helper()
+	var b bytes.Buffer
+	for _, tool := range []string{"iptables-nft-save", "ip6tables-nft-save"} {
+		out, err := ns.Command(tool).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s in %s: %v\n%s", tool, ns.Name, err, out)
+		}
+		b.Write(dropComments(out))
+	}
+	b.WriteString(ns.Run(t, "nft", "list", "ruleset"))
+	return b.String()
+}
+
+// dropComments drops iptables-save's "# Generated ... on <date>" lines.
+func dropComments(out []byte) []byte {
+	var keep [][]byte
+	for _, l := range bytes.Split(out, []byte("\n")) {
+		if !bytes.HasPrefix(l, []byte("#")) {
+			keep = append(keep, l)
+		}
+	}
+	return bytes.Join(keep, []byte("\n"))
+}
