@@ -26,6 +26,10 @@ const (
 	ReasonUncapturedDeleted = "UncapturedDeleted"
 	// Repairing an uncaptured pod failed.
 	ReasonCaptureRepairFailed = "CaptureRepairFailed"
+	// A pod istio-cni captured was left to Istio (--istio-takeover off).
+	ReasonIstioCNICaptured = "IstioCNICaptured"
+	// A pod istio-cni captured was taken over: sluice's rules replaced Istio's.
+	ReasonIstioCNIAdopted = "IstioCNIAdopted"
 )
 
 // CaptureFailed records that the agent could not set up capture for a pod

@@ -31,11 +31,16 @@ func (r *Repairer) apply(ctx context.Context, pod *corev1.Pod, d policy.Decision
 
 // enroll finds a running pod's netns and enrols it under a late id.
 func (r *Repairer) enroll(ctx context.Context, pod *corev1.Pod, d policy.Decision) error {
-	ips := podIPs(pod)
-	netns, err := podns.FindPodNetns(r.cfg.HostProc, string(pod.UID), ips)
+	netns, err := podns.FindPodNetns(r.cfg.HostProc, string(pod.UID), podIPs(pod))
 	if err != nil {
 		return err
 	}
+	return r.enrollAt(ctx, pod, d, netns)
+}
+
+// enrollAt enrols the pod whose netns is at the path netns.
+func (r *Repairer) enrollAt(ctx context.Context, pod *corev1.Pod, d policy.Decision, netns string) error {
+	ips := podIPs(pod)
 	rec := workloads.Record{
 		Attachment:     workloads.Attachment{ContainerID: LateContainerID(string(pod.UID)), IfName: "eth0"},
 		PodNamespace:   pod.Namespace,

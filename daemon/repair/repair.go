@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
@@ -67,6 +68,12 @@ type Config struct {
 	Mode     string
 	NodeName string
 	Log      *slog.Logger
+	// IstioTakeover adopts sidecar pods istio-cni captured
+	// (--istio-takeover); without it they are left to Istio. Ambient pods
+	// istio-cni enrolled are always adopted.
+	IstioTakeover bool
+	// IstioCNI reads and removes istio-cni's capture; nil is the kernel.
+	IstioCNI IstioCNI
 }
 
 // Repairer watches this node's pods for uncaptured ones.
@@ -74,6 +81,9 @@ type Repairer struct {
 	cfg         Config
 	log         *slog.Logger
 	redirection *Redirection
+	istioCNI    IstioCNI
+	// opener opens pod netns found through HostProc; nil without one.
+	opener *podns.Opener
 
 	mu sync.Mutex
 	// failedAt holds, per pod, the resourceVersion whose repair failed: the
@@ -81,6 +91,8 @@ type Repairer struct {
 	// it), a newer one is, once.
 	failedAt map[types.UID]string
 	outcomes map[string]int
+	// istioLeft holds pods left to istio-cni, reported once.
+	istioLeft map[types.UID]bool
 
 	// swept is closed once every pod cached at start has been queued.
 	swept chan struct{}
@@ -109,14 +121,27 @@ func New(cfg Config) (*Repairer, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Repairer{
+	r := &Repairer{
 		cfg:         cfg,
 		log:         cfg.Log,
 		redirection: NewRedirection(cfg.Client, cfg.Log.With("component", "redirection")),
+		istioCNI:    cfg.IstioCNI,
 		failedAt:    map[types.UID]string{},
 		outcomes:    map[string]int{},
+		istioLeft:   map[types.UID]bool{},
 		swept:       make(chan struct{}),
-	}, nil
+	}
+	if r.istioCNI == nil {
+		r.istioCNI = istioKernel{}
+	}
+	if cfg.HostProc != "" {
+		o, err := podns.NewOpener([]string{"/proc"}, cfg.HostProc)
+		if err != nil {
+			return nil, fmt.Errorf("repair: %w", err)
+		}
+		r.opener = o
+	}
+	return r, nil
 }
 
 // Run waits for the policy's caches, checks every pod of this node, then
@@ -179,6 +204,7 @@ func (r *Repairer) handler(ctx context.Context, q workqueue.TypedInterface[strin
 			if pod, ok := obj.(*corev1.Pod); ok {
 				r.mu.Lock()
 				delete(r.failedAt, pod.UID)
+				delete(r.istioLeft, pod.UID)
 				r.mu.Unlock()
 				go r.releaseLate(ctx, pod.UID)
 			}
@@ -245,6 +271,9 @@ func (r *Repairer) check(ctx context.Context, key string) {
 	if !d.Capture {
 		return
 	}
+	if r.istioHandled(ctx, pod, d) {
+		return
+	}
 	var outcome string
 	switch {
 	case d.Spec.Mode == redirect.ModeAmbient:
@@ -260,6 +289,10 @@ func (r *Repairer) check(ctx context.Context, key string) {
 		r.failed(pod, err)
 		return
 	}
+	r.succeeded(pod, outcome)
+}
+
+func (r *Repairer) succeeded(pod *corev1.Pod, outcome string) {
 	r.mu.Lock()
 	delete(r.failedAt, pod.UID)
 	r.outcomes[outcome]++

@@ -1,0 +1,169 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/istioadopt"
+	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+)
+
+// The outcomes of a pod istio-cni captured, counted beside the repairs.
+const (
+	// Left to Istio: --istio-takeover is off and the pod is a sidecar pod.
+	OutcomeIstioCaptured = "istio-captured"
+	// Taken over: sluice's table in, Istio's out, the pod journaled.
+	OutcomeIstioAdopted = "istio-adopted"
+)
+
+// IstioCNI reads and removes istio-cni's capture in a netns: istioadopt's
+// kernel functions, or a wrapper in tests that need a removal to fail.
+type IstioCNI interface {
+	Detect(ns netns.NsHandle) (istioadopt.Capture, error)
+	Remove(ns netns.NsHandle, c istioadopt.Capture) error
+}
+
+type istioKernel struct{}
+
+func (istioKernel) Detect(ns netns.NsHandle) (istioadopt.Capture, error) {
+	return istioadopt.Detect(ns)
+}
+func (istioKernel) Remove(ns netns.NsHandle, c istioadopt.Capture) error {
+	return istioadopt.Remove(ns, c)
+}
+
+// A pod with no sluice record that istio-cni captured is not uncaptured:
+// its proxy already gets its traffic. Layering sluice's table on it would
+// capture it twice, so before any repair the pod's netns is read for
+// Istio's rules. A sidecar pod is left to Istio unless --istio-takeover;
+// an ambient pod is always adopted, as ztunnel holds it only while this
+// agent lists it (snapshot.go).
+
+// istioHandled reports whether the pod was istio-cni's and has been dealt
+// with here (left, adopted, or failed and recorded).
+func (r *Repairer) istioHandled(ctx context.Context, pod *corev1.Pod, d policy.Decision) bool {
+	outcome, handled, err := r.istio(ctx, pod, d)
+	switch {
+	case !handled:
+		return false
+	case err != nil:
+		r.adoptFailed(pod, err)
+	case outcome != "":
+		r.succeeded(pod, outcome)
+	}
+	return true
+}
+
+// istio handles the pod if istio-cni captures it; handled is false when
+// it does not (or its netns cannot be found, which the repair reports).
+func (r *Repairer) istio(ctx context.Context, pod *corev1.Pod, d policy.Decision) (outcome string, handled bool, err error) {
+	if r.opener == nil {
+		return "", false, nil
+	}
+	ambient := d.Spec.Mode == redirect.ModeAmbient
+	r.mu.Lock()
+	left := r.istioLeft[pod.UID]
+	r.mu.Unlock()
+	if left && !ambient && !r.cfg.IstioTakeover {
+		return "", true, nil // reported once; sidecar capture lasts the pod's life
+	}
+	path, err := podns.FindPodNetns(r.cfg.HostProc, string(pod.UID), podIPs(pod))
+	if err != nil {
+		return "", false, nil
+	}
+	ns, err := r.opener.Open(path)
+	if err != nil {
+		return "", false, nil
+	}
+	defer ns.Close()
+	c, err := r.istioCNI.Detect(ns)
+	if err != nil {
+		// Unknown is not "uncaptured": never layer a second ruleset blind.
+		return "", true, fmt.Errorf("read pod %s/%s's netns %s for istio-cni's capture: %w", pod.Namespace, pod.Name, path, err)
+	}
+	if !c.Found() {
+		return "", false, nil
+	}
+	if !ambient && !r.cfg.IstioTakeover {
+		r.leaveToIstio(pod, c)
+		return OutcomeIstioCaptured, true, nil
+	}
+	if err := r.takeOver(ctx, pod, d, path, ns, c); err != nil {
+		return "", true, err
+	}
+	if ambient {
+		r.annotate(ctx, pod, "enabled")
+	}
+	r.mu.Lock()
+	delete(r.istioLeft, pod.UID)
+	r.mu.Unlock()
+	r.event(pod, corev1.EventTypeNormal, events.ReasonIstioCNIAdopted, fmt.Sprintf(
+		"sluice took over the traffic capture istio-cni programmed (%s): its own rules went in first, then Istio's were removed (%s)", c, d.Reason))
+	return OutcomeIstioAdopted, true, nil
+}
+
+func (r *Repairer) leaveToIstio(pod *corev1.Pod, c istioadopt.Capture) {
+	r.mu.Lock()
+	r.istioLeft[pod.UID] = true
+	r.mu.Unlock()
+	r.log.Info("pod captured by istio-cni; leaving it to Istio (--istio-takeover is off)",
+		"pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "istio", c.String())
+	r.event(pod, corev1.EventTypeNormal, events.ReasonIstioCNICaptured, fmt.Sprintf(
+		"istio-cni captures this pod's traffic (%s); sluice leaves it as it is (--istio-takeover is off) and captures the pod when it is recreated", c))
+}
+
+// takeOver swaps Istio's capture for sluice's without a moment of neither:
+// sluice's table first (both capture to the same proxy ports meanwhile;
+// the first NAT binding wins), then Istio's removed in a second batch. A
+// removal that fails takes sluice's table back, leaving the pod as Istio
+// had it. Last, the pod is journaled (which re-applies the same table in
+// one batch) and an ambient pod is handed to ztunnel, which already holds
+// it.
+func (r *Repairer) takeOver(ctx context.Context, pod *corev1.Pod, d policy.Decision, path string, ns netns.NsHandle, c istioadopt.Capture) error {
+	key := pod.Namespace + "/" + pod.Name
+	rs, err := redirect.Build(d.Spec)
+	if err != nil {
+		return fmt.Errorf("build ruleset for pod %s: %w", key, err)
+	}
+	if err := redirect.Apply(ns, rs); err != nil {
+		return fmt.Errorf("take over pod %s from istio-cni: apply sluice's table: %w", key, err)
+	}
+	if err := r.istioCNI.Remove(ns, c); err != nil {
+		err = fmt.Errorf("take over pod %s from istio-cni: remove Istio's capture (%s): %w", key, c, err)
+		if rerr := redirect.Remove(ns); rerr != nil {
+			return errors.Join(err, fmt.Errorf("roll back sluice's table (the pod is captured twice): %w", rerr))
+		}
+		return fmt.Errorf("%w; sluice's table was taken back, Istio's capture is as it was", err)
+	}
+	if err := r.enrollAt(ctx, pod, d, path); err != nil {
+		// Enroll's own rollback removes the table of an ambient pod
+		// ztunnel did not take; Istio's is gone, so put sluice's back: the
+		// pod stays captured, unjournaled, and is enrolled on its next
+		// update.
+		if aerr := redirect.Apply(ns, rs); aerr != nil {
+			return errors.Join(err, fmt.Errorf("re-apply sluice's table to pod %s: %w", key, aerr))
+		}
+		return err
+	}
+	r.log.Info("took over a pod from istio-cni", "pod", key, "uid", pod.UID, "istio", c.String(), "mode", d.Spec.Mode)
+	return nil
+}
+
+// adoptFailed records a failed adoption; like a failed repair it is tried
+// again on the pod's next update, not before.
+func (r *Repairer) adoptFailed(pod *corev1.Pod, err error) {
+	r.mu.Lock()
+	r.failedAt[pod.UID] = pod.ResourceVersion
+	r.outcomes[OutcomeFailed]++
+	r.mu.Unlock()
+	r.log.Error("handling a pod istio-cni captured failed", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "err", err)
+	r.event(pod, corev1.EventTypeWarning, events.ReasonCaptureRepairFailed,
+		fmt.Sprintf("sluice could not take over the traffic capture istio-cni left on this pod; retried on the pod's next update: %v", err))
+}

@@ -1,0 +1,242 @@
+package repair
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/istioadopt"
+	"github.com/sluicemesh/sluice/daemon/istioadopt/istiotest"
+	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/internal/origdst"
+)
+
+// A sidecar pod istio-cni captured is not uncaptured: without
+// --istio-takeover, no repair mode touches it (no second ruleset, no label,
+// no eviction), and one Event says why.
+func TestIstioCapturedPodLeftToIstio(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		rules istiotest.Ruleset
+		mode  string
+	}{
+		{"nftables apply", istiotest.SidecarNft, ModeApply},
+		{"iptables-nft apply", istiotest.SidecarIptables, ModeApply},
+		{"iptables-nft delete", istiotest.SidecarIptables, ModeDelete},
+		{"nftables label", istiotest.SidecarNft, ModeLabel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startAgentParts(t)
+			_, admin := kube(t)
+			ns := namespace(t, admin)
+			ip := nstest.TestIP(t)
+			pod := setRunning(t, admin, a.createPod(t, admin, ns, "istio", true), ip)
+			sb := sandbox(t, string(pod.UID), ip, true)
+			istiotest.Program(t, sb, tc.rules)
+			before := istiotest.Save(t, sb)
+
+			r := a.runAdopting(t, tc.mode, false, nil)
+			ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonIstioCNICaptured)
+			if ev.Type != corev1.EventTypeNormal || !strings.Contains(ev.Message, "--istio-takeover") {
+				t.Errorf("event %s %q: want Normal, naming --istio-takeover", ev.Type, ev.Message)
+			}
+			waitSwept(t, r)
+			if after := istiotest.Save(t, sb); after != before {
+				t.Errorf("the pod's netns changed:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+			if _, ok := enrolledAs(a.store, string(pod.UID)); ok {
+				t.Error("the pod was enrolled")
+			}
+			p, err := admin.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
+			if err != nil || p.DeletionTimestamp != nil || p.Labels[LabelUncaptured] != "" {
+				t.Errorf("the pod was touched: %v, labels %v, deleting %v", err, p.Labels, p.DeletionTimestamp)
+			}
+			if got := r.Repairs(); got[OutcomeIstioCaptured] != 1 || len(got) != 1 {
+				t.Errorf("Repairs = %v, want one %s and nothing else", got, OutcomeIstioCaptured)
+			}
+		})
+	}
+}
+
+// With --istio-takeover a pod istio-cni captured is swapped to sluice in
+// place: a connection lands on the proxy before and after, and afterwards
+// the netns holds sluice's table and none of Istio's rules.
+func TestIstioTakeover(t *testing.T) {
+	for _, rules := range []istiotest.Ruleset{istiotest.SidecarNft, istiotest.SidecarIptables} {
+		t.Run(rules.File, func(t *testing.T) {
+			a := startAgentParts(t)
+			_, admin := kube(t)
+			ns := namespace(t, admin)
+			ip := nstest.TestIP(t)
+			pod := setRunning(t, admin, a.createPod(t, admin, ns, "istio", true), ip)
+			sb := sandbox(t, string(pod.UID), ip, true)
+			istiotest.Program(t, sb, rules)
+			landed := proxyAt(t, sb, 15001)
+			expectCaptured(t, sb, landed, "Istio's rules")
+
+			r := a.runAdopting(t, ModeApply, true, nil)
+			rec := waitEnrolled(t, a, pod)
+			if !rec.Late || rec.ContainerID != LateContainerID(string(pod.UID)) {
+				t.Errorf("record %+v: want a late enrolment", rec)
+			}
+			ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonIstioCNIAdopted)
+			if ev.Type != corev1.EventTypeNormal {
+				t.Errorf("%s is %s, want Normal", events.ReasonIstioCNIAdopted, ev.Type)
+			}
+			state := istiotest.Save(t, sb)
+			if strings.Contains(state, "ISTIO_") || strings.Contains(state, "istio-") {
+				t.Errorf("Istio's capture left beside sluice's:\n%s", state)
+			}
+			if !strings.Contains(state, "table inet sluice") {
+				t.Errorf("no sluice table:\n%s", state)
+			}
+			if drift, err := a.store.Verify(rec); err != nil || len(drift) > 0 {
+				t.Errorf("the adopted pod is not in sync: %v %v", drift, err)
+			}
+			expectCaptured(t, sb, landed, "sluice's rules")
+			if got := r.Repairs(); got[OutcomeIstioAdopted] != 1 || len(got) != 1 {
+				t.Errorf("Repairs = %v, want one %s", got, OutcomeIstioAdopted)
+			}
+		})
+	}
+}
+
+// When Istio's capture cannot be removed (here: a jump into ISTIO_OUTPUT
+// appears between Detect and Remove, so the kernel refuses the batch),
+// sluice's table is taken back: the pod is as Istio had it, captured once,
+// and the failure is on the pod.
+func TestIstioTakeoverRollsBack(t *testing.T) {
+	a := startAgentParts(t)
+	_, admin := kube(t)
+	ns := namespace(t, admin)
+	ip := nstest.TestIP(t)
+	pod := setRunning(t, admin, a.createPod(t, admin, ns, "istio", true), ip)
+	sb := sandbox(t, string(pod.UID), ip, true)
+	istiotest.Program(t, sb, istiotest.SidecarIptables)
+	landed := proxyAt(t, sb, 15001)
+	var before string
+	racer := &racingIstio{onRemove: func() {
+		sb.Run(t, "iptables-nft", "-t", "nat", "-I", "OUTPUT", "-p", "udp", "-j", "ISTIO_OUTPUT")
+		before = istiotest.Save(t, sb)
+	}}
+
+	r := a.runAdopting(t, ModeApply, true, racer)
+	ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonCaptureRepairFailed)
+	if !strings.Contains(ev.Message, "Istio's capture is as it was") {
+		t.Errorf("failure event %q does not say the pod was rolled back", ev.Message)
+	}
+	waitSwept(t, r)
+	if racer.removes == 0 {
+		t.Fatal("Remove never ran")
+	}
+	if after := istiotest.Save(t, sb); after != before {
+		t.Errorf("a failed takeover changed the netns:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if _, ok := enrolledAs(a.store, string(pod.UID)); ok {
+		t.Error("the pod was enrolled")
+	}
+	if got := r.Repairs(); got[OutcomeFailed] != 1 || got[OutcomeIstioAdopted] != 0 {
+		t.Errorf("Repairs = %v, want one failed", got)
+	}
+	expectCaptured(t, sb, landed, "Istio's rules after the rollback")
+}
+
+// racingIstio is the kernel with a change made by someone else between
+// the repairer's Detect and its Remove.
+type racingIstio struct {
+	onRemove func()
+	removes  int
+}
+
+func (r *racingIstio) Detect(ns netns.NsHandle) (istioadopt.Capture, error) {
+	return istioadopt.Detect(ns)
+}
+
+func (r *racingIstio) Remove(ns netns.NsHandle, c istioadopt.Capture) error {
+	r.removes++
+	r.onRemove()
+	return istioadopt.Remove(ns, c)
+}
+
+// runAdopting runs a Repairer with the adoption settings until t ends.
+func (a *agentParts) runAdopting(t *testing.T, mode string, takeover bool, kernel IstioCNI) *Repairer {
+	t.Helper()
+	r, err := New(Config{Policy: a.policy, Store: a.store, Client: a.client, Events: a.events,
+		HostProc: "/proc", Mode: mode, NodeName: a.node, Log: testLog(t), IstioTakeover: takeover, IstioCNI: kernel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return r
+}
+
+// proxyAt listens on port in the pod's netns, as the sidecar would, and
+// sends the original destination of every connection it accepts.
+func proxyAt(t *testing.T, sb *nstest.NS, port int) <-chan netip.AddrPort {
+	t.Helper()
+	var ln net.Listener
+	if err := sb.Do(func() (err error) {
+		ln, err = net.Listen("tcp", ":"+itoa(port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	out := make(chan netip.AddrPort, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dst, err := origdst.Get(c.(*net.TCPConn))
+			c.Close()
+			if err == nil {
+				out <- dst
+			}
+		}
+	}()
+	// Outbound needs a route to leave by, as a pod's default route.
+	sb.Run(t, "ip", "route", "replace", "default", "dev", "eth0")
+	return out
+}
+
+// expectCaptured dials out of the pod and waits for the connection on the
+// proxy, with the address the app dialled as its original destination.
+func expectCaptured(t *testing.T, sb *nstest.NS, landed <-chan netip.AddrPort, by string) {
+	t.Helper()
+	want := netip.MustParseAddrPort("192.0.2.80:8080")
+	c, err := sb.Dial("tcp", want.String(), 2*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s from the pod (%s): %v", want, by, err)
+	}
+	c.Close()
+	select {
+	case got := <-landed:
+		if got != want {
+			t.Errorf("%s: the proxy got a connection for %s, want %s", by, got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: the connection to %s never reached the proxy", by, want)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
