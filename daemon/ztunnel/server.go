@@ -55,6 +55,13 @@ type Config struct {
 	// snapshot lacks, so it must be complete: call Run only once the list
 	// of enrolled workloads has been loaded.
 	Snapshot func() []Workload
+	// Pending, when set, lists workloads another node agent enrolled
+	// (istio-cni's ambient pods, before this agent adopts them). Each
+	// snapshot sends them after Snapshot's, less those Snapshot has, so
+	// ztunnel keeps their proxies across the swap. An error sends no
+	// snapshot and drops the connection: ztunnel keeps what it holds and
+	// reconnects, where a snapshot without them would tear them down.
+	Pending func(ctx context.Context) ([]Workload, error)
 	// Open opens a workload's netns path; podns.Opener.Open fits. The
 	// server closes the handle once it has been sent.
 	Open func(path string) (netns.NsHandle, error)

@@ -3,6 +3,8 @@ package ztunnel
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/vishvananda/netns"
 
@@ -28,7 +30,7 @@ func (s *Server) serve(ctx context.Context, c *conn) {
 	// Snapshot is read after register: a workload enrolled from here on
 	// is also sent by Add to this (newest) connection, so none falls
 	// between the snapshot and the Adds.
-	err := s.sendSnapshot(c)
+	err := s.sendSnapshot(ctx, c)
 	c.release()
 	if err != nil {
 		c.drop("snapshot failed", err)
@@ -42,8 +44,11 @@ func (s *Server) serve(ctx context.Context, c *conn) {
 // holds c's turn. ztunnel's refusal of one workload is logged and the
 // snapshot goes on, as Istio's agent does: one broken pod must not keep
 // ztunnel from the rest.
-func (s *Server) sendSnapshot(c *conn) error {
-	workloads := s.cfg.Snapshot()
+func (s *Server) sendSnapshot(ctx context.Context, c *conn) error {
+	workloads, err := s.snapshot(ctx)
+	if err != nil {
+		return err
+	}
 	for _, w := range workloads {
 		log := c.log.With("uid", w.UID, "pod", w.Namespace+"/"+w.Name)
 		ns, err := s.cfg.Open(w.Netns)
@@ -73,6 +78,31 @@ func (s *Server) sendSnapshot(c *conn) error {
 	}
 	c.log.Info("snapshot sent to ztunnel", "workloads", len(workloads))
 	return nil
+}
+
+// pendingWait bounds Pending: it may wait for the agent's pod cache.
+const pendingWait = 30 * time.Second
+
+// snapshot is Snapshot's workloads, then Pending's that Snapshot lacks.
+// Pending is read first: a workload adopted between the two reads is in
+// Snapshot, and one adopted after both is sent by its Add.
+func (s *Server) snapshot(ctx context.Context) ([]Workload, error) {
+	var pending []Workload
+	if s.cfg.Pending != nil {
+		pctx, cancel := context.WithTimeout(ctx, pendingWait)
+		defer cancel()
+		var err error
+		if pending, err = s.cfg.Pending(pctx); err != nil {
+			return nil, fmt.Errorf("list workloads pending adoption: %w", err)
+		}
+	}
+	out := s.cfg.Snapshot()
+	for _, w := range pending {
+		if !slices.ContainsFunc(out, func(o Workload) bool { return o.UID == w.UID }) {
+			out = append(out, w)
+		}
+	}
+	return out, nil
 }
 
 // exchangeOwned encodes req, exchanges it on c (whose turn the caller
