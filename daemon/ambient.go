@@ -7,7 +7,9 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
@@ -22,7 +24,11 @@ type ambientNode struct {
 // newAmbient prepares the host side and the ZDS socket. It runs after the
 // journal is loaded and before the ZDS server serves: ztunnel drops every
 // workload its first snapshot leaves out.
-func newAmbient(cfg *config, opener *podns.Opener, store *workloads.Store, log *slog.Logger) (*ambientNode, error) {
+//
+// With Kubernetes (kube non-nil), each snapshot also lists the ambient pods
+// istio-cni enrolled that the repairer has not adopted yet, so ztunnel keeps
+// their proxies while the node moves from istio-cni to sluice.
+func newAmbient(cfg *config, opener *podns.Opener, store *workloads.Store, kube *policy.Kube, log *slog.Logger) (*ambientNode, error) {
 	path := cfg.hostNetns
 	if path == "" {
 		// Nothing has moved a thread yet, so /proc/self is still ours.
@@ -36,12 +42,21 @@ func newAmbient(cfg *config, opener *podns.Opener, store *workloads.Store, log *
 		host.Close()
 		return nil, fmt.Errorf("host probe table in %s: %w", path, err)
 	}
-	zds, err := ztunnel.New(ztunnel.Config{
+	zcfg := ztunnel.Config{
 		Path:     cfg.ztunnelSocket,
 		Snapshot: store.ZtunnelSnapshot,
 		Open:     opener.Open,
 		Logger:   log.With("component", "ztunnel"),
-	})
+	}
+	if kube != nil {
+		pending, err := repair.NewPendingAmbient(kube, store, cfg.hostProc, log.With("component", "adopt"))
+		if err != nil {
+			host.Close()
+			return nil, err
+		}
+		zcfg.Pending = pending.List
+	}
+	zds, err := ztunnel.New(zcfg)
 	if err != nil {
 		host.Close()
 		return nil, err

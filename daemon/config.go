@@ -45,6 +45,8 @@ type config struct {
 	podName      string
 	podNamespace string
 	repairMode   string
+	// istioTakeover adopts sidecar pods istio-cni captured.
+	istioTakeover bool
 
 	ambient           bool
 	ambientDNSCapture bool
@@ -93,6 +95,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.podName, "pod-name", getenv("POD_NAME"), "the agent's own pod, to find its DaemonSet on exit (default $POD_NAME)")
 	fs.StringVar(&c.podNamespace, "pod-namespace", getenv("POD_NAMESPACE"), "the agent's own namespace, never captured (default $POD_NAMESPACE)")
 	fs.StringVar(&c.repairMode, "repair-mode", "apply", "pods found running uncaptured: apply (program their rules), label (sluice.dev/uncaptured=true) or delete (evict)")
+	fs.BoolVar(&c.istioTakeover, "istio-takeover", false, "take over running sidecar pods istio-cni captured: sluice's rules in, Istio's removed (docs/adopt-istio-cni.md); false leaves them to Istio. Ambient pods istio-cni enrolled are always adopted")
 	fs.BoolVar(&c.ambient, "ambient", false, "enroll pods labelled istio.io/dataplane-mode=ambient and hand them to ztunnel")
 	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", true, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")

@@ -100,7 +100,7 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	}
 	var amb *ambientNode
 	if cfg.ambient {
-		if amb, err = newAmbient(cfg, opener, store, log); err != nil {
+		if amb, err = newAmbient(cfg, opener, store, kube, log); err != nil {
 			return err
 		}
 	}

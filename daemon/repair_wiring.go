@@ -26,7 +26,8 @@ func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy
 	}
 	rec := events.New(events.Config{Client: client, NodeName: cfg.nodeName, Log: log.With("component", "events")})
 	rep, err := repair.New(repair.Config{Policy: kube, Store: store, Client: client, Events: rec,
-		HostProc: cfg.hostProc, Mode: cfg.repairMode, NodeName: cfg.nodeName, Log: log.With("component", "repair")})
+		HostProc: cfg.hostProc, Mode: cfg.repairMode, NodeName: cfg.nodeName, Log: log.With("component", "repair"),
+		IstioTakeover: cfg.istioTakeover})
 	if err != nil {
 		rec.Shutdown(context.Background())
 		return nil, nil, err
@@ -36,7 +37,7 @@ func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy
 			log.Error("repair of uncaptured pods stopped", "err", err)
 		}
 	}()
-	m.ByLabel("uncaptured_pods_repaired", "Pods found running uncaptured, by what --repair-mode did (applied, labelled, deleted, failed).", "outcome", rep.Repairs)
+	m.ByLabel("uncaptured_pods_repaired", "Pods found running uncaptured, by what --repair-mode did (applied, labelled, deleted, failed), and pods istio-cni captured (istio-captured: left to Istio, istio-adopted: taken over).", "outcome", rep.Repairs)
 	store.OnRepair = func(r workloads.Record, drift []string) {
 		rec.RulesetRepaired(policy.Pod{Namespace: r.PodNamespace, Name: r.PodName, UID: r.PodUID}, drift)
 	}
