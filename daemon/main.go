@@ -136,7 +136,11 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 			}
 			return 0
 		})
-		if rec, redirection, err = startRepair(ctx, cfg, rc, kube, store, m, log); err != nil {
+		var ztunnelReady func() (bool, string)
+		if amb != nil {
+			ztunnelReady = amb.zds.Ready
+		}
+		if rec, redirection, err = startRepair(ctx, cfg, rc, kube, store, m, ztunnelReady, log); err != nil {
 			return err
 		}
 		defer flushEvents(rec)

@@ -19,7 +19,10 @@ import (
 // startRepair runs late enrolment (pods found running uncaptured, handled
 // per --repair-mode) and returns the Event recorder the rest of the agent
 // reports capture failures and drift repairs with.
-func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy.Kube, store *workloads.Store, m *metrics.Metrics, log *slog.Logger) (*events.Recorder, *repair.Redirection, error) {
+// ztunnelReady (nil without --ambient) holds back the adoption of
+// istio-cni's ambient pods until a ztunnel has its snapshot.
+func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy.Kube, store *workloads.Store, m *metrics.Metrics,
+	ztunnelReady func() (bool, string), log *slog.Logger) (*events.Recorder, *repair.Redirection, error) {
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
@@ -27,7 +30,7 @@ func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy
 	rec := events.New(events.Config{Client: client, NodeName: cfg.nodeName, Log: log.With("component", "events")})
 	rep, err := repair.New(repair.Config{Policy: kube, Store: store, Client: client, Events: rec,
 		HostProc: cfg.hostProc, Mode: cfg.repairMode, NodeName: cfg.nodeName, Log: log.With("component", "repair"),
-		IstioTakeover: cfg.istioTakeover})
+		IstioTakeover: cfg.istioTakeover, ZtunnelReady: ztunnelReady})
 	if err != nil {
 		rec.Shutdown(context.Background())
 		return nil, nil, err

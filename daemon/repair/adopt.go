@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"time"
 
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/istioadopt"
@@ -95,6 +99,12 @@ func (r *Repairer) istio(ctx context.Context, pod *corev1.Pod, d policy.Decision
 		r.leaveToIstio(pod, c)
 		return OutcomeIstioCaptured, true, nil
 	}
+	if ambient && r.cfg.ZtunnelReady != nil {
+		if ok, why := r.cfg.ZtunnelReady(); !ok {
+			r.deferAdoption(pod, why)
+			return "", true, nil
+		}
+	}
 	if err := r.takeOver(ctx, pod, d, path, ns, c); err != nil {
 		return "", true, err
 	}
@@ -108,6 +118,50 @@ func (r *Repairer) istio(ctx context.Context, pod *corev1.Pod, d policy.Decision
 		"sluice took over the traffic capture istio-cni programmed (%s): its own rules went in first, then Istio's were removed (%s)", c, d.Reason))
 	return OutcomeIstioAdopted, true, nil
 }
+
+// deferAdoption leaves an ambient pod to istio-cni's rules until a ztunnel
+// holds its snapshot (which lists the pod, so its proxy stays meanwhile):
+// adopting it earlier would hand it to no ztunnel and fail.
+func (r *Repairer) deferAdoption(pod *corev1.Pod, why string) {
+	key := pod.Namespace + "/" + pod.Name
+	r.mu.Lock()
+	first := !r.deferred[key]
+	r.deferred[key] = true
+	r.mu.Unlock()
+	if first {
+		r.log.Info("ambient pod enrolled by istio-cni; adopting it once ztunnel is connected", "pod", key, "uid", pod.UID, "ztunnel", why)
+	}
+}
+
+// requeueDeferred re-checks deferred pods once ztunnel is ready, until ctx
+// ends.
+func (r *Repairer) requeueDeferred(ctx context.Context, q workqueue.TypedInterface[string]) {
+	if r.cfg.ZtunnelReady == nil {
+		return
+	}
+	tick := time.NewTicker(deferredRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if ok, _ := r.cfg.ZtunnelReady(); !ok {
+			continue
+		}
+		r.mu.Lock()
+		keys := slices.Collect(maps.Keys(r.deferred))
+		clear(r.deferred)
+		r.mu.Unlock()
+		for _, k := range keys {
+			q.Add(k)
+		}
+	}
+}
+
+// deferredRecheck is how often pods waiting for ztunnel are looked at.
+const deferredRecheck = 500 * time.Millisecond
 
 func (r *Repairer) leaveToIstio(pod *corev1.Pod, c istioadopt.Capture) {
 	r.mu.Lock()

@@ -74,6 +74,9 @@ type Config struct {
 	IstioTakeover bool
 	// IstioCNI reads and removes istio-cni's capture; nil is the kernel.
 	IstioCNI IstioCNI
+	// ZtunnelReady reports whether a ztunnel holds its snapshot; an ambient
+	// pod istio-cni enrolled is adopted only then. Nil: always.
+	ZtunnelReady func() (bool, string)
 }
 
 // Repairer watches this node's pods for uncaptured ones.
@@ -93,6 +96,9 @@ type Repairer struct {
 	outcomes map[string]int
 	// istioLeft holds pods left to istio-cni, reported once.
 	istioLeft map[types.UID]bool
+	// deferred holds the keys of ambient pods istio-cni enrolled, waiting
+	// for a ztunnel before they are adopted.
+	deferred map[string]bool
 
 	// swept is closed once every pod cached at start has been queued.
 	swept chan struct{}
@@ -129,6 +135,7 @@ func New(cfg Config) (*Repairer, error) {
 		failedAt:    map[types.UID]string{},
 		outcomes:    map[string]int{},
 		istioLeft:   map[types.UID]bool{},
+		deferred:    map[string]bool{},
 		swept:       make(chan struct{}),
 	}
 	if r.istioCNI == nil {
@@ -165,6 +172,7 @@ func (r *Repairer) Run(ctx context.Context) error {
 		return fmt.Errorf("repair: %w", err)
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { r.requeueDeferred(ctx, q) })
 	for range workers {
 		wg.Go(func() {
 			for r.next(ctx, q) {
