@@ -2,12 +2,8 @@ package repair
 
 import (
 	"context"
-	"net"
-	"net/netip"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
@@ -18,7 +14,6 @@ import (
 	"github.com/sluicemesh/sluice/daemon/istioadopt/istiotest"
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
-	"github.com/sluicemesh/sluice/internal/origdst"
 )
 
 // A sidecar pod istio-cni captured is not uncaptured: without
@@ -81,8 +76,8 @@ func TestIstioTakeover(t *testing.T) {
 			pod := setRunning(t, admin, a.createPod(t, admin, ns, "istio", true), ip)
 			sb := sandbox(t, string(pod.UID), ip, true)
 			istiotest.Program(t, sb, rules)
-			landed := proxyAt(t, sb, 15001)
-			expectCaptured(t, sb, landed, "Istio's rules")
+			landed := istiotest.Proxy(t, sb, 15001)
+			istiotest.ExpectCaptured(t, sb, landed, "Istio's rules")
 
 			r := a.runAdopting(t, ModeApply, true, nil)
 			rec := waitEnrolled(t, a, pod)
@@ -103,7 +98,7 @@ func TestIstioTakeover(t *testing.T) {
 			if drift, err := a.store.Verify(rec); err != nil || len(drift) > 0 {
 				t.Errorf("the adopted pod is not in sync: %v %v", drift, err)
 			}
-			expectCaptured(t, sb, landed, "sluice's rules")
+			istiotest.ExpectCaptured(t, sb, landed, "sluice's rules")
 			if got := r.Repairs(); got[OutcomeIstioAdopted] != 1 || len(got) != 1 {
 				t.Errorf("Repairs = %v, want one %s", got, OutcomeIstioAdopted)
 			}
@@ -123,7 +118,7 @@ func TestIstioTakeoverRollsBack(t *testing.T) {
 	pod := setRunning(t, admin, a.createPod(t, admin, ns, "istio", true), ip)
 	sb := sandbox(t, string(pod.UID), ip, true)
 	istiotest.Program(t, sb, istiotest.SidecarIptables)
-	landed := proxyAt(t, sb, 15001)
+	landed := istiotest.Proxy(t, sb, 15001)
 	var before string
 	racer := &racingIstio{onRemove: func() {
 		sb.Run(t, "iptables-nft", "-t", "nat", "-I", "OUTPUT", "-p", "udp", "-j", "ISTIO_OUTPUT")
@@ -148,7 +143,7 @@ func TestIstioTakeoverRollsBack(t *testing.T) {
 	if got := r.Repairs(); got[OutcomeFailed] != 1 || got[OutcomeIstioAdopted] != 0 {
 		t.Errorf("Repairs = %v, want one failed", got)
 	}
-	expectCaptured(t, sb, landed, "Istio's rules after the rollback")
+	istiotest.ExpectCaptured(t, sb, landed, "Istio's rules after the rollback")
 }
 
 // racingIstio is the kernel with a change made by someone else between
@@ -187,56 +182,3 @@ func (a *agentParts) runAdopting(t *testing.T, mode string, takeover bool, kerne
 	})
 	return r
 }
-
-// proxyAt listens on port in the pod's netns, as the sidecar would, and
-// sends the original destination of every connection it accepts.
-func proxyAt(t *testing.T, sb *nstest.NS, port int) <-chan netip.AddrPort {
-	t.Helper()
-	var ln net.Listener
-	if err := sb.Do(func() (err error) {
-		ln, err = net.Listen("tcp", ":"+itoa(port))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	out := make(chan netip.AddrPort, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			dst, err := origdst.Get(c.(*net.TCPConn))
-			c.Close()
-			if err == nil {
-				out <- dst
-			}
-		}
-	}()
-	// Outbound needs a route to leave by, as a pod's default route.
-	sb.Run(t, "ip", "route", "replace", "default", "dev", "eth0")
-	return out
-}
-
-// expectCaptured dials out of the pod and waits for the connection on the
-// proxy, with the address the app dialled as its original destination.
-func expectCaptured(t *testing.T, sb *nstest.NS, landed <-chan netip.AddrPort, by string) {
-	t.Helper()
-	want := netip.MustParseAddrPort("192.0.2.80:8080")
-	c, err := sb.Dial("tcp", want.String(), 2*time.Second)
-	if err != nil {
-		t.Fatalf("dial %s from the pod (%s): %v", want, by, err)
-	}
-	c.Close()
-	select {
-	case got := <-landed:
-		if got != want {
-			t.Errorf("%s: the proxy got a connection for %s, want %s", by, got, want)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s: the connection to %s never reached the proxy", by, want)
-	}
-}
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -7,9 +7,14 @@ package istiotest
 import (
 	"bytes"
 	"embed"
+	"net"
+	"net/netip"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/internal/origdst"
 )
 
 //go:embed rules/*.nft rules/*.iptables
@@ -92,4 +97,56 @@ func dropComments(out []byte) []byte {
 		}
 	}
 	return bytes.Join(keep, []byte("\n"))
+}
+
+// Proxy listens on port in ns, as a sidecar or ztunnel's in-pod socket
+// would, and sends the original destination of each connection accepted.
+// It also gives ns a default route out of eth0, so the app can dial out.
+func Proxy(t testing.TB, ns *nstest.NS, port int) <-chan netip.AddrPort {
+	t.Helper()
+	var ln net.Listener
+	if err := ns.Do(func() (err error) {
+		ln, err = net.Listen("tcp", ":"+strconv.Itoa(port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	out := make(chan netip.AddrPort, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dst, err := origdst.Get(c.(*net.TCPConn))
+			c.Close()
+			if err == nil {
+				out <- dst
+			}
+		}
+	}()
+	ns.Run(t, "ip", "route", "replace", "default", "dev", "eth0")
+	return out
+}
+
+// ExpectCaptured dials out of ns and waits for the connection on the proxy
+// behind landed, with the address dialled as its original destination; by
+// names whose rules are expected to capture it.
+func ExpectCaptured(t testing.TB, ns *nstest.NS, landed <-chan netip.AddrPort, by string) {
+	t.Helper()
+	want := netip.MustParseAddrPort("192.0.2.80:8080")
+	c, err := ns.Dial("tcp", want.String(), 2*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s from %s (%s): %v", want, ns.Name, by, err)
+	}
+	c.Close()
+	select {
+	case got := <-landed:
+		if got != want {
+			t.Errorf("%s: the proxy got a connection for %s, want %s", by, got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: the connection to %s never reached the proxy", by, want)
+	}
 }
