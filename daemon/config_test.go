@@ -164,3 +164,17 @@ func TestInstallerFlagsValidated(t *testing.T) {
 		t.Errorf("installer flags checked with --install=false: %v", err)
 	}
 }
+
+func TestIstioTakeoverFlag(t *testing.T) {
+	c, err := parseConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil || c.istioTakeover {
+		t.Fatalf("default: takeover=%v err=%v, want off (pods left to Istio)", c.istioTakeover, err)
+	}
+	c, err = parseConfig(nil, func(k string) string { return map[string]string{"SLUICE_ISTIO_TAKEOVER": "true"}[k] }, io.Discard)
+	if err != nil || !c.istioTakeover {
+		t.Fatalf("env: takeover=%v err=%v", c.istioTakeover, err)
+	}
+	if _, err = parseConfig([]string{"--istio-takeover=maybe"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Fatal("--istio-takeover=maybe accepted")
+	}
+}
