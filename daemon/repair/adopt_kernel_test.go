@@ -1,0 +1,165 @@
+package repair
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluicemesh/sluice/daemon/istioadopt"
+	"github.com/sluicemesh/sluice/daemon/istioadopt/istiotest"
+	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+// These run the takeover against the kernel alone (no API server): a
+// Repairer with a store, a pod sandbox with Istio's rules, real traffic.
+
+type takeoverRig struct {
+	r     *Repairer
+	store *workloads.Store
+	pod   *corev1.Pod
+	sb    *nstest.NS
+	path  string
+	ns    netns.NsHandle
+}
+
+func newTakeoverRig(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI) *takeoverRig {
+	t.Helper()
+	nstest.RequireRoot(t)
+	uid := types.UID("0a0d0000-0000-4000-8000-" + strings.Repeat("0", 11) + "1")
+	ip := nstest.TestIP(t)
+	sb := sandbox(t, string(uid), ip, true)
+	istiotest.Program(t, sb, rules)
+	opener, err := podns.NewOpener([]string{"/proc"}, "/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := workloads.Open(t.TempDir(), opener, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "istio", UID: uid},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip.String()}}
+	path, err := podns.FindPodNetns("/proc", string(uid), podIPs(pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := opener.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	if kernel == nil {
+		kernel = istioKernel{}
+	}
+	r := &Repairer{cfg: Config{Store: store, HostProc: "/proc", IstioTakeover: true}, log: testLog(t),
+		istioCNI: kernel, opener: opener, failedAt: map[types.UID]string{}, outcomes: map[string]int{},
+		istioLeft: map[types.UID]bool{}, deferred: map[string]bool{}}
+	return &takeoverRig{r: r, store: store, pod: pod, sb: sb, path: path, ns: ns}
+}
+
+func (g *takeoverRig) takeOver(t *testing.T) error {
+	t.Helper()
+	c, err := istioadopt.Detect(g.ns)
+	if err != nil || !c.Found() {
+		t.Fatalf("Detect = %s, %v", c, err)
+	}
+	d := policy.Decision{Capture: true, Spec: redirect.DefaultSpec(), Reason: "test"}
+	return g.r.takeOver(context.Background(), g.pod, d, g.path, g.ns, c)
+}
+
+// sluice's table is in before Istio's rules go (the pod is never without
+// capture), and afterwards only sluice's is there, journaled and in sync;
+// a connection lands on the proxy before, and after.
+func TestTakeOverOrder(t *testing.T) {
+	for _, rules := range []istiotest.Ruleset{istiotest.SidecarNft, istiotest.SidecarIptables, istiotest.AmbientIptables} {
+		t.Run(rules.File, func(t *testing.T) {
+			var during string
+			spy := &racingIstio{}
+			g := newTakeoverRig(t, rules, spy)
+			spy.onRemove = func() { during = istiotest.Save(t, g.sb) }
+			landed := istiotest.Proxy(t, g.sb, 15001)
+			istiotest.ExpectCaptured(t, g.sb, landed, "Istio's rules")
+
+			if err := g.takeOver(t); err != nil {
+				t.Fatal(err)
+			}
+			istio := strings.Contains(during, "ISTIO_") || strings.Contains(during, "istio-")
+			if !strings.Contains(during, "table inet sluice") || !istio {
+				t.Errorf("when Istio's rules were removed, want both rulesets in place:\n%s", during)
+			}
+			after := istiotest.Save(t, g.sb)
+			if strings.Contains(after, "ISTIO_") || strings.Contains(after, "istio-") || !strings.Contains(after, "table inet sluice") {
+				t.Errorf("after the takeover, want sluice's table alone:\n%s", after)
+			}
+			rec, ok := enrolledAs(g.store, string(g.pod.UID))
+			if !ok || !rec.Late {
+				t.Fatalf("not journaled as a late enrolment: %+v", rec)
+			}
+			if drift, err := g.store.Verify(rec); err != nil || len(drift) > 0 {
+				t.Errorf("not in sync: %v %v", drift, err)
+			}
+			istiotest.ExpectCaptured(t, g.sb, landed, "sluice's rules")
+		})
+	}
+}
+
+// A removal the kernel refuses takes sluice's table back: the netns is
+// byte for byte as Istio (and the racer) left it, nothing is journaled,
+// and the pod is still captured.
+func TestTakeOverRollsBackFailedRemoval(t *testing.T) {
+	var before string
+	racer := &racingIstio{}
+	g := newTakeoverRig(t, istiotest.SidecarIptables, racer)
+	racer.onRemove = func() {
+		g.sb.Run(t, "iptables-nft", "-t", "nat", "-I", "OUTPUT", "-p", "udp", "-j", "ISTIO_OUTPUT")
+		before = istiotest.Save(t, g.sb)
+		if !strings.Contains(before, "table inet sluice") {
+			t.Errorf("sluice's table was not in before the removal:\n%s", before)
+		}
+		before = strings.Join(withoutSluice(before), "\n")
+	}
+	landed := istiotest.Proxy(t, g.sb, 15001)
+
+	err := g.takeOver(t)
+	if err == nil || !strings.Contains(err.Error(), "Istio's capture is as it was") {
+		t.Fatalf("takeOver = %v, want the removal's failure, rolled back", err)
+	}
+	after := istiotest.Save(t, g.sb)
+	if strings.Contains(after, "inet sluice") {
+		t.Errorf("sluice's table left after the rollback:\n%s", after)
+	}
+	if after != before {
+		t.Errorf("the rollback did not restore Istio's state:\nwant:\n%s\ngot:\n%s", before, after)
+	}
+	if _, ok := enrolledAs(g.store, string(g.pod.UID)); ok {
+		t.Error("journaled after a failed takeover")
+	}
+	istiotest.ExpectCaptured(t, g.sb, landed, "Istio's rules after the rollback")
+}
+
+// withoutSluice drops the `table inet sluice { ... }` block from nft's
+// listing.
+func withoutSluice(state string) []string {
+	var out []string
+	skip := false
+	for _, l := range strings.Split(state, "\n") {
+		switch {
+		case l == "table inet sluice {":
+			skip = true
+		case skip && l == "}":
+			skip = false
+		case !skip:
+			out = append(out, l)
+		}
+	}
+	return out
+}
