@@ -48,16 +48,10 @@ func TestRepairAdoptsIstioCNIPods(t *testing.T) {
 	env, admin := sharedKube(t)
 	createNamespace(t, admin, "mig")
 	n := newNode(t)
-	ambient := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "amb",
-			Labels:      map[string]string{"istio.io/dataplane-mode": "ambient"},
-			Annotations: map[string]string{"ambient.istio.io/redirection": "enabled"}},
-		Spec: corev1.PodSpec{NodeName: kubeNode, ServiceAccountName: "amb-sa", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-	}
 	pods := []istioPod{
 		n.istioPod(t, admin, "mig", sidecarPod("sc-ipt", nil), istiotest.SidecarIptables),
 		n.istioPod(t, admin, "mig", sidecarPod("sc-nft", nil), istiotest.SidecarNft),
-		n.istioPod(t, admin, "mig", ambient, istiotest.AmbientNft),
+		n.istioPod(t, admin, "mig", ambientPod("amb"), istiotest.AmbientNft),
 	}
 	amb := pods[2]
 
@@ -107,21 +101,54 @@ func TestRepairAdoptsIstioCNIPods(t *testing.T) {
 }
 
 // Without --istio-takeover a sidecar pod istio-cni captured keeps Istio's
-// rules, untouched, and gets no second ruleset: an Event says why.
+// rules, untouched, and gets no second ruleset (an Event says why), while
+// an ambient pod istio-cni enrolled (iptables-nft here) is adopted all the
+// same: ztunnel holds it only while the node agent lists it.
 func TestRepairLeavesIstioCNIPodsWithoutTakeover(t *testing.T) {
 	env, admin := sharedKube(t)
 	createNamespace(t, admin, "left")
 	n := newNode(t)
 	p := n.istioPod(t, admin, "left", sidecarPod("sc", nil), istiotest.SidecarIptables)
+	amb := n.istioPod(t, admin, "left", ambientPod("amb"), istiotest.AmbientIptables)
 	before := istiotest.Save(t, p.sb)
 
-	n.kubeAgent(env, "--netns-roots", n.nsRoot+",/proc", "--host-proc", "/proc")
+	zsock := filepath.Join(t.TempDir(), "zt", "ztunnel.sock")
+	n.kubeAgent(env, "--ambient", "--host-netns", n.ns.Path, "--ztunnel-socket", zsock,
+		"--netns-roots", n.nsRoot+",/proc", "--host-proc", "/proc")
 	kubetest.WaitPodEvent(t, admin, p.pod, "IstioCNICaptured")
-	if after := istiotest.Save(t, p.sb); after != before {
-		t.Errorf("the pod's netns changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	z := connectZDS(t, zsock)
+	for i, want := range []string{"snapshot", "end", "adopted"} {
+		req, ino := z.next()
+		switch {
+		case want == "end" && req.GetSnapshotSent() == nil,
+			want != "end" && (req.GetAdd().GetUid() != string(amb.pod.UID) || ino != netnsInode(t, amb.sb)):
+			t.Fatalf("ztunnel request %d is %v (netns %d), want the ambient pod's %s", i, req, ino, want)
+		}
 	}
-	if ws := n.listWorkloads(t); len(ws) != 0 {
-		t.Errorf("the agent enrolled %v", ws)
+	kubetest.WaitPodEvent(t, admin, amb.pod, "IstioCNIAdopted")
+	if state := istiotest.Save(t, amb.sb); strings.Contains(state, "ISTIO_") || !strings.Contains(state, "table inet sluice") {
+		t.Errorf("ambient pod: want sluice's table and nothing of Istio's:\n%s", state)
+	}
+	istiotest.ExpectCaptured(t, amb.sb, amb.landed, "the adopted ambient pod")
+
+	if after := istiotest.Save(t, p.sb); after != before {
+		t.Errorf("the sidecar pod's netns changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	for _, w := range n.listWorkloads(t) {
+		if w.ContainerId == "late-"+string(p.pod.UID) {
+			t.Errorf("the agent enrolled the sidecar pod istio-cni captured")
+		}
 	}
 	istiotest.ExpectCaptured(t, p.sb, p.landed, "Istio's rules, left")
+}
+
+// ambientPod is a pod istio-cni enrolled in ambient: labelled, and
+// annotated by Istio's node agent.
+func ambientPod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels:      map[string]string{"istio.io/dataplane-mode": "ambient"},
+			Annotations: map[string]string{"ambient.istio.io/redirection": "enabled"}},
+		Spec: corev1.PodSpec{NodeName: kubeNode, ServiceAccountName: name + "-sa", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
 }
