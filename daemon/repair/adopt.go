@@ -48,7 +48,7 @@ func (istioKernel) Remove(ns netns.NsHandle, c istioadopt.Capture) error {
 // capture it twice, so before any repair the pod's netns is read for
 // Istio's rules. A sidecar pod is left to Istio unless --istio-takeover;
 // an ambient pod is always adopted, as ztunnel holds it only while this
-// agent lists it (snapshot.go).
+// agent lists it (pending.go).
 
 // istioHandled reports whether the pod was istio-cni's and has been dealt
 // with here (left, adopted, or failed and recorded).
