@@ -58,6 +58,14 @@ func TestRepairAdoptsIstioCNIPods(t *testing.T) {
 	zsock := filepath.Join(t.TempDir(), "zt", "ztunnel.sock")
 	n.kubeAgent(env, "--ambient", "--host-netns", n.ns.Path, "--ztunnel-socket", zsock,
 		"--netns-roots", n.nsRoot+",/proc", "--host-proc", "/proc", "--istio-takeover")
+	// The sweep at start is done once the sidecar pods are adopted; the
+	// ambient pod waits for ztunnel, under Istio's rules.
+	for _, p := range pods[:2] {
+		kubetest.WaitPodEvent(t, admin, p.pod, "IstioCNIAdopted")
+	}
+	if state := istiotest.Save(t, amb.sb); !strings.Contains(state, "istio-ambient-nat") || strings.Contains(state, "inet sluice") {
+		t.Fatalf("the ambient pod was touched before ztunnel connected:\n%s", state)
+	}
 	z := connectZDS(t, zsock)
 	req, ino := z.next()
 	if req.GetAdd().GetUid() != string(amb.pod.UID) || ino != netnsInode(t, amb.sb) ||
