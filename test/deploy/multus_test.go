@@ -137,7 +137,7 @@ func TestMultusInstall(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("dry-run create of the rendered NAD: %v", err)
 	}
-	if out, err := helm("install", release, chartDir, "--values", values); err != nil {
+	if out, err := helm("install", release, chartDir, "--create-namespace", "--values", values); err != nil {
 		t.Fatalf("install with the NAD CRD: %v\n%s", err, out)
 	}
 	got, err := dyn.Resource(nadGVR).Namespace("default").Get(ctx, "istio-cni", metav1.GetOptions{})
