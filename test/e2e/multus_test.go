@@ -16,6 +16,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,8 +37,10 @@ const nadName = "istio-cni"
 // conflist in its conf dir whose network is called istio-cni: the agent's
 // non-chained YYY-sluice.conflist. sluice gets no prevResult and a net1
 // interface name, the agent captures the pod, real TCP lands on the proxy,
-// and DEL through Multus releases it. Before the agent has written its file,
-// and while it is down, Multus refuses the pod and tears the primary down.
+// and DEL through Multus releases it; a pod without a sidecar that names
+// the NAD reaches the agent and starts uncaptured. Before the agent has
+// written its file, and while it is down, Multus refuses the pod and tears
+// the primary down.
 func TestMultusNADRunsSluice(t *testing.T) {
 	env, c := sharedKube(t)
 	multusBin := multusBinary(t)
@@ -66,10 +69,12 @@ func TestMultusNADRunsSluice(t *testing.T) {
 		t.Fatalf("agent's own conflist %s: %v, network %q, want %q", own, err, list.Name, nadName)
 	}
 
+	start := time.Now()
 	res, err := multus.add(rc)
 	if err != nil {
 		t.Fatalf("ADD through Multus: %v\nmultus log:\n%s", err, multus.log())
 	}
+	t.Logf("ADD through Multus (primary, then sluice) took %v", time.Since(start))
 	r, err := current.NewResultFromResult(res)
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +104,25 @@ func TestMultusNADRunsSluice(t *testing.T) {
 		t.Fatalf("agent still lists %v after DEL", recs)
 	}
 	expectNoPrimary(t, netns)
+
+	// A pod that names the NAD but has no sidecar starts uncaptured.
+	plain := createPod(t, c, "multus", &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "plain", Annotations: map[string]string{"k8s.v1.cni.cncf.io/networks": "default/" + nadName}},
+		Spec:       corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	})
+	plainNS := n.pod("plain")
+	if _, err := multus.add(rtFor("plain1", plainNS, plain)); err != nil {
+		t.Fatalf("ADD of an uninjected pod through Multus: %v", err)
+	}
+	if got := n.agent.logs.lines("/sluice.v1.CNI/Add", "container_id=plain1", "code=OK"); len(got) != 1 {
+		t.Fatalf("agent answered %d ADDs for the uninjected pod, want 1 (Multus must call sluice)", len(got))
+	}
+	if s := rulesetState(t, plainNS); s != "none" {
+		t.Fatalf("uninjected pod was captured: %s", s)
+	}
+	if err := multus.del(rtFor("plain1", plainNS, plain)); err != nil {
+		t.Fatal(err)
+	}
 
 	// The agent goes away (its file stays: an upgrade): fail closed.
 	n.agent.cmd.Process.Kill()
