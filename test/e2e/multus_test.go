@@ -83,9 +83,10 @@ func TestMultusNADRunsSluice(t *testing.T) {
 		t.Fatalf("Multus's result is not the primary's: %+v", r)
 	}
 	recs := n.listWorkloads(t)
-	// Multus names the interface of a pod's first extra network net1.
-	if len(recs) != 1 || recs[0].ContainerId != "mul1" || recs[0].IfName != "net1" {
-		t.Fatalf("agent records %v, want one for mul1 on net1", recs)
+	// Multus names the interface of a pod's first extra network net1, and
+	// gives that network no prevResult, so the record has no IPs.
+	if len(recs) != 1 || recs[0].ContainerId != "mul1" || recs[0].IfName != "net1" || len(recs[0].Ips) != 0 {
+		t.Fatalf("agent records %v, want one for mul1 on net1 without IPs", recs)
 	}
 	n.expectInSync(t, "mul1")
 	p := startProxy(t, netns, "15001")
