@@ -20,7 +20,7 @@ FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:F
 # Scripts and tests find their cached helper binaries here too.
 export SLUICE_CACHE := $(CACHE)
 
-.PHONY: all prereqs build plugins kube-apiserver kube proto manifests image image-docker verify lint test fuzz demo bench clean
+.PHONY: all prereqs build plugins multus kube-apiserver kube proto manifests image image-docker verify lint test fuzz demo bench clean
 
 all: build
 
@@ -41,6 +41,11 @@ $(PLUGINS)/bridge:
 		github.com/containernetworking/plugins/plugins/main/bridge \
 		github.com/containernetworking/plugins/plugins/ipam/host-local \
 		github.com/containernetworking/plugins/plugins/main/loopback
+
+# Multus's thin plugin, for test/e2e's Multus test: built once from the
+# module proxy into $(CACHE) at the version pinned in hack/multus/build.sh.
+multus:
+	hack/multus/build.sh >/dev/null
 
 # The test kube-apiserver, built once from the module proxy into $(CACHE)
 # (about 7 minutes cold on 2 cores; instant when cached).
@@ -91,7 +96,7 @@ lint:
 	$(GO) vet ./...
 	hack/gotool.sh honnef.co/go/tools/cmd/staticcheck v0.8.2 ./...
 
-test: prereqs build plugins kube verify
+test: prereqs build plugins multus kube verify
 	$(GO) test -count=1 -timeout 20m ./...
 	$(MAKE) -s fuzz
 
