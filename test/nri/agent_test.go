@@ -32,8 +32,8 @@ func (n *node) startAgent(extra ...string) *agent {
 	a := n.startAgentNoWait(extra...)
 	nstest.Eventually(t, 20*time.Second, func() bool {
 		a.checkAlive()
-		return a.logs.count("connected to the runtime over NRI") > 0
-	}, "the agent never connected over NRI:\n%s", a.logs)
+		return a.logs.count("synchronized with the runtime") > 0
+	}, "the agent never synchronized over NRI:\n%s", a.logs)
 	return a
 }
 

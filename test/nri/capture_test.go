@@ -35,7 +35,7 @@ func TestNRICapturesPod(t *testing.T) {
 		t.Fatalf("workload IPs %v lack the pod's %s", ips, s.IP)
 	}
 	expectCaptured(t, n.netns(s))
-	if entries := n.conflistEntries(); strings.Contains(entries, "sluice") {
+	if entries := n.conflistEntries(); strings.Contains(entries, `"sluice"`) {
 		t.Fatalf("a sluice entry is in the node's CNI config:\n%s", entries)
 	}
 

@@ -102,7 +102,12 @@ func (n *node) run(ctx context.Context, argv ...string) (string, error) {
 }
 
 // path is a path inside the node's mount namespace as the test sees it.
+// An absolute symlink on the way would resolve in the test's own mount
+// namespace, so the one that matters here (/var/run → /run) is undone.
 func (n *node) path(p string) string {
+	if rest, ok := strings.CutPrefix(p, "/var/run/"); ok {
+		p = "/run/" + rest
+	}
 	return "/proc/" + strconv.Itoa(n.pid) + "/root" + p
 }
 
