@@ -20,7 +20,7 @@ type agent struct {
 	n    *node
 	cmd  *exec.Cmd
 	logs *logBuffer
-	done chan struct{}
+	done <-chan struct{}
 }
 
 // startAgent runs the real sluice-agent in the node as an NRI plugin
@@ -43,12 +43,12 @@ func (n *node) startAgentNoWait(extra ...string) *agent {
 		"--trigger", "nri", "--nri-socket", nriSocket,
 		"--socket", agentSocket, "--state-dir", "/run/sluice/state",
 		"--health-addr", "127.0.0.1:9890", "--log-level", "debug"}, extra...)
-	a := &agent{n: n, cmd: n.command(context.Background(), args...), logs: newLogBuffer(), done: make(chan struct{})}
+	a := &agent{n: n, cmd: n.command(context.Background(), args...), logs: newLogBuffer()}
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
-	if err := a.cmd.Start(); err != nil {
+	var err error
+	if a.done, err = startLocked(a.cmd); err != nil {
 		t.Fatalf("start sluice-agent: %v", err)
 	}
-	go func() { a.cmd.Wait(); close(a.done) }()
 	t.Cleanup(func() {
 		a.stop()
 		if t.Failed() {

@@ -90,7 +90,7 @@ type containerd struct {
 	bin  string // the containerd binaries
 	conf string
 	logs *logBuffer
-	done chan struct{}
+	done <-chan struct{}
 	cmd  *exec.Cmd
 }
 
@@ -105,7 +105,7 @@ type containerdOptions struct {
 func (n *node) startContainerd(opts containerdOptions) *containerd {
 	t := n.t
 	t.Helper()
-	c := &containerd{n: n, bin: containerdBinaries(t), logs: newLogBuffer(), done: make(chan struct{})}
+	c := &containerd{n: n, bin: containerdBinaries(t), logs: newLogBuffer()}
 	confDir := filepath.Join(n.dir, "net.d")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -141,12 +141,11 @@ func (n *node) startContainerd(opts containerdOptions) *containerd {
 func (c *containerd) start() {
 	cmd := c.n.command(context.Background(), "env", "PATH="+c.bin+":"+os.Getenv("PATH"), filepath.Join(c.bin, "containerd"), "--config", c.conf)
 	cmd.Stdout, cmd.Stderr = c.logs, c.logs
-	if err := cmd.Start(); err != nil {
+	done, err := startLocked(cmd)
+	if err != nil {
 		c.n.t.Fatalf("start containerd: %v", err)
 	}
-	done := make(chan struct{})
 	c.done, c.cmd = done, cmd
-	go func() { cmd.Wait(); close(done) }()
 }
 
 // stop ends containerd (SIGTERM, then SIGKILL) and leaves its pods running,
@@ -243,8 +242,20 @@ func (c *containerd) cleanup() {
 	}
 }
 
-// killAll kills every process in the node's mount namespace but the holder.
+// killAll kills every process in the node's mount namespace but the
+// holder, and every process in the pods' cgroups (the pause processes,
+// which have mount namespaces of their own).
 func (n *node) killAll() {
+	pids, _ := filepath.Glob("/sys/fs/cgroup/*" + n.cgroup + "/*/cgroup.procs")
+	more, _ := filepath.Glob("/sys/fs/cgroup" + n.cgroup + "/*/cgroup.procs")
+	for _, f := range append(pids, more...) {
+		b, _ := os.ReadFile(f)
+		for _, l := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(l); err == nil && pid > 1 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
 	self := nsInode(n.pid)
 	if self == 0 {
 		return

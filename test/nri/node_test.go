@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -64,12 +65,13 @@ func newNode(t *testing.T) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.holder.Start(); err != nil {
+	held, err := startLocked(n.holder)
+	if err != nil {
 		t.Fatalf("start the node's namespaces: %v", err)
 	}
 	t.Cleanup(func() {
 		n.holder.Process.Kill()
-		n.holder.Wait()
+		<-held
 	})
 	line, _ := bufio.NewReader(out).ReadString('\n')
 	if strings.TrimSpace(line) != "ready" {
@@ -194,4 +196,26 @@ func (n *node) conflistEntries() string {
 		b.Write(data)
 	}
 	return b.String()
+}
+
+// startLocked starts cmd from a goroutine locked to its OS thread for the
+// child's whole life, and returns a channel closed when it has exited.
+// Pdeathsig (set by command) fires when the thread that forked the child
+// exits, not the process: Go retires threads (every nstest.NS.Do does), so
+// a child forked from any other thread could be killed mid-test.
+func startLocked(cmd *exec.Cmd) (<-chan struct{}, error) {
+	started := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		cmd.Wait()
+		close(done)
+	}()
+	return done, <-started
 }
