@@ -23,8 +23,8 @@ const pauseRef = pause.DefaultRef
 
 // shared is built once per test binary, on first use.
 var shared struct {
-	once                              sync.Once
-	err                               error
+	once                                   sync.Once
+	err                                    error
 	dir, agent, containerd, plugins, pause string
 }
 

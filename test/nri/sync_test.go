@@ -1,7 +1,6 @@
 package nri_test
 
 import (
-	"context"
 	"os"
 	"strconv"
 	"testing"
@@ -58,23 +57,11 @@ func TestNRISynchronize(t *testing.T) {
 // holdNetns starts a process in a new netns in the node and returns the
 // netns path; the process is killed with the node.
 func (n *node) holdNetns() string {
-	cmd := n.command(context.Background(), "unshare", "--net", "sleep", "600")
-	done, err := startLocked(cmd)
-	if err != nil {
-		n.t.Fatalf("hold a netns: %v", err)
-	}
-	n.t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	path := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"
-	// nsenter and unshare each exec the next; sleep runs once the netns
-	// is made.
-	nstest.Eventually(n.t, 5*time.Second, func() bool {
-		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm")
-		return string(comm) == "sleep\n"
-	}, "unshare never made its netns")
-	if nsOf(cmd.Process.Pid, "net") == nsOf(n.pid, "net") {
+	pid := n.holdProcess("sleep", "unshare", "--net", "sleep", "600")
+	if nsOf(pid, "net") == nsOf(n.pid, "net") {
 		n.t.Fatal("unshare --net kept the node's netns")
 	}
-	return path
+	return "/proc/" + strconv.Itoa(pid) + "/ns/net"
 }
 
 func nsOf(pid int, kind string) string {
