@@ -3,6 +3,7 @@ package nri
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -28,6 +29,7 @@ func (p *Plugin) enrol(ctx context.Context, pod *api.PodSandbox, event string) e
 		log.Debug("already enrolled", "mode", r.Spec.Mode)
 		return nil
 	}
+	start := time.Now()
 	resp, err := p.cni.Add(ctx, addRequest(pod, netns, event))
 	if err != nil {
 		log.Error("capture failed; the runtime fails the pod", "netns", netns, "err", err)
@@ -40,7 +42,7 @@ func (p *Plugin) enrol(ctx context.Context, pod *api.PodSandbox, event string) e
 		log.Info("passed through", "reason", resp.Reason)
 		return nil
 	}
-	log.Info("enrolled", "mode", resp.Mode, "netns", netns)
+	log.Info("enrolled", "mode", resp.Mode, "netns", netns, "took", time.Since(start))
 	return nil
 }
 

@@ -42,8 +42,12 @@ func (n *node) startAgentNoWait(extra ...string) *agent {
 	args := append([]string{agentBinary(t),
 		"--trigger", "nri", "--nri-socket", nriSocket,
 		"--socket", agentSocket, "--state-dir", "/run/sluice/state",
-		"--health-addr", "127.0.0.1:9890", "--log-level", "debug"}, extra...)
-	a := &agent{n: n, cmd: n.command(context.Background(), args...), logs: newLogBuffer()}
+		"--health-addr", "127.0.0.1:0", "--log-level", "debug"}, extra...)
+	cmd := n.command(context.Background(), args...)
+	if n.agentInHostNetns {
+		cmd = n.commandMountOnly(context.Background(), args...)
+	}
+	a := &agent{n: n, cmd: cmd, logs: newLogBuffer()}
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	var err error
 	if a.done, err = startLocked(a.cmd); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	pause "github.com/sluicemesh/sluice/hack/pause/image"
+	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
@@ -28,8 +29,13 @@ var shared struct {
 	dir, agent, containerd, plugins, pause string
 }
 
+// sharedAPI is the test kube-apiserver, started by the first test that
+// needs it, with the agent's identity bound to the shipped ClusterRole.
+var sharedAPI = &kubetest.Shared{User: agentUser, RBACFile: "../../deploy/rbac/clusterrole.yaml"}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	sharedAPI.Stop()
 	if shared.dir != "" {
 		os.RemoveAll(shared.dir)
 	}

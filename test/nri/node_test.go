@@ -31,6 +31,9 @@ type node struct {
 	holder *exec.Cmd
 	pid    int
 	cgroup string // cgroup parent of the pods, removed at the end
+	// agentInHostNetns runs the agent in the machine's netns (and the
+	// node's mount namespace), to reach the test API server on loopback.
+	agentInHostNetns bool
 }
 
 const holderScript = `set -eu
@@ -85,6 +88,14 @@ func newNode(t *testing.T) *node {
 // command is argv run in the node's namespaces.
 func (n *node) command(ctx context.Context, argv ...string) *exec.Cmd {
 	args := append([]string{"--target", strconv.Itoa(n.pid), "--net", "--mount", "--"}, argv...)
+	cmd := exec.CommandContext(ctx, "nsenter", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// commandMountOnly is argv in the node's mount namespace only.
+func (n *node) commandMountOnly(ctx context.Context, argv ...string) *exec.Cmd {
+	args := append([]string{"--target", strconv.Itoa(n.pid), "--mount", "--"}, argv...)
 	cmd := exec.CommandContext(ctx, "nsenter", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd

@@ -69,8 +69,13 @@ func nsOf(pid int, kind string) string {
 	return s
 }
 
-// cniAdd calls the agent's CNI ADD over its socket, as the plugin would.
+// cniAdd calls the agent's CNI ADD over its socket, as the plugin would,
+// for a pod shop/<containerID>.
 func (n *node) cniAdd(containerID, netns string) (*sluicev1.AddResponse, error) {
+	return n.cniAddPod(containerID, netns, &sluicev1.PodRef{Namespace: "shop", Name: containerID, Uid: "uid-" + containerID})
+}
+
+func (n *node) cniAddPod(containerID, netns string, pod *sluicev1.PodRef) (*sluicev1.AddResponse, error) {
 	n.t.Helper()
 	conn, err := grpc.NewClient("unix://"+n.path(agentSocket), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -79,7 +84,7 @@ func (n *node) cniAdd(containerID, netns string) (*sluicev1.AddResponse, error) 
 	defer conn.Close()
 	return sluicev1.NewCNIClient(conn).Add(n.t.Context(), &sluicev1.AddRequest{
 		ApiVersion: sluicev1.ApiVersion_API_VERSION_2, ContainerId: containerID, Netns: netns, IfName: "eth0",
-		Pod:    &sluicev1.PodRef{Namespace: "shop", Name: containerID, Uid: "uid-" + containerID},
+		Pod:    pod,
 		Config: &sluicev1.PluginConfig{NetworkName: "pods"},
 	})
 }
