@@ -67,6 +67,9 @@ func (p *Plugin) serve(ctx context.Context, socket string) error {
 	defer p.setConnected(false)
 	p.log.Info("connected to the runtime over NRI", "socket", socket, "plugin", Index+"-"+Name,
 		"runtime", p.Runtime(), "request_timeout", s.RequestTimeout())
+	if p.onConnected != nil {
+		p.onConnected(p.Runtime())
+	}
 	stop := context.AfterFunc(ctx, s.Stop)
 	defer stop()
 	s.Wait()

@@ -47,6 +47,9 @@ type Plugin struct {
 	cni   CNI
 	store Store
 	log   *slog.Logger
+	// onConnected, when set, runs after each connection is configured,
+	// with the runtime's name and version: NRI is confirmed on the node.
+	onConnected func(runtime string)
 
 	mu        sync.Mutex
 	timeout   func() time.Duration // the runtime's request timeout, once known
@@ -55,9 +58,10 @@ type Plugin struct {
 	passed    map[string]string // sandbox id → why it needs no capture
 }
 
-// New builds a plugin that enrols through cni and reads store.
-func New(cni CNI, store Store, log *slog.Logger) *Plugin {
-	return &Plugin{cni: cni, store: store, log: log, passed: map[string]string{}}
+// New builds a plugin that enrols through cni and reads store; onConnected
+// may be nil.
+func New(cni CNI, store Store, log *slog.Logger, onConnected func(runtime string)) *Plugin {
+	return &Plugin{cni: cni, store: store, log: log, onConnected: onConnected, passed: map[string]string{}}
 }
 
 // budgetFor is the time one event may take: half the runtime's request

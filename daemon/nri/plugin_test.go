@@ -71,7 +71,7 @@ func (f *fakeCNI) List() []workloads.Record {
 }
 
 func newPlugin(f *fakeCNI) *Plugin {
-	return New(f, f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return New(f, f, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 }
 
 func pod(id, netns string, ips ...string) *api.PodSandbox {

@@ -3,6 +3,7 @@ package nri_test
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -42,7 +43,10 @@ func (n *node) startAgentNoWait(extra ...string) *agent {
 	args := append([]string{agentBinary(t),
 		"--trigger", "nri", "--nri-socket", nriSocket,
 		"--socket", agentSocket, "--state-dir", "/run/sluice/state",
-		"--health-addr", "127.0.0.1:0", "--log-level", "debug"}, extra...)
+		"--health-addr", "127.0.0.1:0", "--log-level", "debug",
+		// The node's CNI dirs, never the machine's: --trigger nri removes a
+		// leftover entry from the conf dir.
+		"--cni-conf-dir", filepath.Join(n.dir, "net.d"), "--cni-bin-dir", filepath.Join(n.dir, "cni-bin")}, extra...)
 	cmd := n.command(context.Background(), args...)
 	if n.agentInHostNetns {
 		cmd = n.commandMountOnly(context.Background(), args...)

@@ -1,6 +1,8 @@
 package nri_test
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -48,4 +50,33 @@ func TestNRICapturesPod(t *testing.T) {
 	}
 	c.mustCrictl("rmp", s.ID)
 	nstest.Eventually(t, 5*time.Second, func() bool { return len(n.workloads()) == 0 }, "workloads left after rmp")
+}
+
+// An agent switched to --trigger nri removes the entry a cni or both agent
+// left in the primary conflist once the runtime has confirmed NRI, and
+// leaves the rest of the file alone.
+func TestNRIDropsLeftoverEntry(t *testing.T) {
+	n := newNode(t)
+	c := n.startContainerd(containerdOptions{})
+	primary := filepath.Join(n.dir, "net.d", "10-pods.conflist")
+	before, err := os.ReadFile(primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withEntry := strings.Replace(string(before), "}}]}", `}}, {"type": "sluice", "socket": "/run/sluice/agent.sock"}]}`, 1)
+	if withEntry == string(before) {
+		t.Fatalf("could not add an entry to:\n%s", before)
+	}
+	if err := os.WriteFile(primary, []byte(withEntry), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := n.startAgent()
+	nstest.Eventually(t, 10*time.Second, func() bool {
+		return a.logs.count("NRI confirmed; no sluice conflist entry is left") > 0
+	}, "the agent did not drop the leftover entry:\n%s", a.logs)
+	after, _ := os.ReadFile(primary)
+	if strings.Contains(string(after), `"sluice"`) || !strings.Contains(string(after), `"bridge"`) {
+		t.Fatalf("primary after the drop:\n%s", after)
+	}
+	expectCaptured(t, n.netns(c.runPod("shop", "after-drop")))
 }

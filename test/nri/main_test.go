@@ -61,12 +61,15 @@ func buildShared() error {
 		return err
 	}
 	shared.agent = filepath.Join(shared.dir, "sluice-agent")
-	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "grpcnotrace", "-o", shared.agent, "./daemon")
-	cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build sluice-agent: %w\n%s", err, out)
+	// The plugin beside the agent, as in the image: the installer reads it.
+	for out, pkg := range map[string]string{shared.agent: "./daemon", filepath.Join(shared.dir, "sluice"): "./plugin"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-tags", "grpcnotrace", "-o", out, pkg)
+		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %w\n%s", pkg, err, b)
+		}
 	}
-	cmd = exec.CommandContext(ctx, filepath.Join(root, "hack", "containerd", "build.sh"))
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "containerd", "build.sh"))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
