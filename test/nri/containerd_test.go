@@ -56,7 +56,7 @@ disabled_plugins = [
         Root = "/run/containerd/runc"
         SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = [%[3]q]
+    bin_dirs = [%[3]s]
     conf_dir = %[4]q
 
 [plugins.'io.containerd.grpc.v1.cri']
@@ -96,6 +96,9 @@ type containerd struct {
 
 type containerdOptions struct {
 	validator bool // required_plugins = ["sluice"]
+	// chained puts a sluice entry last in the primary conflist and the
+	// plugin binary in the node's CNI bin dir: the cni trigger.
+	chained bool
 }
 
 // startContainerd writes the node's primary CNI config (bridge +
@@ -110,10 +113,23 @@ func (n *node) startContainerd(opts containerdOptions) *containerd {
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	entry := ""
+	binDirs := fmt.Sprintf("%q", cniPlugins(t))
+	if opts.chained {
+		entry = fmt.Sprintf(`, {"type": "sluice", "socket": %q, "timeout": "2s"}`, agentSocket)
+		bin := filepath.Join(n.dir, "cni-bin")
+		if err := os.MkdirAll(bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := copyFile(pluginBinary(t), filepath.Join(bin, "sluice")); err != nil {
+			t.Fatal(err)
+		}
+		binDirs += fmt.Sprintf(", %q", bin)
+	}
 	primary := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "pods", "plugins": [
   {"type": "bridge", "bridge": "nri0", "isGateway": true, "ipMasq": false,
    "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]],
-            "routes": [{"dst": "0.0.0.0/0"}]}}]}`, filepath.Join(n.dir, "ipam"), podSubnet)
+            "routes": [{"dst": "0.0.0.0/0"}]}}%s]}`, filepath.Join(n.dir, "ipam"), podSubnet, entry)
 	if err := os.WriteFile(filepath.Join(confDir, "10-pods.conflist"), []byte(primary), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +138,7 @@ func (n *node) startContainerd(opts containerdOptions) *containerd {
 		extra = validatorConfig
 	}
 	c.conf = filepath.Join(n.dir, "containerd.toml")
-	conf := fmt.Sprintf(containerdConfig, filepath.Join(n.dir, "root"), pauseRef, cniPlugins(t), confDir,
+	conf := fmt.Sprintf(containerdConfig, filepath.Join(n.dir, "root"), pauseRef, binDirs, confDir,
 		nriSocket, filepath.Join(n.dir, "nri", "plugins"), filepath.Join(n.dir, "nri", "conf.d"), extra)
 	if err := os.WriteFile(c.conf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -276,4 +292,12 @@ func nsInode(pid int) uint64 {
 		return 0
 	}
 	return st.Ino
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
 }

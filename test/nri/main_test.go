@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func build(t *testing.T) {
+func build(t testing.TB) {
 	t.Helper()
 	shared.once.Do(func() { shared.err = buildShared() })
 	if shared.err != nil {
@@ -86,7 +86,8 @@ func buildShared() error {
 	return nil
 }
 
-func containerdBinaries(t *testing.T) string { build(t); return shared.containerd }
-func cniPlugins(t *testing.T) string         { build(t); return shared.plugins }
-func pauseArchive(t *testing.T) string       { build(t); return shared.pause }
-func agentBinary(t *testing.T) string        { build(t); return shared.agent }
+func containerdBinaries(t testing.TB) string { build(t); return shared.containerd }
+func cniPlugins(t testing.TB) string         { build(t); return shared.plugins }
+func pauseArchive(t testing.TB) string       { build(t); return shared.pause }
+func agentBinary(t testing.TB) string        { build(t); return shared.agent }
+func pluginBinary(t testing.TB) string       { build(t); return filepath.Join(shared.dir, "sluice") }

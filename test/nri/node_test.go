@@ -26,7 +26,7 @@ import (
 // of the machine's is touched. A holder process keeps the namespaces; every
 // process of the test runs in them through nsenter.
 type node struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	holder *exec.Cmd
 	pid    int
@@ -46,7 +46,7 @@ echo ready
 exec sleep infinity
 `
 
-func newNode(t *testing.T) *node {
+func newNode(t testing.TB) *node {
 	t.Helper()
 	nstest.RequireRoot(t)
 	// Short: unix socket paths under it must stay below 108 bytes.
@@ -142,7 +142,7 @@ func (n *node) removeCgroups() {
 
 // rmdirCgroup removes an empty cgroup; a process killed a moment ago keeps
 // it busy until the kernel has finished its exit.
-func rmdirCgroup(t *testing.T, dir string) {
+func rmdirCgroup(t testing.TB, dir string) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		err := syscall.Rmdir(dir)
