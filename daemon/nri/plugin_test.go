@@ -181,6 +181,24 @@ func TestSynchronizeReleasesGoneAndEnrolsMissing(t *testing.T) {
 	}
 }
 
+func TestSynchronizeForgetsPassedSandboxesThatAreGone(t *testing.T) {
+	f := newFake()
+	f.passAll = "not injected"
+	p := newPlugin(f)
+	if err := p.RunPodSandbox(t.Context(), pod("old", "/var/run/netns/cni-6")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Synchronize(t.Context(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	n := len(p.passed)
+	p.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d pass-through decisions kept for sandboxes the runtime no longer lists", n)
+	}
+}
+
 func TestBudgetStaysUnderTheRuntimeTimeout(t *testing.T) {
 	for _, tc := range []struct{ timeout, want time.Duration }{
 		{0, time.Second}, {2 * time.Second, time.Second}, {500 * time.Millisecond, 250 * time.Millisecond}, {10 * time.Second, time.Second},

@@ -20,6 +20,7 @@ func (p *Plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*a
 	ctx, cancel := p.eventContext(ctx)
 	defer cancel()
 	released := p.releaseGone(ctx, live)
+	p.forgetGone(live)
 	var missing []*api.PodSandbox
 	for _, pod := range pods {
 		if !p.captured(pod) {
@@ -54,6 +55,18 @@ func (p *Plugin) releaseGone(ctx context.Context, live map[string]bool) int {
 		n++
 	}
 	return n
+}
+
+// forgetGone drops pass-through decisions of sandboxes the runtime no
+// longer lists (their Stop and Remove may never come).
+func (p *Plugin) forgetGone(live map[string]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.passed {
+		if !live[id] {
+			delete(p.passed, id)
+		}
+	}
 }
 
 // enrolAll enrols pods one by one until ctx ends and returns how many it
