@@ -38,7 +38,7 @@ func TestNRIValidatorGate(t *testing.T) {
 func TestNRIConcurrentPods(t *testing.T) {
 	n := newNode(t)
 	c := n.startContainerd(containerdOptions{})
-	n.startAgent()
+	a := n.startAgent()
 	const pods = 4
 	sandboxes := make([]sandbox, pods)
 	var wg sync.WaitGroup
@@ -64,5 +64,10 @@ func TestNRIConcurrentPods(t *testing.T) {
 			t.Fatalf("sandbox %s: workload %v, want one in %s", s.ID, w, s.Netns)
 		}
 		expectCaptured(t, n.netns(s))
+	}
+	for _, l := range strings.Split(a.logs.String(), "\n") {
+		if strings.Contains(l, "msg=enrolled") {
+			t.Log(l[strings.Index(l, "pod="):])
+		}
 	}
 }
