@@ -73,10 +73,12 @@ disabled_plugins = [
 %[8]s`
 
 // validatorConfig makes the sluice plugin required: containers of every
-// pod are refused while it is not connected.
+// pod are refused while it is not connected, but for pods annotated to
+// tolerate that (the agent's own, static pods).
 const validatorConfig = `  [plugins.'io.containerd.nri.v1.nri'.default_validator]
     enable = true
     required_plugins = ["sluice"]
+    tolerate_missing_plugins_annotation = "sluice.dev/tolerate-missing-nri"
 `
 
 // nriSocket is the runtime's NRI socket in the node.

@@ -25,6 +25,12 @@ func TestNRIValidatorGate(t *testing.T) {
 		t.Fatalf("create failed, but not by the validator: %v", err)
 	}
 
+	// The agent's own pod must start while no agent is connected: it
+	// carries the toleration annotation docs/nri.md names.
+	tolerant := map[string]string{"sluice.dev/tolerate-missing-nri": "true"}
+	own := c.inspect(c.mustCrictl("runp", c.podConfig("sluice-system", "agent", tolerant)))
+	c.mustCrictl("create", own.ID, c.containerConfig("agent"), c.podConfig("sluice-system", "agent", tolerant))
+
 	n.startAgent()
 	if n.enrolled(s.ID) == nil {
 		t.Fatal("Synchronize did not enrol the gated pod")
