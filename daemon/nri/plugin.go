@@ -75,7 +75,8 @@ func budgetFor(requestTimeout time.Duration) time.Duration {
 	return min(requestTimeout/2, time.Second)
 }
 
-// Configure records which runtime this is and the timeout it enforces.
+// Configure records which runtime this is (the stub keeps the request
+// timeout it announces, which eventContext reads).
 func (p *Plugin) Configure(_ context.Context, _, runtime, version string) (api.EventMask, error) {
 	p.mu.Lock()
 	p.runtime = runtime + " " + version

@@ -5,13 +5,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -157,26 +157,23 @@ func rmdirCgroup(t testing.TB, dir string) {
 	}
 }
 
-// logBuffer collects a process's output for failure messages and waits.
+// logBuffer collects a process's output for waits and failure messages.
 type logBuffer struct {
-	mu  chan struct{}
+	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func newLogBuffer() *logBuffer {
-	l := &logBuffer{mu: make(chan struct{}, 1)}
-	return l
-}
+func newLogBuffer() *logBuffer { return &logBuffer{} }
 
 func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu <- struct{}{}
-	defer func() { <-l.mu }()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.buf.Write(p)
 }
 
 func (l *logBuffer) String() string {
-	l.mu <- struct{}{}
-	defer func() { <-l.mu }()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.buf.String()
 }
 
@@ -195,8 +192,6 @@ func (l *logBuffer) count(subs ...string) int {
 	}
 	return n
 }
-
-var _ io.Writer = (*logBuffer)(nil)
 
 // conflistEntries is every CNI config of the node, concatenated.
 func (n *node) conflistEntries() string {
