@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,4 +145,51 @@ func createPod(t *testing.T, c kubernetes.Interface, ns string, p *corev1.Pod) *
 		t.Fatal(err)
 	}
 	return got
+}
+
+// A pod the policy cannot decide in time (the API server does not know
+// it: the lookup waits for the watch, then asks) fails runp within the
+// agent's budget, before containerd's request timeout would have let it
+// start uncaptured and dropped the plugin: the plugin stays connected and
+// the next pod is captured.
+func TestNRIUndecidablePodFailsClosedInBudget(t *testing.T) {
+	nstest.RequireRoot(t)
+	env := sharedAPI.Get(t)
+	kc := kubernetes.NewForConfigOrDie(env.AdminConfig())
+	n := newNode(t)
+	c := n.startContainerd(containerdOptions{})
+	n.agentInHostNetns = true
+	a := n.startAgent("--kubeconfig", env.Kubeconfig(t, agentUser), "--node-name", kubeNode)
+	mesh := "late-" + strings.TrimPrefix(filepath.Base(n.dir), "sluice-nri-")
+	if _, err := kc.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mesh}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kc.CoreV1().Namespaces().Delete(context.Background(), mesh, metav1.DeleteOptions{}) })
+
+	ghost := sidecarPod("ghost", nil)
+	ghost.Namespace, ghost.UID = mesh, "uid-not-in-the-api"
+	start := time.Now()
+	out, err := c.crictl(t.Context(), "runp", c.kubePodConfig(ghost))
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("runp of a pod the API server does not know succeeded: %s", out)
+	}
+	if !strings.Contains(err.Error(), "sluice: capture pod "+mesh+"/ghost") {
+		t.Fatalf("runp failed without the agent's reason: %v", err)
+	}
+	t.Logf("runp failed after %v", took)
+	if strings.Contains(c.logs.String(), "closing plugin 10-sluice") {
+		t.Fatalf("containerd dropped the plugin:\n%s", c.logs)
+	}
+	if got := a.logs.count("synchronized with the runtime"); got != 1 {
+		t.Fatalf("the plugin reconnected (%d connections): the event overran the runtime's timeout", got)
+	}
+	pod := createPod(t, kc, mesh, sidecarPod("known", map[string]string{
+		"traffic.sidecar.istio.io/includeOutboundIPRanges": "10.96.0.0/12",
+	}))
+	s := c.runKubePod(pod)
+	if n.enrolled(s.ID) == nil {
+		t.Fatal("the next pod was not enrolled")
+	}
+	expectCaptured(t, n.netns(s))
 }
