@@ -80,3 +80,29 @@ func TestNRIDropsLeftoverEntry(t *testing.T) {
 	}
 	expectCaptured(t, n.netns(c.runPod("shop", "after-drop")))
 }
+
+// In "both" mode (migration) the chained plugin's ADD and the NRI event
+// for the same sandbox converge on one record: the CNI ADD enrols, the NRI
+// handler finds the pod enrolled and leaves it; teardown releases it once.
+func TestNRIBothTriggersConverge(t *testing.T) {
+	n := newNode(t)
+	c := n.startContainerd(containerdOptions{chained: true})
+	a := n.startAgent("--trigger", "both", "--install=false")
+	s := c.runPod("shop", "both")
+	ws := n.workloads()
+	if len(ws) != 1 || ws[0].ContainerId != s.ID || ws[0].Netns != s.Netns {
+		t.Fatalf("workloads %v, want one for %s in %s", ws, s.ID, s.Netns)
+	}
+	if a.logs.count("method=/sluice.v1.CNI/Add", "code=OK") != 1 {
+		t.Fatalf("the chained plugin's ADD did not reach the agent:\n%s", a.logs)
+	}
+	if a.logs.count("already enrolled", "event=RunPodSandbox", "sandbox="+s.ID[:12]) != 1 {
+		t.Fatalf("the NRI event did not find the CNI's record:\n%s", a.logs)
+	}
+	expectCaptured(t, n.netns(s))
+	c.mustCrictl("stopp", s.ID)
+	c.mustCrictl("rmp", s.ID)
+	if ws := n.workloads(); len(ws) != 0 {
+		t.Fatalf("workloads left after rmp: %v", ws)
+	}
+}
