@@ -53,8 +53,8 @@ kube:
 	hack/kube/build.sh $(KUBE_VERSION) >/dev/null
 
 # containerd 2.x, its runc shim, ctr and crictl for the NRI tests (test/nri),
-# built from the module proxy into $(CACHE) (about 75 s cold; instant when
-# cached). The machine's own containerd is left alone.
+# built from the module proxy into $(CACHE) (about 4 CPU-minutes cold;
+# instant when cached). The machine's own containerd is left alone.
 containerd:
 	hack/containerd/build.sh >/dev/null
 

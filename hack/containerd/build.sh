@@ -7,7 +7,8 @@
 # Usage: hack/containerd/build.sh [version]   (prints the binaries' dir)
 # Cache: ${SLUICE_CACHE:-$HOME/.cache/sluice}/containerd/<version>/ and
 # .../tools/crictl-<crictl version>/crictl (the same crictl the e2e runtime
-# tests build). A warm run does nothing. About 75 s cold on 2 cores.
+# tests build). A warm run does nothing. Cold: about 4 CPU-minutes (measured
+# 4m user time; wall time depends on what else the machine is building).
 set -euo pipefail
 
 version="${1:-${CONTAINERD_VERSION:-v2.4.2}}"
