@@ -53,8 +53,19 @@ type config struct {
 	ztunnelSocket     string
 	hostNetns         string
 
+	trigger   string
+	nriSocket string
+
 	checkConfig bool
 }
+
+// What enrols a pod (--trigger): the CNI plugin's ADD, the runtime's NRI
+// RunPodSandbox event, or both (migration; each is idempotent).
+const (
+	triggerCNI  = "cni"
+	triggerNRI  = "nri"
+	triggerBoth = "both"
+)
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	c := &config{}
@@ -100,6 +111,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", true, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
 	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
+	fs.StringVar(&c.trigger, "trigger", triggerCNI, "what enrols a pod: cni (the chained plugin's ADD), nri (the runtime's NRI pod events; no conflist entry is installed) or both (migration)")
+	fs.StringVar(&c.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket, with --trigger nri or both")
 	fs.BoolVar(&c.checkConfig, "check-config", false, "validate flags and env without touching the node (the same checks every start runs), print 'config ok' and exit 0; invalid: exit 2")
 
 	var envErr error
@@ -137,6 +150,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	default:
 		return nil, fmt.Errorf("--repair-mode %q: want apply, label or delete", c.repairMode)
 	}
+	switch c.trigger {
+	case triggerCNI, triggerNRI, triggerBoth:
+	default:
+		return nil, fmt.Errorf("--trigger %q: want cni, nri or both", c.trigger)
+	}
+	if c.trigger != triggerCNI && !strings.HasPrefix(c.nriSocket, "/") {
+		return nil, fmt.Errorf("--nri-socket %q: not an absolute path", c.nriSocket)
+	}
 	if c.kubeconfig != "" && c.nodeName == "" {
 		return nil, fmt.Errorf("--node-name (or $NODE_NAME) is required with --kubeconfig")
 	}
@@ -146,6 +167,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
 	return c, nil
+}
+
+// installs is whether the installer runs: with --trigger nri no conflist
+// entry is wanted, so nothing is installed.
+func (c *config) installs() bool {
+	return c.install && c.trigger != triggerNRI
 }
 
 func envName(flagName string) string {

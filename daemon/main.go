@@ -146,7 +146,7 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 		defer flushEvents(rec)
 	}
 	var inst *installer.Installer
-	if cfg.install {
+	if cfg.installs() {
 		if inst, err = newInstaller(cfg, log); err != nil {
 			return err
 		}
@@ -156,6 +156,9 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	}
 	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight), Events: rec,
 		Redirection: redirection}
+	if cfg.trigger != triggerCNI {
+		startNRI(ctx, cfg, cni, store, checks, log)
+	}
 	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
 	lis, err := rpc.Listen(cfg.socket)
 	if err != nil {

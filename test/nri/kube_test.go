@@ -1,0 +1,195 @@
+package nri_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+const (
+	kubeNode  = "node-nri"
+	agentUser = "sluice-agent"
+)
+
+// The same pods, as Istio's injector leaves them, are decided alike by the
+// two triggers of one agent running the Kubernetes policy: a CNI ADD over
+// the agent's socket and containerd's RunPodSandbox over NRI. An injected
+// pod gets the same ruleset (same hash), a plain pod is passed through by
+// both with the same reason, a pod with an invalid annotation is refused by
+// both.
+func TestNRIAndCNIDecideAlike(t *testing.T) {
+	nstest.RequireRoot(t)
+	env := sharedAPI.Get(t)
+	kc := kubernetes.NewForConfigOrDie(env.AdminConfig())
+	n := newNode(t)
+	c := n.startContainerd(containerdOptions{})
+	n.agentInHostNetns = true
+	a := n.startAgent("--trigger", "both", "--install=false", "--kubeconfig", env.Kubeconfig(t, agentUser), "--node-name", kubeNode)
+	mesh := "mesh-" + strings.TrimPrefix(filepath.Base(n.dir), "sluice-nri-")
+	if _, err := kc.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mesh}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kc.CoreV1().Namespaces().Delete(context.Background(), mesh, metav1.DeleteOptions{}) })
+
+	injected := createPod(t, kc, mesh, sidecarPod("cart", map[string]string{
+		"traffic.sidecar.istio.io/excludeOutboundPorts":    "5432",
+		"traffic.sidecar.istio.io/includeOutboundIPRanges": "10.96.0.0/12",
+	}))
+	plain := createPod(t, kc, mesh, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain"},
+		Spec: corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{{Name: "app", Image: "app"}}}})
+	bad := createPod(t, kc, mesh, sidecarPod("bad", map[string]string{
+		"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/33",
+	}))
+
+	// Injected: both enrol, with the same ruleset.
+	viaCNI := n.cniAddFor(t, "cni-cart", injected)
+	if !viaCNI.Enrolled {
+		t.Fatalf("CNI ADD passed the injected pod through: %s", viaCNI.Reason)
+	}
+	s := c.runKubePod(injected)
+	cniW, nriW := n.enrolled("cni-cart"), n.enrolled(s.ID)
+	if cniW == nil || nriW == nil {
+		t.Fatalf("injected pod: CNI record %v, NRI record %v; want both", cniW, nriW)
+	}
+	if cniW.RulesetHash != nriW.RulesetHash || cniW.Mode != nriW.Mode {
+		t.Fatalf("the triggers decided differently: CNI %s %s, NRI %s %s", cniW.Mode, cniW.RulesetHash, nriW.Mode, nriW.RulesetHash)
+	}
+	expectCaptured(t, n.netns(s))
+
+	// Plain: both pass it through, for the same reason.
+	viaCNI = n.cniAddFor(t, "cni-plain", plain)
+	if viaCNI.Enrolled {
+		t.Fatal("CNI ADD enrolled a pod with no sidecar")
+	}
+	s = c.runKubePod(plain)
+	if n.enrolled(s.ID) != nil {
+		t.Fatal("NRI enrolled a pod with no sidecar")
+	}
+	if a.logs.count("msg=\"passed through\"", "event=RunPodSandbox", "pod="+mesh+"/plain", viaCNI.Reason) != 1 {
+		t.Fatalf("NRI did not pass the plain pod through for the CNI's reason %q:\n%s", viaCNI.Reason, a.logs)
+	}
+
+	// Invalid annotation: both refuse.
+	if _, err := n.cniAddPod("cni-bad", n.holdNetns(), podRef(bad)); err == nil {
+		t.Fatal("CNI ADD accepted a pod with an invalid annotation")
+	}
+	if out, err := c.crictl(t.Context(), "runp", c.kubePodConfig(bad)); err == nil {
+		t.Fatalf("runp of a pod with an invalid annotation succeeded: %s", out)
+	} else if !strings.Contains(err.Error(), "10.0.0.0/33") {
+		t.Fatalf("runp failed without the policy's reason: %v", err)
+	}
+}
+
+func (n *node) cniAddFor(t *testing.T, containerID string, p *corev1.Pod) *sluicev1.AddResponse {
+	t.Helper()
+	resp, err := n.cniAddPod(containerID, n.holdNetns(), podRef(p))
+	if err != nil {
+		t.Fatalf("CNI ADD for %s/%s: %v", p.Namespace, p.Name, err)
+	}
+	return resp
+}
+
+func podRef(p *corev1.Pod) *sluicev1.PodRef {
+	return &sluicev1.PodRef{Namespace: p.Namespace, Name: p.Name, Uid: string(p.UID)}
+}
+
+// kubePodConfig is the crictl pod config the kubelet would send for p.
+func (c *containerd) kubePodConfig(p *corev1.Pod) string {
+	conf := fmt.Sprintf(`{
+  "metadata": {"name": %q, "namespace": %q, "uid": %q, "attempt": 0},
+  "hostname": %q,
+  "linux": {"cgroup_parent": %q, "security_context": {"namespace_options": {"network": 0}}}
+}`, p.Name, p.Namespace, p.UID, p.Name, c.n.cgroup)
+	path := filepath.Join(c.n.dir, "kube-"+p.Name+".json")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		c.n.t.Fatal(err)
+	}
+	return path
+}
+
+func (c *containerd) runKubePod(p *corev1.Pod) sandbox {
+	c.n.t.Helper()
+	return c.inspect(c.mustCrictl("runp", c.kubePodConfig(p)))
+}
+
+// sidecarPod is a pod as Istio's injector leaves it.
+func sidecarPod(name string, ann map[string]string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}},
+		Spec: corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{
+			{Name: "app", Image: "app"},
+			{Name: "istio-proxy", Image: "proxyv2"},
+		}},
+	}
+	for k, v := range ann {
+		p.Annotations[k] = v
+	}
+	return p
+}
+
+func createPod(t *testing.T, c kubernetes.Interface, ns string, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	got, err := c.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// A pod the policy cannot decide in time (the API server does not know
+// it: the lookup waits for the watch, then asks) fails runp within the
+// agent's budget, before containerd's request timeout would have let it
+// start uncaptured and dropped the plugin: the plugin stays connected and
+// the next pod is captured.
+func TestNRIUndecidablePodFailsClosedInBudget(t *testing.T) {
+	nstest.RequireRoot(t)
+	env := sharedAPI.Get(t)
+	kc := kubernetes.NewForConfigOrDie(env.AdminConfig())
+	n := newNode(t)
+	c := n.startContainerd(containerdOptions{})
+	n.agentInHostNetns = true
+	a := n.startAgent("--kubeconfig", env.Kubeconfig(t, agentUser), "--node-name", kubeNode)
+	mesh := "late-" + strings.TrimPrefix(filepath.Base(n.dir), "sluice-nri-")
+	if _, err := kc.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mesh}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kc.CoreV1().Namespaces().Delete(context.Background(), mesh, metav1.DeleteOptions{}) })
+
+	ghost := sidecarPod("ghost", nil)
+	ghost.Namespace, ghost.UID = mesh, "uid-not-in-the-api"
+	start := time.Now()
+	out, err := c.crictl(t.Context(), "runp", c.kubePodConfig(ghost))
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("runp of a pod the API server does not know succeeded: %s", out)
+	}
+	if !strings.Contains(err.Error(), "sluice: capture pod "+mesh+"/ghost") {
+		t.Fatalf("runp failed without the agent's reason: %v", err)
+	}
+	t.Logf("runp failed after %v", took)
+	if strings.Contains(c.logs.String(), "closing plugin 10-sluice") {
+		t.Fatalf("containerd dropped the plugin:\n%s", c.logs)
+	}
+	if got := a.logs.count("synchronized with the runtime"); got != 1 {
+		t.Fatalf("the plugin reconnected (%d connections): the event overran the runtime's timeout", got)
+	}
+	pod := createPod(t, kc, mesh, sidecarPod("known", map[string]string{
+		"traffic.sidecar.istio.io/includeOutboundIPRanges": "10.96.0.0/12",
+	}))
+	s := c.runKubePod(pod)
+	if n.enrolled(s.ID) == nil {
+		t.Fatal("the next pod was not enrolled")
+	}
+	expectCaptured(t, n.netns(s))
+}

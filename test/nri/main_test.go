@@ -1,0 +1,93 @@
+// Package nri_test runs sluice-agent as an NRI plugin of a real containerd
+// 2.x (built from the Go module proxy by hack/containerd/build.sh, cached
+// by version) in namespaces made for each test, with crictl, the project's
+// pause image and no sluice entry in any CNI config.
+package nri_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pause "github.com/sluicemesh/sluice/hack/pause/image"
+	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/internal/nodetest"
+)
+
+const pauseRef = pause.DefaultRef
+
+// shared is built once per test binary, on first use.
+var shared struct {
+	once                                   sync.Once
+	err                                    error
+	dir, agent, containerd, plugins, pause string
+}
+
+// sharedAPI is the test kube-apiserver, started by the first test that
+// needs it, with the agent's identity bound to the shipped ClusterRole.
+var sharedAPI = &kubetest.Shared{User: agentUser, RBACFile: "../../deploy/rbac/clusterrole.yaml"}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sharedAPI.Stop()
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
+
+func build(t testing.TB) {
+	t.Helper()
+	shared.once.Do(func() { shared.err = buildShared() })
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+}
+
+func buildShared() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	root, err := nodetest.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	if shared.dir, err = os.MkdirTemp("", "sluice-nri-bin-"); err != nil {
+		return err
+	}
+	shared.agent = filepath.Join(shared.dir, "sluice-agent")
+	// The plugin beside the agent, as in the image: the installer reads it.
+	for out, pkg := range map[string]string{shared.agent: "./daemon", filepath.Join(shared.dir, "sluice"): "./plugin"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-tags", "grpcnotrace", "-o", out, pkg)
+		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %w\n%s", pkg, err, b)
+		}
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "containerd", "build.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("hack/containerd/build.sh: %w", err)
+	}
+	shared.containerd = strings.TrimSpace(string(out))
+	if shared.plugins, err = nodetest.CNIPlugins(ctx); err != nil {
+		return err
+	}
+	shared.pause = filepath.Join(shared.dir, "pause.tar")
+	if err := pause.Pack(ctx, shared.pause, pauseRef); err != nil {
+		return fmt.Errorf("pack the pause image: %w", err)
+	}
+	return nil
+}
+
+func containerdBinaries(t testing.TB) string { build(t); return shared.containerd }
+func cniPlugins(t testing.TB) string         { build(t); return shared.plugins }
+func pauseArchive(t testing.TB) string       { build(t); return shared.pause }
+func agentBinary(t testing.TB) string        { build(t); return shared.agent }
+func pluginBinary(t testing.TB) string       { build(t); return filepath.Join(shared.dir, "sluice") }
