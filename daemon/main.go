@@ -115,13 +115,17 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	m.ByLabel("workloads_enrolled", "Enrolled workloads by capture mode.", "mode", store.CountByMode)
 	m.Func("counter", "drift_repairs_total", "Rulesets re-applied because the kernel drifted.", func() float64 { return float64(store.Repairs()) })
 
+	zdsDone := make(chan struct{})
 	if amb != nil {
 		m.Func("gauge", "ztunnel_connections", "ztunnel instances connected over ZDS.", func() float64 { return float64(amb.zds.Connections()) })
 		go func() {
+			defer close(zdsDone)
 			if err := amb.zds.Run(ctx); err != nil {
 				errc <- fmt.Errorf("ztunnel server: %w", err)
 			}
 		}()
+	} else {
+		close(zdsDone)
 	}
 
 	checks := &health.Checks{}
@@ -206,6 +210,13 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	}
 	drain(gs, cfg.drain)
 	stopBackground()
+	// The ZDS server unlinks its socket as Run returns; an exit that does
+	// not wait for it leaves the socket behind (seen under load).
+	select {
+	case <-zdsDone:
+	case <-time.After(5 * time.Second):
+		log.Warn("ztunnel server did not stop within 5s")
+	}
 	if leaving && amb != nil {
 		// After the drain: an ambient ADD still in flight needs the table.
 		if err := amb.uninstall(); err != nil {
