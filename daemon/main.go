@@ -33,6 +33,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/installer"
 	"github.com/sluicemesh/sluice/internal/buildinfo"
+	"github.com/sluicemesh/sluice/internal/dirlock"
 )
 
 func main() {
@@ -94,6 +95,13 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Before the journal is read: a second agent on this state dir would
+	// re-apply what the first released.
+	stateLock, err := dirlock.Acquire(cfg.stateDir, 0o700)
+	if err != nil {
+		return err
+	}
+	defer stateLock.Release()
 	store, err := workloads.Open(cfg.stateDir, opener, log.With("component", "workloads"))
 	if err != nil {
 		return err
@@ -152,12 +160,15 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	}
 	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight), Events: rec,
 		Redirection: redirection}
-	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
+	auth := rpc.NewAuthorizer(uids, log.With("component", "rpc"))
+	m.Func("counter", "rpc_refused_connections_total", "Connections to the agent socket refused at the handshake (peer uid not allowed).", func() float64 { return float64(auth.Refused()) })
+	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, auth, m.Unary, log.With("component", "rpc"))
 	lis, err := rpc.Listen(cfg.socket)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(cfg.socket)
+	defer removeIfOurs(lis, cfg.socket)
+	checks.AddLiveness("socket", lis.Ours)
 	checks.Add("grpc", socketServes(cfg.socket))
 
 	go func() { errc <- gs.Serve(lis) }()
@@ -255,5 +266,13 @@ func socketServes(socket string) health.Check {
 			return false, "socket " + socket + ": " + resp.Status.String()
 		}
 		return true, ""
+	}
+}
+
+// removeIfOurs removes the socket file on exit unless another agent's has
+// taken its place.
+func removeIfOurs(lis *rpc.Listener, path string) {
+	if ok, _ := lis.Ours(); ok {
+		os.Remove(path)
 	}
 }

@@ -37,3 +37,27 @@ func TestReadyz(t *testing.T) {
 		t.Errorf("/readyz = %d once every check passes", code)
 	}
 }
+
+// A liveness failure fails /healthz, and readiness with it.
+func TestHealthzFailsOnLiveness(t *testing.T) {
+	c := &Checks{}
+	var gone atomic.Bool
+	c.AddLiveness("socket", func() (bool, string) { return !gone.Load(), "socket file removed" })
+	srv := httptest.NewServer(Handler(c, nil))
+	defer srv.Close()
+	code := func(path string) int {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code("/healthz") != 200 || code("/readyz") != 200 {
+		t.Fatal("not healthy with the socket ours")
+	}
+	gone.Store(true)
+	if code("/healthz") != 503 || code("/readyz") != 503 {
+		t.Fatal("healthy with the socket gone")
+	}
+}

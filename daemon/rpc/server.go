@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -14,22 +15,53 @@ import (
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 )
 
-// MaxRequestBytes bounds every request; a CNI request is a few KiB.
-const MaxRequestBytes = 1 << 20
+// Bounds of the server, so a caller (allowed or not) cannot grow the agent
+// without limit. A CNI request is a few KiB and one call is one stream on
+// its own connection.
+const (
+	// MaxRequestBytes bounds every request.
+	MaxRequestBytes = 1 << 20
+	// MaxStreamsPerConn bounds concurrent calls on one connection.
+	MaxStreamsPerConn = 16
+	// maxHeaderBytes bounds one call's HTTP/2 header list.
+	maxHeaderBytes = 64 << 10
+	// windowBytes fixes the flow-control windows (no growth by BDP
+	// estimation): what a stream or connection may have buffered unread.
+	streamWindowBytes = 64 << 10
+	connWindowBytes   = 1 << 20
+	// maxConnAge (and its grace) bound how long any connection, and so a
+	// request never finished, holds the agent: longer than the plugin's
+	// longest deadline.
+	maxConnAge      = 2 * time.Minute
+	maxConnAgeGrace = 70 * time.Second
+	maxConnIdle     = time.Minute
+	handshakeWithin = 5 * time.Second
+)
 
 // NewServer builds the gRPC server with every service registered: CNI,
-// Debug, grpc.health.v1 and reflection, all behind the peer-uid check.
-// observe, when non-nil, sees every unary call after the uid check (metrics).
-func NewServer(cni *CNI, debug *Debug, auth Authorizer, observe grpc.UnaryServerInterceptor, log *slog.Logger) (*grpc.Server, *health.Server) {
-	unary := []grpc.UnaryServerInterceptor{auth.Unary, logCalls(log)}
+// Debug, grpc.health.v1 and reflection, all behind auth, which refuses a
+// disallowed peer at the handshake. observe, when non-nil, sees every
+// unary call after the uid check (metrics).
+func NewServer(cni *CNI, debug *Debug, auth *Authorizer, observe grpc.UnaryServerInterceptor, log *slog.Logger) (*grpc.Server, *health.Server) {
+	unary := []grpc.UnaryServerInterceptor{auth.unary, logCalls(log)}
 	if observe != nil {
 		unary = append(unary, observe)
 	}
 	gs := grpc.NewServer(
-		grpc.Creds(PeerCreds{}),
+		grpc.Creds(peerCreds{auth}),
+		grpc.ConnectionTimeout(handshakeWithin),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxConcurrentStreams(MaxStreamsPerConn),
+		grpc.MaxHeaderListSize(maxHeaderBytes),
+		grpc.InitialWindowSize(streamWindowBytes),
+		grpc.InitialConnWindowSize(connWindowBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     maxConnIdle,
+			MaxConnectionAge:      maxConnAge,
+			MaxConnectionAgeGrace: maxConnAgeGrace,
+		}),
 		grpc.ChainUnaryInterceptor(unary...),
-		grpc.StreamInterceptor(auth.Stream),
+		grpc.StreamInterceptor(auth.stream),
 	)
 	sluicev1.RegisterCNIServer(gs, cni)
 	sluicev1.RegisterDebugServer(gs, debug)
