@@ -190,4 +190,3 @@ func TestConnectionBound(t *testing.T) {
 		t.Fatalf("slots held: %d", len(l.(*limitListener).slots))
 	}
 }
-
