@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -13,14 +14,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
 // Bounds of the server, so a caller (allowed or not) cannot grow the agent
 // without limit. A CNI request is a few KiB and one call is one stream on
 // its own connection.
 const (
-	// MaxRequestBytes bounds every request.
-	MaxRequestBytes = 1 << 20
+	// MaxRequestBytes bounds every request (the plugin checks the same).
+	MaxRequestBytes = pluginconf.MaxRequestBytes
 	// MaxStreamsPerConn bounds concurrent calls on one connection.
 	MaxStreamsPerConn = 16
 	// maxHeaderBytes bounds one call's HTTP/2 header list.
@@ -92,9 +94,7 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 			attrs = append(attrs, "request_id", r.GetRequestId())
 		}
 		if w, ok := req.(interface{ GetWarnings() []string }); ok {
-			for _, warning := range w.GetWarnings() {
-				log.Warn("plugin warning", append(attrs[:0:0], append(attrs, "warning", warning)...)...)
-			}
+			logWarnings(log, attrs, w.GetWarnings())
 		}
 		if err != nil {
 			log.Warn("call failed", append(attrs, "err", err)...)
@@ -102,5 +102,26 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 			log.Info("call", attrs...)
 		}
 		return resp, err
+	}
+}
+
+// At most maxWarnings of a call's plugin warnings are logged, each cut to
+// maxWarningBytes, and then one line with how many more there were: a
+// config with thousands of unknown keys must not flood the agent's log.
+const (
+	maxWarnings     = 8
+	maxWarningBytes = 512
+)
+
+func logWarnings(log *slog.Logger, attrs []any, warnings []string) {
+	for i, warning := range warnings {
+		if i == maxWarnings {
+			log.Warn("plugin warnings dropped", append(slices.Clone(attrs), "dropped", len(warnings)-maxWarnings)...)
+			return
+		}
+		if len(warning) > maxWarningBytes {
+			warning = warning[:maxWarningBytes] + "…(cut)"
+		}
+		log.Warn("plugin warning", append(slices.Clone(attrs), "warning", warning)...)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -188,5 +189,28 @@ func TestConnectionBound(t *testing.T) {
 	}
 	if len(l.(*limitListener).slots) != 2 {
 		t.Fatalf("slots held: %d", len(l.(*limitListener).slots))
+	}
+}
+
+// One call's warnings cannot flood the log: a handful, then a count.
+func TestWarningsCapped(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	warnings := make([]string, 150001)
+	for i := range warnings {
+		warnings[i] = strings.Repeat("w", 4096)
+	}
+	h := logCalls(log)
+	_, err := h(context.Background(), &sluicev1.AddRequest{Warnings: warnings}, &grpc.UnaryServerInfo{FullMethod: "/x"},
+		func(context.Context, any) (any, error) { return nil, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Count(buf.String(), "\n")
+	if lines > maxWarnings+2 || !strings.Contains(buf.String(), "dropped=149993") {
+		t.Fatalf("%d log lines (%d bytes) for 150001 warnings", lines, buf.Len())
+	}
+	if buf.Len() > 64<<10 {
+		t.Fatalf("%d bytes of log for one call", buf.Len())
 	}
 }
