@@ -88,7 +88,7 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 			return err
 		}
 		pol = kube
-	} else if pol, err = staticPolicy(cfg); err != nil {
+	} else if pol, err = standalonePolicy(cfg); err != nil {
 		return err
 	}
 	opener, err := podns.NewOpener(splitList(cfg.netnsRoots), cfg.hostProc)
