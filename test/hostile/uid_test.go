@@ -12,11 +12,11 @@ import (
 
 // rssBoundKiB is what the agent may reach (VmHWM, its peak resident set)
 // while a refused uid throws half-sent near-limit streams at it.
-const rssBoundKiB = 100 << 10
+const rssBoundKiB = 64 << 10
 
 // attackAsNobody loosens the socket (the mistake the uid wall exists for)
 // and has uid 65534 open many connections, each with many streams that
-// announce a near-1 MiB request and send a quarter of it, for 3 s. Every
+// announce a near-1 MiB request and send all of it but the last byte, for 3 s. Every
 // connection must be cut at the handshake, counted and logged, and the
 // agent's peak RSS stay under rssBoundKiB.
 func attackAsNobody(t *testing.T, n *node) {
@@ -34,7 +34,7 @@ func attackAsNobody(t *testing.T, n *node) {
 	pid := n.agent.cmd.Process.Pid
 	base := vmKiB(t, pid, "VmRSS")
 	cmd := exec.Command("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-		filepath.Join(binDir, "attacker"), "-socket", n.socket, "-conns", "8", "-streams", "32", "-send", "262144", "-for", "3s")
+		filepath.Join(binDir, "attacker"), "-socket", n.socket, "-conns", "8", "-streams", "32", "-send", "1048559", "-for", "3s")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("attacker: %v\n%s", err, out)
