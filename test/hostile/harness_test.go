@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
@@ -46,29 +47,46 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for out, pkg := range map[string]string{"sluice": "./plugin", "sluice-agent": "./daemon", "attacker": "./test/hostile/attacker"} {
-			if out == "sluice-agent" && os.Getenv("HOSTILE_AGENT_SRC") != "" {
-				// To show a row failing on an older tree: the agent built
-				// from that tree's source, the rest from this one.
-				cmd := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", filepath.Join(dir, out), "./daemon")
-				cmd.Dir = os.Getenv("HOSTILE_AGENT_SRC")
-				if b, err := cmd.CombinedOutput(); err != nil {
-					fmt.Fprintf(os.Stderr, "hostile: build the agent in %s: %v\n%s", cmd.Dir, err, b)
-					return 1
-				}
-				continue
-			}
-			cmd := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", filepath.Join(dir, out), pkg)
-			cmd.Dir = "../.."
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "hostile: build %s: %v\n%s", pkg, err, b)
-				return 1
-			}
+		if err := build(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "hostile:", err)
+			return 1
 		}
 		return m.Run()
 	}()
 	os.Exit(code)
+}
+
+// build builds the plugin, the agent and the attacker in one go command
+// (in parallel, one package graph), as `make build` does (Makefile TAGS).
+// HOSTILE_AGENT_SRC=<tree> builds the agent from an older tree instead, to
+// show which rows that tree fails.
+func build(dir string) error {
+	pkgs := []string{"./plugin", "./daemon", "./test/hostile/attacker"}
+	old := os.Getenv("HOSTILE_AGENT_SRC")
+	if old != "" {
+		pkgs = []string{"./plugin", "./test/hostile/attacker"}
+	}
+	run := func(src string, pkgs ...string) error {
+		cmd := exec.Command("go", append([]string{"build", "-tags", "grpcnotrace", "-o", dir + "/"}, pkgs...)...)
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %v in %s: %v\n%s", pkgs, src, err, b)
+		}
+		return nil
+	}
+	if err := run("../..", pkgs...); err != nil {
+		return err
+	}
+	if old != "" {
+		if err := run(old, "./daemon"); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(filepath.Join(dir, "plugin"), filepath.Join(dir, "sluice")); err != nil {
+		return err
+	}
+	return os.Rename(filepath.Join(dir, "daemon"), filepath.Join(dir, "sluice-agent"))
 }
 
 // node is one agent's world: a netns playing the host (the agent runs and
@@ -81,6 +99,8 @@ type node struct {
 	socket   string
 	stateDir string
 	agent    *agent
+	// smallState runs the agent on a 64 KiB tmpfs state dir of its own.
+	smallState bool
 }
 
 func newNode(t *testing.T) *node {
@@ -120,6 +140,21 @@ func (n *node) start(ready bool, extra ...string) *agent {
 		"--exclude-namespaces", "kube-system,excluded"}, extra...)
 	a := &agent{logs: &syncBuffer{}, done: make(chan struct{})}
 	a.cmd = n.ns.Command(filepath.Join(binDir, "sluice-agent"), args...)
+	if n.smallState {
+		// The state dir is a 64 KiB tmpfs in a mount namespace of the
+		// agent's own: the test fills or remounts it through /proc/<pid>.
+		// The netns root is made a shared mount first, so pods mounted
+		// under it later reach the agent's (slave) copy.
+		if err := unix.Mount(n.root, n.root, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount(n.root, unix.MNT_DETACH) })
+		if err := unix.Mount("", n.root, "", unix.MS_SHARED, ""); err != nil {
+			t.Fatal(err)
+		}
+		a.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "slave", "--", "sh", "-c",
+			`mkdir -p "$0" && mount -t tmpfs -o size=64k,mode=0700 tmpfs "$0" && exec "$@"`, n.stateDir}, a.cmd.Args...)...)
+	}
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := a.cmd.Start(); err != nil {
 		t.Fatalf("start agent: %v", err)
