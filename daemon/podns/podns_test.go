@@ -147,7 +147,9 @@ func TestProcOnlyWhenRooted(t *testing.T) {
 	}
 }
 
-func FuzzLocate(f *testing.F) {
+// FuzzResolve: whatever locate accepts lies under a root, or is
+// /proc/<pid>/ns/net.
+func FuzzResolve(f *testing.F) {
 	for _, s := range []string{"/var/run/netns/x", "/proc/12/ns/net", "/proc/self/ns/net", "../x", "/a/../b", "/proc/0/ns/net", "/proc/012/ns/net", "/var/run/netns/", "/var/run/netnsx/y"} {
 		f.Add(s)
 	}
