@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -172,7 +171,7 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	checks.Add("grpc", socketServes(cfg.socket))
 
 	go func() { errc <- gs.Serve(lis) }()
-	hsrv := &http.Server{Addr: cfg.healthAddr, Handler: health.Handler(checks, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
+	hsrv := health.NewServer(health.Handler(checks, m.Handler()))
 	hl, err := net.Listen("tcp", cfg.healthAddr)
 	if err != nil {
 		gs.Stop()

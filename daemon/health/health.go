@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Check reports one readiness condition and, when false, why.
@@ -92,4 +93,18 @@ func Handler(c *Checks, metrics http.Handler) http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	return mux
+}
+
+// Limits of the health server. It listens on the node's network (the agent
+// is hostNetwork), so anyone who can reach the port can open connections:
+// each is bounded in header size and in how long it may sit idle or slow.
+var limits = struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes                int
+}{5 * time.Second, 10 * time.Second, 10 * time.Second, 30 * time.Second, 8 << 10}
+
+// NewServer is the HTTP server for Handler, bounded by limits.
+func NewServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: limits.readHeader, ReadTimeout: limits.read,
+		WriteTimeout: limits.write, IdleTimeout: limits.idle, MaxHeaderBytes: limits.maxHeaderBytes}
 }
