@@ -117,7 +117,16 @@ func TestOpenCannotBeRacedOutOfTheRoot(t *testing.T) {
 			unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
 		}
 	}()
-	defer func() { stop.Store(true); <-swapped }()
+	defer func() {
+		stop.Store(true)
+		<-swapped
+		// Put the directory back where nstest will unmount its pod.
+		if fi, err := os.Lstat(a); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			if err := unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE); err != nil {
+				t.Errorf("restore %s: %v", a, err)
+			}
+		}
+	}()
 	deadline := time.Now().Add(3 * time.Second)
 	for n := 0; n < 20000 && time.Now().Before(deadline); n++ {
 		h, err := o.Open(filepath.Join(a, "pod"))
