@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/sluicemesh/sluice/internal/dirlock"
 	"github.com/sluicemesh/sluice/internal/sockfile"
 )
 
@@ -28,8 +29,8 @@ func Listen(path string) (*Listener, error) {
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("socket path %q is not absolute", path)
 	}
-	if err := sockfile.OwnDir(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
+	if err := dirlock.Own(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("socket dir: %w", err)
 	}
 	l, err := sockfile.Listen("unix", path, 0o700)
 	if err != nil {

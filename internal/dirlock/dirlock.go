@@ -18,10 +18,11 @@ var ErrHeld = errors.New("held by another process")
 // Lock is a held directory lock.
 type Lock struct{ fd int }
 
-// Acquire creates dir (mode) when missing and locks it without waiting.
+// Acquire creates dir (mode) when missing, refuses it when it is not the
+// process's own (Own), and locks it without waiting.
 func Acquire(dir string, mode os.FileMode) (*Lock, error) {
-	if err := os.MkdirAll(dir, mode); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	if err := Own(dir, mode); err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
 	}
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {

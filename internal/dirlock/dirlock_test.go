@@ -3,6 +3,7 @@ package dirlock
 import (
 	"bufio"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -48,5 +49,28 @@ func TestAcquireSeesAnotherProcess(t *testing.T) {
 	}
 	if _, err := Acquire(dir, 0o700); !errors.Is(err, ErrHeld) {
 		t.Fatalf("Acquire with another process holding it = %v", err)
+	}
+}
+
+// A directory others may write to is not ours to lock: anyone could plant
+// records in it. It is refused and left as it was.
+func TestAcquireRefusesASharedDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	os.Mkdir(dir, 0o700)
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Acquire(dir, 0o700); err == nil {
+		l.Release()
+		t.Fatal("Acquire took a 0777 dir")
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o777 {
+		t.Fatalf("dir changed to %v", fi.Mode())
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	os.Symlink(t.TempDir(), link)
+	if l, err := Acquire(link, 0o700); err == nil {
+		l.Release()
+		t.Fatal("Acquire took a symlink")
 	}
 }

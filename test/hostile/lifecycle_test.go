@@ -116,3 +116,24 @@ func TestSharedSocketDirRefused(t *testing.T) {
 		t.Fatalf("shared dir is now %v (%v)", fi.Mode(), err)
 	}
 }
+
+// A state dir others may write to (where anyone could plant a journal
+// record naming a netns) is refused before anything is read from it.
+func TestSharedStateDirRefused(t *testing.T) {
+	n := newNode(t)
+	if err := os.Mkdir(n.stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(n.stateDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	a := n.start(false)
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the agent started on a shared state dir:\n%s", a.logs)
+	}
+	if a.cmd.ProcessState.Success() || !strings.Contains(a.logs.String(), "writable by group or others") {
+		t.Fatalf("agent: %v\n%s", a.cmd.ProcessState, a.logs)
+	}
+}
