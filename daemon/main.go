@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -33,6 +32,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/installer"
 	"github.com/sluicemesh/sluice/internal/buildinfo"
+	"github.com/sluicemesh/sluice/internal/dirlock"
 )
 
 func main() {
@@ -87,13 +87,20 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 			return err
 		}
 		pol = kube
-	} else if pol, err = staticPolicy(cfg); err != nil {
+	} else if pol, err = standalonePolicy(cfg); err != nil {
 		return err
 	}
 	opener, err := podns.NewOpener(splitList(cfg.netnsRoots), cfg.hostProc)
 	if err != nil {
 		return err
 	}
+	// Before the journal is read: a second agent on this state dir would
+	// re-apply what the first released.
+	stateLock, err := dirlock.Acquire(cfg.stateDir, 0o700)
+	if err != nil {
+		return err
+	}
+	defer stateLock.Release()
 	store, err := workloads.Open(cfg.stateDir, opener, log.With("component", "workloads"))
 	if err != nil {
 		return err
@@ -163,16 +170,19 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	if cfg.trigger != triggerCNI {
 		startNRI(ctx, cfg, cni, store, checks, log)
 	}
-	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
+	auth := rpc.NewAuthorizer(uids, log.With("component", "rpc"))
+	m.Func("counter", "rpc_refused_connections_total", "Connections to the agent socket refused at the handshake (peer uid not allowed).", func() float64 { return float64(auth.Refused()) })
+	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, auth, m.Unary, log.With("component", "rpc"))
 	lis, err := rpc.Listen(cfg.socket)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(cfg.socket)
+	defer removeIfOurs(lis, cfg.socket)
+	checks.AddLiveness("socket", lis.Ours)
 	checks.Add("grpc", socketServes(cfg.socket))
 
 	go func() { errc <- gs.Serve(lis) }()
-	hsrv := &http.Server{Addr: cfg.healthAddr, Handler: health.Handler(checks, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
+	hsrv := health.NewServer(health.Handler(checks, m.Handler()))
 	hl, err := net.Listen("tcp", cfg.healthAddr)
 	if err != nil {
 		gs.Stop()
@@ -273,5 +283,13 @@ func socketServes(socket string) health.Check {
 			return false, "socket " + socket + ": " + resp.Status.String()
 		}
 		return true, ""
+	}
+}
+
+// removeIfOurs removes the socket file on exit unless another agent's has
+// taken its place.
+func removeIfOurs(lis *rpc.Listener, path string) {
+	if ok, _ := lis.Ours(); ok {
+		os.Remove(path)
 	}
 }

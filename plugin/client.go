@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -11,8 +12,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
 // apiVersion is the wire contract this plugin speaks.
@@ -28,7 +31,8 @@ type agent struct {
 func dial(socket string) (*agent, error) {
 	// The socket is local and root-only; transport security would add
 	// nothing but handshake time to every pod start.
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(refuseOversize))
 	if err != nil {
 		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("sluice-agent at %s: %v", socket, err), "")
 	}
@@ -41,6 +45,10 @@ func (a *agent) Close() { a.conn.Close() }
 // the cause. Anything that may pass on retry is "try again later" (11), so
 // the runtime retries the pod instead of giving up on it.
 func (a *agent) callError(ctx context.Context, verb string, err error) *types.Error {
+	var big *oversizeError
+	if errors.As(err, &big) {
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("sluice %s: %v", verb, big), "")
+	}
 	st := status.Convert(err)
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Canceled, codes.Aborted:
@@ -50,8 +58,12 @@ func (a *agent) callError(ctx context.Context, verb string, err error) *types.Er
 				cause = fmt.Sprintf("no answer before the plugin's deadline (%s)", dl.Format("15:04:05.000"))
 			}
 		}
+		what := "is not available"
+		if st.Code() == codes.ResourceExhausted || st.Code() == codes.Aborted {
+			what = "cannot take the call now" // busy, or its state dir is full: it said which
+		}
 		return types.NewError(types.ErrTryAgainLater,
-			fmt.Sprintf("sluice %s: sluice-agent at %s is not available: %s", verb, a.socket, cause), "")
+			fmt.Sprintf("sluice %s: sluice-agent at %s %s: %s", verb, a.socket, what, cause), "")
 	case codes.InvalidArgument:
 		return types.NewError(types.ErrInvalidEnvironmentVariables,
 			fmt.Sprintf("sluice %s: refused by sluice-agent: %s", verb, st.Message()), "")
@@ -59,6 +71,25 @@ func (a *agent) callError(ctx context.Context, verb string, err error) *types.Er
 		return types.NewError(types.ErrInternal,
 			fmt.Sprintf("sluice %s: sluice-agent at %s: %s: %s", verb, a.socket, st.Code(), st.Message()), "")
 	}
+}
+
+// oversizeError is a request the agent would refuse for its size: the
+// network config or prevResult is too large. Retrying cannot help.
+type oversizeError struct{ size int }
+
+func (e *oversizeError) Error() string {
+	return fmt.Sprintf("the request to sluice-agent is %d bytes, more than its limit of %d: the network config or prevResult is too large", e.size, pluginconf.MaxRequestBytes)
+}
+
+// refuseOversize stops a request the agent's size limit would refuse before
+// it is sent.
+func refuseOversize(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if m, ok := req.(proto.Message); ok {
+		if n := proto.Size(m); n > pluginconf.MaxRequestBytes {
+			return &oversizeError{n}
+		}
+	}
+	return invoke(ctx, method, req, reply, cc, opts...)
 }
 
 // reachable reports whether an error means the agent could not be asked at

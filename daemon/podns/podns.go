@@ -2,13 +2,17 @@
 // runtime passed in CNI_NETNS, and refuses anything that is not one.
 //
 // The path comes from the caller of a root daemon, so it is hostile until
-// proven otherwise: it must lie under a configured root after resolving
-// symlinks, be an nsfs mount, and not be the daemon's own namespace (whose
-// rules would then capture the node's traffic). The checks run on the opened
-// file descriptor, so the path cannot be swapped between check and use.
+// proven otherwise. It must lie under a configured root, and is resolved
+// beneath that root on a file descriptor (openat2 RESOLVE_BENEATH), so no
+// symlink or rename of a path component can lead outside it. It is opened
+// with O_PATH, which never blocks (a FIFO put in its place cannot wedge the
+// agent), and checked on that descriptor: an nsfs file, a network namespace,
+// and not the daemon's own (whose rules would capture the node's traffic).
+// Only then is it reopened for use, through the same descriptor.
 package podns
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -73,61 +77,141 @@ func NewOpener(roots []string, hostProc string) (*Opener, error) {
 
 // Open returns a handle on the namespace at path; the caller closes it.
 func (o *Opener) Open(path string) (netns.NsHandle, error) {
-	target, err := o.resolve(path)
+	return o.OpenContext(context.Background(), path)
+}
+
+// OpenContext is Open bounded by ctx: the caller gets its answer by ctx's
+// deadline whatever the file system does (a hung mount under a root, say);
+// a handle that arrives later is closed.
+func (o *Opener) OpenContext(ctx context.Context, path string) (netns.NsHandle, error) {
+	if err := ctx.Err(); err != nil {
+		return netns.None(), fmt.Errorf("open netns %q: %w", path, err)
+	}
+	type result struct {
+		h   netns.NsHandle
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		h, err := o.open(path)
+		done <- result{h, err}
+	}()
+	select {
+	case r := <-done:
+		return r.h, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.err == nil {
+				r.h.Close()
+			}
+		}()
+		return netns.None(), fmt.Errorf("open netns %q: %w", path, ctx.Err())
+	}
+}
+
+func (o *Opener) open(path string) (netns.NsHandle, error) {
+	pfd, err := o.openPath(path)
 	if err != nil {
 		return netns.None(), err
 	}
-	fd, err := unix.Open(target, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return netns.None(), fmt.Errorf("open netns %q: %w", path, ErrNotExist)
-		}
-		return netns.None(), fmt.Errorf("open netns %q: %w", path, err)
+	defer unix.Close(pfd)
+	if err := o.verifyFile(path, pfd); err != nil {
+		return netns.None(), err
 	}
-	if err := o.verify(path, fd); err != nil {
+	// Verified nsfs, so this open cannot block; through the O_PATH
+	// descriptor it is the very file checked, whatever the path names now.
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return netns.None(), fmt.Errorf("reopen netns %q: %w", path, err)
+	}
+	if err := verifyNet(path, fd); err != nil {
 		unix.Close(fd)
 		return netns.None(), err
 	}
 	return netns.NsHandle(fd), nil
 }
 
-// resolve maps path to the file to open, enforcing the root rules.
-func (o *Opener) resolve(path string) (string, error) {
+// openPath opens path with O_PATH (never blocks, never reads), enforcing
+// the root rules.
+func (o *Opener) openPath(path string) (int, error) {
+	root, rel, err := o.locate(path)
+	if err != nil {
+		return -1, err
+	}
+	if root == "/proc" {
+		// /proc/<pid>/ns/net is a magic link to the namespace, which
+		// RESOLVE_BENEATH would refuse; the pid form already names one,
+		// and procfs has no component a caller can swap.
+		fd, err := unix.Open(filepath.Join(o.HostProc, rel), unix.O_PATH|unix.O_CLOEXEC, 0)
+		return fd, openErr(path, root, err)
+	}
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, openErr(path, root, err)
+	}
+	defer unix.Close(rfd)
+	fd, err := openBeneath(rfd, rel)
+	return fd, openErr(path, root, err)
+}
+
+func openErr(path, root string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("open netns %q: %w", path, ErrNotExist)
+	case errors.Is(err, unix.EXDEV):
+		return &RuleError{path, "resolves outside the netns root " + root}
+	case errors.Is(err, unix.ELOOP):
+		return &RuleError{path, "a symlink loop or a magic link under the netns root " + root}
+	case errors.Is(err, unix.ENOTDIR):
+		return &RuleError{path, "a path component is not a directory"}
+	}
+	var re *RuleError
+	if errors.As(err, &re) {
+		return err
+	}
+	return fmt.Errorf("open netns %q: %w", path, err)
+}
+
+// locate checks path lexically and splits it into the root it lies under
+// and the rest, relative to that root. For the /proc form, rel is
+// <pid>/ns/net.
+func (o *Opener) locate(path string) (root, rel string, err error) {
 	if path == "" {
-		return "", &RuleError{path, "empty"}
+		return "", "", &RuleError{path, "empty"}
 	}
 	if !filepath.IsAbs(path) {
-		return "", &RuleError{path, "not absolute"}
+		return "", "", &RuleError{path, "not absolute"}
 	}
 	for _, elem := range strings.Split(path, "/") {
 		if elem == ".." {
-			return "", &RuleError{path, `contains ".."`}
+			return "", "", &RuleError{path, `contains ".."`}
 		}
 	}
 	if pid, ok := procNetPath(path); ok {
 		if !o.hasRoot("/proc") {
-			return "", &RuleError{path, "/proc is not among the netns roots"}
+			return "", "", &RuleError{path, "/proc is not among the netns roots"}
 		}
-		// /proc/<pid>/ns/net is a magic link to the namespace: resolving it
-		// as a symlink would fail, and the pid form already names one.
-		return filepath.Join(o.HostProc, pid, "ns", "net"), nil
+		return "/proc", pid + "/ns/net", nil
 	}
 	if path == "/proc" || strings.HasPrefix(path, "/proc/") {
-		return "", &RuleError{path, "under /proc only /proc/<pid>/ns/net is accepted"}
+		return "", "", &RuleError{path, "under /proc only /proc/<pid>/ns/net is accepted"}
 	}
-	resolved, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("resolve netns %q: %w", path, ErrNotExist)
-		}
-		return "", &RuleError{path, fmt.Sprintf("cannot be resolved: %v", err)}
-	}
+	clean := filepath.Clean(path)
 	for _, r := range o.Roots {
-		if r != "/proc" && strings.HasPrefix(resolved, r+"/") {
-			return resolved, nil
+		if r == "/proc" {
+			continue
+		}
+		prefix := strings.TrimSuffix(r, "/") + "/"
+		if rest, ok := strings.CutPrefix(clean, prefix); ok && rest != "" && len(r) > len(root) {
+			root, rel = r, rest
 		}
 	}
-	return "", &RuleError{path, fmt.Sprintf("resolves to %q, outside the netns roots %v", resolved, o.Roots)}
+	if root == "" {
+		return "", "", &RuleError{path, fmt.Sprintf("not under the netns roots %v", o.Roots)}
+	}
+	return root, rel, nil
 }
 
 // procNetPath reports whether path is /proc/<pid>/ns/net with a numeric pid
@@ -141,7 +225,7 @@ func procNetPath(path string) (string, bool) {
 	if !ok || tail != "ns/net" {
 		return "", false
 	}
-	if n, err := strconv.ParseUint(pid, 10, 32); err != nil || n == 0 {
+	if n, err := strconv.ParseUint(pid, 10, 32); err != nil || n == 0 || strconv.FormatUint(n, 10) != pid {
 		return "", false
 	}
 	return pid, true
@@ -156,22 +240,30 @@ func (o *Opener) hasRoot(root string) bool {
 	return false
 }
 
-func (o *Opener) verify(path string, fd int) error {
+// verifyFile checks the O_PATH descriptor: an nsfs file that is not the
+// agent's own namespace. A FIFO, a socket, a device or a regular file fails
+// here, before anything could block on opening it.
+func (o *Opener) verifyFile(path string, fd int) error {
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &fs); err != nil {
 		return fmt.Errorf("statfs netns %q: %w", path, err)
-	}
-	if fs.Type != unix.NSFS_MAGIC {
-		return &RuleError{path, "not a namespace (nsfs) file"}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("stat netns %q: %w", path, err)
 	}
+	if fs.Type != unix.NSFS_MAGIC || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return &RuleError{path, fmt.Sprintf("not a namespace (nsfs) file (mode %#o)", st.Mode&unix.S_IFMT)}
+	}
 	if st.Dev == o.self.Dev && st.Ino == o.self.Ino {
 		return &RuleError{path, "is the agent's own (host) network namespace"}
 	}
-	// A mount, pid or other namespace file also lives on nsfs.
+	return nil
+}
+
+// verifyNet checks the opened namespace is a network one: a mount, pid or
+// other namespace file also lives on nsfs.
+func verifyNet(path string, fd int) error {
 	typ, err := unix.IoctlRetInt(fd, unix.NS_GET_NSTYPE)
 	if err != nil {
 		return fmt.Errorf("query namespace type of %q: %w", path, err)

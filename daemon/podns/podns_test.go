@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,9 +41,9 @@ func TestOpenAcceptsNamespacesUnderRoots(t *testing.T) {
 	}
 	h.Close()
 
-	// A symlink that stays inside the roots is fine.
+	// A relative symlink that stays inside the root is fine.
 	link := filepath.Join(root, "alias")
-	if err := os.Symlink(pod.Path, link); err != nil {
+	if err := os.Symlink("pod", link); err != nil {
 		t.Fatal(err)
 	}
 	h, err = o.Open(link)
@@ -145,25 +147,30 @@ func TestProcOnlyWhenRooted(t *testing.T) {
 	}
 }
 
+// FuzzResolve: whatever locate accepts lies under a root, or is
+// /proc/<pid>/ns/net.
 func FuzzResolve(f *testing.F) {
-	for _, s := range []string{"/var/run/netns/x", "/proc/12/ns/net", "/proc/self/ns/net", "../x", "/a/../b", "/proc/0/ns/net"} {
+	for _, s := range []string{"/var/run/netns/x", "/proc/12/ns/net", "/proc/self/ns/net", "../x", "/a/../b", "/proc/0/ns/net", "/proc/012/ns/net", "/var/run/netns/", "/var/run/netnsx/y"} {
 		f.Add(s)
 	}
 	o := &Opener{Roots: []string{"/var/run/netns", "/proc"}, HostProc: "/host/proc"}
 	f.Fuzz(func(t *testing.T, path string) {
-		target, err := o.resolve(path)
+		root, rel, err := o.locate(path)
 		if err != nil {
 			return
 		}
-		// Whatever resolves must land under a root or the host's /proc/<pid>/ns/net.
+		// Whatever is accepted lies under a root, or is /proc/<pid>/ns/net.
 		if pid, ok := procNetPath(path); ok {
-			if target != "/host/proc/"+pid+"/ns/net" {
-				t.Fatalf("resolve(%q) = %q", path, target)
+			if root != "/proc" || rel != pid+"/ns/net" {
+				t.Fatalf("locate(%q) = %q, %q", path, root, rel)
 			}
 			return
 		}
-		if !filepath.IsAbs(target) || filepath.Clean(target) != target {
-			t.Fatalf("resolve(%q) = %q, not clean", path, target)
+		if root != "/var/run/netns" || rel == "" || strings.HasPrefix(rel, "/") || slices.Contains(strings.Split(rel, "/"), "..") {
+			t.Fatalf("locate(%q) = %q, %q", path, root, rel)
+		}
+		if filepath.Join(root, rel) != filepath.Clean(path) {
+			t.Fatalf("locate(%q) = %q, %q: not the same path", path, root, rel)
 		}
 	})
 }

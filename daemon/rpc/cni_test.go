@@ -3,11 +3,13 @@ package rpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -179,5 +181,54 @@ func TestAmbientAddAnnotatesBeforeReturning(t *testing.T) {
 	}
 	if want := []string{"uid-ok=enabled", "uid-refused=pending"}; !slices.Equal(ann.got, want) {
 		t.Fatalf("annotations %v, want %v", ann.got, want)
+	}
+}
+
+// ADDs naming FIFOs (whose open would block until a writer comes) are
+// refused at once and hold no in-flight slot or lock: a valid ADD right
+// after them is served.
+func TestFIFONetnsHoldsNoSlot(t *testing.T) {
+	f := newCNIFixture(t, t.TempDir())
+	var fifos []string
+	for i := range 8 {
+		p := filepath.Join(f.root, fmt.Sprintf("fifo%d", i))
+		if err := unix.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fifos = append(fifos, p)
+	}
+	t.Cleanup(func() {
+		for _, p := range fifos { // release opens still blocked (the code before the fix)
+			if fd, err := unix.Open(p, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+				unix.Close(fd)
+			}
+		}
+	})
+	errs := make(chan error, len(fifos))
+	for i, p := range fifos {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err := f.cni.Add(ctx, &sluicev1.AddRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_2,
+				ContainerId: fmt.Sprintf("fifo%d", i), Netns: p, IfName: "eth0"})
+			errs <- err
+		}()
+	}
+	for range fifos {
+		select {
+		case err := <-errs:
+			if code(err) != codes.InvalidArgument {
+				t.Errorf("ADD into a FIFO: code %v (%v), want InvalidArgument", code(err), err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("an ADD into a FIFO never answered")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ns := nstest.NewIn(t, f.root, "valid")
+	if _, err := f.cni.Add(ctx, &sluicev1.AddRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_2,
+		ContainerId: "valid", Netns: ns.Path, IfName: "eth0"}); err != nil {
+		t.Fatalf("valid ADD after the FIFOs: %v", err)
 	}
 }

@@ -3,33 +3,67 @@ package rpc
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
-// MaxRequestBytes bounds every request; a CNI request is a few KiB.
-const MaxRequestBytes = 1 << 20
+// Bounds of the server, so a caller (allowed or not) cannot grow the agent
+// without limit. A CNI request is a few KiB and one call is one stream on
+// its own connection.
+const (
+	// MaxRequestBytes bounds every request (the plugin checks the same).
+	MaxRequestBytes = pluginconf.MaxRequestBytes
+	// MaxStreamsPerConn bounds concurrent calls on one connection.
+	MaxStreamsPerConn = 16
+	// maxHeaderBytes bounds one call's HTTP/2 header list.
+	maxHeaderBytes = 64 << 10
+	// windowBytes fixes the flow-control windows (no growth by BDP
+	// estimation): what a stream or connection may have buffered unread.
+	streamWindowBytes = 64 << 10
+	connWindowBytes   = 1 << 20
+	// maxConnAge (and its grace) bound how long any connection, and so a
+	// request never finished, holds the agent: longer than the plugin's
+	// longest deadline.
+	maxConnAge      = 2 * time.Minute
+	maxConnAgeGrace = 70 * time.Second
+	maxConnIdle     = time.Minute
+	handshakeWithin = 5 * time.Second
+)
 
 // NewServer builds the gRPC server with every service registered: CNI,
-// Debug, grpc.health.v1 and reflection, all behind the peer-uid check.
-// observe, when non-nil, sees every unary call after the uid check (metrics).
-func NewServer(cni *CNI, debug *Debug, auth Authorizer, observe grpc.UnaryServerInterceptor, log *slog.Logger) (*grpc.Server, *health.Server) {
-	unary := []grpc.UnaryServerInterceptor{auth.Unary, logCalls(log)}
+// Debug, grpc.health.v1 and reflection, all behind auth, which refuses a
+// disallowed peer at the handshake. observe, when non-nil, sees every
+// unary call after the uid check (metrics).
+func NewServer(cni *CNI, debug *Debug, auth *Authorizer, observe grpc.UnaryServerInterceptor, log *slog.Logger) (*grpc.Server, *health.Server) {
+	unary := []grpc.UnaryServerInterceptor{auth.unary, logCalls(log)}
 	if observe != nil {
 		unary = append(unary, observe)
 	}
 	gs := grpc.NewServer(
-		grpc.Creds(PeerCreds{}),
+		grpc.Creds(peerCreds{auth}),
+		grpc.ConnectionTimeout(handshakeWithin),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxConcurrentStreams(MaxStreamsPerConn),
+		grpc.MaxHeaderListSize(maxHeaderBytes),
+		grpc.InitialWindowSize(streamWindowBytes),
+		grpc.InitialConnWindowSize(connWindowBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     maxConnIdle,
+			MaxConnectionAge:      maxConnAge,
+			MaxConnectionAgeGrace: maxConnAgeGrace,
+		}),
 		grpc.ChainUnaryInterceptor(unary...),
-		grpc.StreamInterceptor(auth.Stream),
+		grpc.StreamInterceptor(auth.stream),
 	)
 	sluicev1.RegisterCNIServer(gs, cni)
 	sluicev1.RegisterDebugServer(gs, debug)
@@ -60,9 +94,7 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 			attrs = append(attrs, "request_id", r.GetRequestId())
 		}
 		if w, ok := req.(interface{ GetWarnings() []string }); ok {
-			for _, warning := range w.GetWarnings() {
-				log.Warn("plugin warning", append(attrs[:0:0], append(attrs, "warning", warning)...)...)
-			}
+			logWarnings(log, attrs, w.GetWarnings())
 		}
 		if err != nil {
 			log.Warn("call failed", append(attrs, "err", err)...)
@@ -70,5 +102,26 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 			log.Info("call", attrs...)
 		}
 		return resp, err
+	}
+}
+
+// At most maxWarnings of a call's plugin warnings are logged, each cut to
+// maxWarningBytes, and then one line with how many more there were: a
+// config with thousands of unknown keys must not flood the agent's log.
+const (
+	maxWarnings     = 8
+	maxWarningBytes = 512
+)
+
+func logWarnings(log *slog.Logger, attrs []any, warnings []string) {
+	for i, warning := range warnings {
+		if i == maxWarnings {
+			log.Warn("plugin warnings dropped", append(slices.Clone(attrs), "dropped", len(warnings)-maxWarnings)...)
+			return
+		}
+		if len(warning) > maxWarningBytes {
+			warning = warning[:maxWarningBytes] + "…(cut)"
+		}
+		log.Warn("plugin warning", append(slices.Clone(attrs), "warning", warning)...)
 	}
 }

@@ -22,14 +22,19 @@ func checkAPIVersion(v sluicev1.ApiVersion) error {
 	return nil
 }
 
+// maxContainerID keeps the journal's file names within the file-name limit
+// (255 bytes): <id>:<if_name, up to 15>.json, and .corrupt appended when a
+// record is moved aside. Runtimes use 64 hex digits.
+const maxContainerID = 255 - len(":") - 15 - len(".json") - len(".corrupt")
+
 // checkContainerID applies the CNI spec: alphanumerics, '_', '.', '-',
 // starting with an alphanumeric. It also keeps journal file names safe.
 func checkContainerID(id string) error {
 	if id == "" {
 		return fmt.Errorf("container_id is empty")
 	}
-	if len(id) > 256 {
-		return fmt.Errorf("container_id is %d bytes, longer than 256", len(id))
+	if len(id) > maxContainerID {
+		return fmt.Errorf("container_id is %d bytes, longer than %d", len(id), maxContainerID)
 	}
 	for i, c := range id {
 		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'

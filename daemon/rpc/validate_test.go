@@ -22,6 +22,10 @@ func TestCheckAttachment(t *testing.T) {
 		{"a:b", "eth0", false},
 		{"a b", "eth0", false},
 		{strings.Repeat("a", 257), "eth0", false},
+		{strings.Repeat("a", 226), "0123456789abcde", true},
+		{strings.Repeat("a", 227), "eth0", false},
+		{strings.Repeat("a", 246), "eth0", false},
+		{strings.Repeat("a", 256), "eth0", false},
 		{"ok", "", false},
 		{"ok", ".", false},
 		{"ok", "..", false},
@@ -61,6 +65,9 @@ func FuzzCheckAttachment(f *testing.F) {
 		a, err := checkAttachment(id, ifName)
 		if err != nil {
 			return
+		}
+		if n := len(a.ContainerID + ":" + a.IfName + ".json.corrupt"); n > 255 {
+			t.Fatalf("accepted %q/%q: a journal file name of %d bytes", id, ifName, n)
 		}
 		for _, s := range []string{a.ContainerID, a.IfName} {
 			if strings.ContainsAny(s, "/:\x00") || s == "." || s == ".." || s == "" {

@@ -134,12 +134,14 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	if err != nil {
 		return fmt.Errorf("build ruleset for %s: %w", r.Attachment, err)
 	}
-	defer s.lock(r.Attachment)()
-	ns, err := s.opener.Open(r.Netns)
+	// Opened before the lock, within the call's deadline: nothing
+	// unbounded runs while a stripe is held.
+	ns, err := s.opener.OpenContext(ctx, r.Netns)
 	if err != nil {
 		return err
 	}
 	defer ns.Close()
+	defer s.lock(r.Attachment)()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("enroll %s: %w", r.Attachment, err)
 	}
@@ -246,7 +248,7 @@ func (s *Store) Check(ctx context.Context, a Attachment, netnsPath string, spec 
 	} else if r.Netns != netnsPath {
 		drift = append(drift, fmt.Sprintf("enrolled in netns %s, runtime says %s", r.Netns, netnsPath))
 	}
-	ns, err := s.opener.Open(netnsPath)
+	ns, err := s.opener.OpenContext(ctx, netnsPath)
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,11 @@ const (
 	// sooner than that the runtime should learn the agent is not answering
 	// and retry the pod.
 	MaxTimeout = 60 * time.Second
+	// MaxRequestBytes bounds one request from plugin to agent: a CNI
+	// request is a few KiB. The agent refuses more; the plugin does not
+	// send more, and says why (a config or prevResult that large is
+	// invalid, not worth a retry).
+	MaxRequestBytes = 1 << 20
 	// DefaultLogLevel is the plugin's stderr level when the entry sets none.
 	DefaultLogLevel = slog.LevelWarn
 	// maxSocketPath is sun_path (108 bytes) less its terminating NUL: a

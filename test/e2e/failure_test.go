@@ -82,7 +82,9 @@ func TestAgentHungAddTimesOut(t *testing.T) {
 }
 
 // Only root (or --allowed-uids) may call. The socket's mode already keeps
-// others out; loosen it to prove the SO_PEERCRED check holds on its own.
+// others out; loosen it to prove the SO_PEERCRED check holds on its own. It
+// runs at the handshake, so the refused caller's connection is closed
+// before any call exists: it sees Unavailable, not a gRPC answer.
 func TestNonRootCallerDenied(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
@@ -91,8 +93,11 @@ func TestNonRootCallerDenied(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := runAsNobody(t, n.socket); got != codes.PermissionDenied.String() {
-		t.Fatalf("uid 65534 got %q, want PermissionDenied", got)
+	if got := runAsNobody(t, n.socket); got != codes.Unavailable.String() {
+		t.Fatalf("uid 65534 got %q, want Unavailable (cut at the handshake)", got)
+	}
+	if !strings.Contains(n.agent.logs.String(), "refused a connection on the agent socket") {
+		t.Fatal("the refusal was not logged")
 	}
 	if got := runAsRoot(t, n.socket); got != codes.OK.String() {
 		t.Fatalf("root got %q, want OK", got)

@@ -234,7 +234,9 @@ func TestStateDirFullOrReadOnly(t *testing.T) {
 	if err := os.MkdirAll(n.stateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("tmpfs", n.stateDir, "tmpfs", 0, "size=64k"); err != nil {
+	// mode=0700: the agent refuses a state dir others may write to (a
+	// tmpfs root is 1777 by default).
+	if err := unix.Mount("tmpfs", n.stateDir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Unmount(n.stateDir, unix.MNT_DETACH) })

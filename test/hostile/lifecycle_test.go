@@ -1,0 +1,139 @@
+package hostile
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+// A journal record whose netns path became a FIFO (the pod's mount gone,
+// a FIFO in its place) must not stop a restarted agent from serving.
+func TestJournalPointingAtAFIFO(t *testing.T) {
+	n := newNode(t)
+	a := n.start(true)
+	pod := nstest.NewIn(t, n.root, "doomed")
+	if e, _ := n.run(call{verb: "ADD", id: "doomed", netns: pod.Path}); e != nil {
+		t.Fatal(e)
+	}
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+	if err := unix.Unmount(pod.Path, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(pod.Path)
+	if err := unix.Mkfifo(pod.Path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if fd, err := unix.Open(pod.Path, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			unix.Close(fd)
+		}
+	})
+	n.start(true) // fails the test if not ready within its deadline
+	victim := nstest.NewIn(t, n.root, "victim")
+	n.stillServes(t, victim, "")
+}
+
+// A second agent on a state dir in use refuses to start, before it reads
+// the journal; the first keeps serving and the victim keeps its ruleset.
+func TestSecondAgentOnTheStateDir(t *testing.T) {
+	n := newNode(t)
+	n.start(true)
+	victim := nstest.NewIn(t, n.root, "victim")
+	if e, _ := n.run(call{verb: "ADD", id: "victim", netns: victim.Path}); e != nil {
+		t.Fatal(e)
+	}
+	before := ruleset(t, victim)
+	first := n.agent
+	second := *n
+	second.socket = filepath.Join(filepath.Dir(n.socket), "second.sock")
+	b := second.start(false, "--health-addr", "127.0.0.1:9891")
+	select {
+	case <-b.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a second agent on the same state dir kept running:\n%s", b.logs)
+	}
+	if b.cmd.ProcessState.Success() || !strings.Contains(b.logs.String(), "held by another process") {
+		t.Fatalf("second agent: %v\n%s", b.cmd.ProcessState, b.logs)
+	}
+	if strings.Contains(b.logs.String(), "msg=serving") {
+		t.Fatal("the second agent served")
+	}
+	n.agent = first
+	n.stillServes(t, victim, before)
+}
+
+// An agent whose socket file is gone (nobody can reach it) fails its
+// liveness probe, so the kubelet restarts it.
+func TestSocketRemovedFailsLiveness(t *testing.T) {
+	n := newNode(t)
+	n.start(true)
+	if code, body := n.get("/healthz"); code != 200 {
+		t.Fatalf("/healthz %d %s", code, body)
+	}
+	if err := os.Remove(n.socket); err != nil {
+		t.Fatal(err)
+	}
+	nstest.Eventually(t, 5*time.Second, func() bool {
+		code, _ := n.get("/healthz")
+		return code == 503
+	}, "/healthz stayed green with the socket removed")
+	_, body := n.get("/healthz")
+	if !strings.Contains(body, "not ours any more") {
+		t.Fatalf("/healthz says %q", body)
+	}
+}
+
+// A socket path in a shared directory is refused, and the directory is
+// left exactly as it was.
+func TestSharedSocketDirRefused(t *testing.T) {
+	n := newNode(t)
+	shared := filepath.Dir(n.socket)
+	if err := os.Mkdir(shared, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	a := n.start(false)
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the agent started on a shared socket dir:\n%s", a.logs)
+	}
+	if a.cmd.ProcessState.Success() || !strings.Contains(a.logs.String(), "writable by group or others") {
+		t.Fatalf("agent: %v\n%s", a.cmd.ProcessState, a.logs)
+	}
+	fi, err := os.Stat(shared)
+	if err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+		t.Fatalf("shared dir is now %v (%v)", fi.Mode(), err)
+	}
+}
+
+// A state dir others may write to (where anyone could plant a journal
+// record naming a netns) is refused before anything is read from it.
+func TestSharedStateDirRefused(t *testing.T) {
+	n := newNode(t)
+	if err := os.Mkdir(n.stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(n.stateDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	a := n.start(false)
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the agent started on a shared state dir:\n%s", a.logs)
+	}
+	if a.cmd.ProcessState.Success() || !strings.Contains(a.logs.String(), "writable by group or others") {
+		t.Fatalf("agent: %v\n%s", a.cmd.ProcessState, a.logs)
+	}
+}
