@@ -19,10 +19,11 @@ type ambientNode struct {
 	zds  *ztunnel.Server
 }
 
-// newAmbient prepares the host side and the ZDS socket. It runs after the
-// journal is loaded and before the ZDS server serves: ztunnel drops every
-// workload its first snapshot leaves out.
-func newAmbient(cfg *config, opener *podns.Opener, store *workloads.Store, log *slog.Logger) (*ambientNode, error) {
+// newAmbient prepares the host side and the ZDS socket. snapshot lists the
+// store's ambient pods; it is read only once the ZDS server serves, after
+// the journal is loaded: ztunnel drops every workload its first snapshot
+// leaves out.
+func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Workload, log *slog.Logger) (*ambientNode, error) {
 	path := cfg.hostNetns
 	if path == "" {
 		// Nothing has moved a thread yet, so /proc/self is still ours.
@@ -38,7 +39,7 @@ func newAmbient(cfg *config, opener *podns.Opener, store *workloads.Store, log *
 	}
 	zds, err := ztunnel.New(ztunnel.Config{
 		Path:     cfg.ztunnelSocket,
-		Snapshot: store.ZtunnelSnapshot,
+		Snapshot: snapshot,
 		Open:     opener.Open,
 		Logger:   log.With("component", "ztunnel"),
 	})
@@ -46,8 +47,15 @@ func newAmbient(cfg *config, opener *podns.Opener, store *workloads.Store, log *
 		host.Close()
 		return nil, err
 	}
-	store.Ambient = &workloads.Ambient{Ztunnel: zds, Host: host}
 	return &ambientNode{host: host, zds: zds}, nil
+}
+
+// workloads is what the store needs of the ambient node.
+func (a *ambientNode) workloads() *workloads.Ambient {
+	if a == nil {
+		return nil
+	}
+	return &workloads.Ambient{Ztunnel: a.zds, Host: a.host}
 }
 
 // uninstall removes the host side; only on an uninstall exit, never on an

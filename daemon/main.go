@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/daemon/events"
@@ -31,6 +32,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/rpc"
 	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/installer"
 	"github.com/sluicemesh/sluice/internal/buildinfo"
 )
@@ -94,26 +96,35 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	store, err := workloads.Open(cfg.stateDir, opener, log.With("component", "workloads"))
-	if err != nil {
-		return err
+	m := metrics.New()
+	var client kubernetes.Interface
+	var rec *events.Recorder // nil records nothing (standalone)
+	if kube != nil {
+		if client, rec, err = newEvents(cfg, rc, log); err != nil {
+			return err
+		}
+		defer flushEvents(rec)
 	}
+	var store *workloads.Store
 	var amb *ambientNode
 	if cfg.ambient {
-		if amb, err = newAmbient(cfg, opener, store, log); err != nil {
+		// ZDS reads the store only once it serves, after the Open below.
+		snapshot := func() []ztunnel.Workload { return store.ZtunnelSnapshot() }
+		if amb, err = newAmbient(cfg, opener, snapshot, log); err != nil {
 			return err
 		}
 	}
-	// Repair before serving: pods enrolled before a restart keep capture.
+	if store, err = openStore(cfg, opener, amb, m, rec, log); err != nil {
+		return err
+	}
+	// Reassert before serving: pods enrolled before a restart keep capture.
 	if err := store.Reconcile(ctx); err != nil {
 		log.Warn("reconcile at start left errors", "err", err)
 	}
 
 	errc := make(chan error, 4)
-	m := metrics.New()
-	store.OnApply = func(d time.Duration) { m.ApplySeconds.Observe(d.Seconds()) }
 	m.ByLabel("workloads_enrolled", "Enrolled workloads by capture mode.", "mode", store.CountByMode)
-	m.Func("counter", "drift_repairs_total", "Rulesets re-applied because the kernel drifted.", func() float64 { return float64(store.Repairs()) })
+	m.Func("counter", "drift_repairs_total", "Rulesets re-applied because the kernel drifted.", func() float64 { return float64(store.Reasserts()) })
 
 	if amb != nil {
 		m.Func("gauge", "ztunnel_connections", "ztunnel instances connected over ZDS.", func() float64 { return float64(amb.zds.Connections()) })
@@ -125,7 +136,6 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	}
 
 	checks := &health.Checks{}
-	var rec *events.Recorder // nil records nothing (standalone)
 	var redirection *repair.Redirection
 	if kube != nil {
 		go kube.Run(ctx)
@@ -136,10 +146,9 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 			}
 			return 0
 		})
-		if rec, redirection, err = startRepair(ctx, cfg, rc, kube, store, m, log); err != nil {
+		if redirection, err = startRepair(ctx, cfg, client, rec, kube, store, m, log); err != nil {
 			return err
 		}
-		defer flushEvents(rec)
 	}
 	var inst *installer.Installer
 	if cfg.install {
