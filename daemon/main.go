@@ -124,7 +124,7 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 
 	errc := make(chan error, 4)
 	m.ByLabel("workloads_enrolled", "Enrolled workloads by capture mode.", "mode", store.CountByMode)
-	m.Func("counter", "drift_repairs_total", "Rulesets re-applied because the kernel drifted.", func() float64 { return float64(store.Reasserts()) })
+	m.Func("counter", "ruleset_reasserts_total", "Rulesets reasserted (re-applied) because the kernel drifted.", func() float64 { return float64(store.Reasserts()) })
 
 	if amb != nil {
 		m.Func("gauge", "ztunnel_connections", "ztunnel instances connected over ZDS.", func() float64 { return float64(amb.zds.Connections()) })

@@ -7,7 +7,6 @@ import (
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/podns"
-	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 )
@@ -23,7 +22,7 @@ func openStore(cfg *config, opener *podns.Opener, amb *ambientNode, m *metrics.M
 		Log:     log.With("component", "workloads"),
 		OnApply: func(d time.Duration) { m.ApplySeconds.Observe(d.Seconds()) },
 		OnReassert: func(r workloads.Record, drift []string) {
-			rec.RulesetRepaired(policy.Pod{Namespace: r.PodNamespace, Name: r.PodName, UID: r.PodUID}, drift)
+			rec.RulesetReasserted(events.PodRef{Namespace: r.PodNamespace, Name: r.PodName, UID: r.PodUID}, drift)
 		},
 		Ambient: amb.workloads(),
 	})

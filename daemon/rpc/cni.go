@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
@@ -170,7 +171,7 @@ func (s *CNI) GC(ctx context.Context, req *sluicev1.GCRequest) (*sluicev1.GCResp
 
 func (s *CNI) captureFailed(pod policy.Pod, err error) {
 	if s.Events != nil {
-		s.Events.CaptureFailed(pod, err)
+		s.Events.CaptureFailed(events.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, err)
 	}
 }
 

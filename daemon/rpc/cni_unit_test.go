@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
@@ -35,7 +36,7 @@ type sinkEvents struct {
 	got []string
 }
 
-func (s *sinkEvents) CaptureFailed(pod policy.Pod, err error) {
+func (s *sinkEvents) CaptureFailed(pod events.PodRef, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got = append(s.got, pod.Name)

@@ -3,7 +3,7 @@ package rpc
 import (
 	"context"
 
-	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 )
@@ -29,7 +29,7 @@ type Inventory interface {
 
 // EventSink records Events on pods (events.Recorder).
 type EventSink interface {
-	CaptureFailed(pod policy.Pod, err error)
+	CaptureFailed(pod events.PodRef, err error)
 }
 
 var (

@@ -60,10 +60,13 @@ func (s *Store) reconcileOne(r Record) error {
 			return fmt.Errorf("reconcile %s: host probe table: %w", r.Attachment, err)
 		}
 	}
-	return s.repair(ns, r)
+	return s.reassert(ns, r)
 }
 
-func (s *Store) repair(ns netns.NsHandle, r Record) error {
+// reassert re-applies r's ruleset when the kernel no longer holds it
+// exactly ("reassert", as kube-proxy re-asserts its chains; "repair" is
+// the repair package's word, for pods running uncaptured).
+func (s *Store) reassert(ns netns.NsHandle, r Record) error {
 	rs, err := redirect.Build(r.Spec)
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
@@ -77,7 +80,7 @@ func (s *Store) repair(ns netns.NsHandle, r Record) error {
 	}
 	s.log.Warn("ruleset drifted; re-applying", "attachment", r.Attachment.String(), "drift", drift)
 	if err := s.apply(ns, rs); err != nil {
-		return fmt.Errorf("repair %s: %w", r.Attachment, err)
+		return fmt.Errorf("reassert %s: %w", r.Attachment, err)
 	}
 	s.reasserts.Add(1)
 	if s.onReassert != nil {

@@ -101,7 +101,7 @@ func TestGCKeepsValidOnly(t *testing.T) {
 	}
 }
 
-func TestReconcileRepairsAndDrops(t *testing.T) {
+func TestReconcileReassertsAndDrops(t *testing.T) {
 	f := newFixture(t)
 	flushed, _ := f.enroll(t, "flushed")
 	gone, _ := f.enroll(t, "gone")
@@ -120,7 +120,7 @@ func TestReconcileRepairsAndDrops(t *testing.T) {
 		t.Fatalf("after reconcile: %+v", got)
 	}
 	if d, err := s.Verify(s.List()[0]); err != nil || len(d) != 0 {
-		t.Fatalf("flushed netns not repaired: %v %v", d, err)
+		t.Fatalf("flushed netns not reasserted: %v %v", d, err)
 	}
 }
 
