@@ -59,7 +59,16 @@ func BuildHost(cfg HostConfig) (*Ruleset, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("invalid host config: %w", errors.Join(errs...))
 	}
-	b := &builder{sets: []nft.Set{{Name: setHostPodsV4, Type: nft.SetIPv4Addrs}, {Name: setHostPodsV6, Type: nft.SetIPv6Addrs}}}
+	t := &nft.Table{Name: HostTableName,
+		Sets:   []nft.Set{{Name: setHostPodsV4, Type: nft.SetIPv4Addrs}, {Name: setHostPodsV6, Type: nft.SetIPv6Addrs}},
+		Chains: []nft.Chain{hostPostrouting(cfg)}}
+	// No policy routes, no addresses: the table is all there is.
+	return &Ruleset{table: t, text: t.Render()}, nil
+}
+
+// hostPostrouting SNATs locally sent TCP to an enrolled pod to the probe
+// address of its family.
+func hostPostrouting(cfg HostConfig) nft.Chain {
 	c := nft.NATChain(chainHostPostrouting, nft.HookPostrouting)
 	for _, x := range []struct {
 		on   bool
@@ -75,8 +84,7 @@ func BuildHost(cfg HostConfig) (*Ruleset, error) {
 			})
 		}
 	}
-	b.chains = []nft.Chain{c}
-	return b.ruleset(HostTableName), nil
+	return c
 }
 
 // hostSet is the set a pod address belongs in.

@@ -10,6 +10,10 @@ import (
 // ifNameMax is IFNAMSIZ less the terminating NUL.
 const ifNameMax = 15
 
+// Validate reports whether Build would accept s, without building it:
+// the check policy runs on every Spec it hands out.
+func (s Spec) Validate() error { return validate(s) }
+
 // validate rejects a Spec that cannot become a correct ruleset, naming the
 // field at fault. It reports every problem at once so an operator fixes a
 // bad annotation set in one round.
