@@ -50,12 +50,7 @@ func BuildHost(cfg HostConfig) (*Ruleset, error) {
 	if !cfg.IPv4 && !cfg.IPv6 {
 		errs = append(errs, errors.New("neither IPv4 nor IPv6 is enabled"))
 	}
-	if cfg.IPv4 && !cfg.ProbeSNATIPv4.Is4() {
-		errs = append(errs, fmt.Errorf("ProbeSNATIPv4 %v is not an IPv4 address", cfg.ProbeSNATIPv4))
-	}
-	if cfg.IPv6 && (!cfg.ProbeSNATIPv6.Is6() || cfg.ProbeSNATIPv6.Is4In6()) {
-		errs = append(errs, fmt.Errorf("ProbeSNATIPv6 %v is not an IPv6 address", cfg.ProbeSNATIPv6))
-	}
+	errs = append(errs, probeAddrErrors(cfg.IPv4, cfg.ProbeSNATIPv4, cfg.IPv6, cfg.ProbeSNATIPv6)...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("invalid host config: %w", errors.Join(errs...))
 	}

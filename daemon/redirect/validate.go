@@ -146,6 +146,19 @@ func validateRouting(s Spec) []error {
 	return errs
 }
 
+// probeAddrErrors checks the probe SNAT addresses of the families in use,
+// for the pod ruleset and the host table alike: each must be of its family.
+func probeAddrErrors(ipv4 bool, v4 netip.Addr, ipv6 bool, v6 netip.Addr) []error {
+	var errs []error
+	if ipv4 && !v4.Is4() {
+		errs = append(errs, fmt.Errorf("ProbeSNATIPv4 %v is not an IPv4 address", v4))
+	}
+	if ipv6 && !isIPv6(v6) {
+		errs = append(errs, fmt.Errorf("ProbeSNATIPv6 %v is not an IPv6 address", v6))
+	}
+	return errs
+}
+
 // validateAmbient checks the ambient fields, and that no sidecar-only list
 // is set: ambient has no place for it, and ignoring it silently would hide
 // a policy mistake.
@@ -157,12 +170,7 @@ func validateAmbient(s Spec) []error {
 	} else if s.RouteMark&s.ZtunnelMarkMask == s.ZtunnelMark {
 		bad("RouteMark %#x matches ZtunnelMark %#x/%#x: ztunnel's traffic and the route mark must differ", s.RouteMark, s.ZtunnelMark, s.ZtunnelMarkMask)
 	}
-	if s.IPv4 && !s.ProbeSNATIPv4.Is4() {
-		bad("ProbeSNATIPv4 %v is not an IPv4 address", s.ProbeSNATIPv4)
-	}
-	if s.IPv6 && !isIPv6(s.ProbeSNATIPv6) {
-		bad("ProbeSNATIPv6 %v is not an IPv6 address", s.ProbeSNATIPv6)
-	}
+	errs = append(errs, probeAddrErrors(s.IPv4, s.ProbeSNATIPv4, s.IPv6, s.ProbeSNATIPv6)...)
 	for _, f := range []struct {
 		name string
 		set  bool

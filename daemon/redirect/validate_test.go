@@ -1,6 +1,10 @@
 package redirect
 
-import "testing"
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
 
 // Validate is Build's own check: it accepts what Build accepts and
 // refuses with the same error what Build refuses.
@@ -17,5 +21,31 @@ func TestValidateAgreesWithBuild(t *testing.T) {
 	_, berr := Build(bad)
 	if verr == nil || berr == nil || verr.Error() != berr.Error() {
 		t.Fatalf("Validate: %v; Build: %v; want the same error from both", verr, berr)
+	}
+}
+
+// The probe addresses are checked by one rule for the pod ruleset and the
+// host table: the same wrong address is refused by both, in the same words.
+func TestProbeAddressesOneRule(t *testing.T) {
+	v4 := DefaultProbeSNATIPv4
+	for _, tc := range []struct {
+		name     string
+		spec     func(*Spec)
+		host     func(*HostConfig)
+		complain string
+	}{
+		{"v6 in the v4 slot", func(s *Spec) { s.ProbeSNATIPv4 = DefaultProbeSNATIPv6 }, func(c *HostConfig) { c.ProbeSNATIPv4 = DefaultProbeSNATIPv6 }, "ProbeSNATIPv4"},
+		{"v4 in the v6 slot", func(s *Spec) { s.ProbeSNATIPv6 = v4 }, func(c *HostConfig) { c.ProbeSNATIPv6 = v4 }, "ProbeSNATIPv6"},
+		{"v4-mapped in the v6 slot", func(s *Spec) { s.ProbeSNATIPv6 = netip.AddrFrom16(v4.As16()) }, func(c *HostConfig) { c.ProbeSNATIPv6 = netip.AddrFrom16(v4.As16()) }, "ProbeSNATIPv6"},
+	} {
+		s := DefaultAmbientSpec()
+		tc.spec(&s)
+		cfg := DefaultHostConfig()
+		tc.host(&cfg)
+		serr := s.Validate()
+		_, herr := BuildHost(cfg)
+		if serr == nil || herr == nil || !strings.Contains(serr.Error(), tc.complain) || !strings.Contains(herr.Error(), tc.complain) {
+			t.Errorf("%s: spec %v; host %v", tc.name, serr, herr)
+		}
 	}
 }
