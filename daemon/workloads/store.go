@@ -147,13 +147,7 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	delete(s.released, r.Attachment)
 	s.mu.Unlock()
 	unlockNS()
-	if prev != nil && !sameNetns(prev, &r) {
-		s.log.Info("attachment moved to another netns; releasing the old one", "attachment", r.Attachment.String(),
-			"from", prev.Netns, "to", r.Netns)
-		if err := s.letGo(ctx, prev); err != nil {
-			s.log.Error("releasing the netns an attachment left", "attachment", r.Attachment.String(), "netns", prev.Netns, "err", err)
-		}
-	}
+	s.releaseLeft(ctx, prev, &r)
 	if !isAmbient(&r) {
 		return nil
 	}
@@ -169,6 +163,19 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 		return err
 	}
 	return nil
+}
+
+// releaseLeft lets go of the netns a re-enrolled attachment moved out of:
+// its table goes unless another attachment still owns it there.
+func (s *Store) releaseLeft(ctx context.Context, prev, r *Record) {
+	if prev == nil || sameNetns(prev, r) {
+		return
+	}
+	s.log.Info("attachment moved to another netns; releasing the old one", "attachment", r.Attachment.String(),
+		"from", prev.Netns, "to", r.Netns)
+	if err := s.letGo(ctx, prev); err != nil {
+		s.log.Error("releasing the netns an attachment left", "attachment", r.Attachment.String(), "netns", prev.Netns, "err", err)
+	}
 }
 
 func (s *Store) apply(ns netns.NsHandle, rs *redirect.Ruleset) error {
