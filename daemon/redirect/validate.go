@@ -48,6 +48,19 @@ func validate(s Spec) error {
 	if !s.IPv4 && !s.IPv6 {
 		bad("neither IPv4 nor IPv6 is enabled: nothing to capture")
 	}
+	errs = append(errs, validatePorts(s)...)
+	errs = append(errs, validateAddrs(s)...)
+	errs = append(errs, validateInterfaces(s)...)
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid redirect spec: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// validatePorts checks the listener ports and the port lists: 0 is no port.
+func validatePorts(s Spec) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	for _, p := range []struct {
 		name string
 		port uint16
@@ -75,6 +88,14 @@ func validate(s Spec) error {
 			}
 		}
 	}
+	return errs
+}
+
+// validateAddrs checks the passthrough addresses and the CIDR lists
+// against the families captured.
+func validateAddrs(s Spec) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if s.Mode == ModeSidecar {
 		if s.IPv4 && !s.InboundPassthroughIPv4.Is4() {
 			bad("InboundPassthroughIPv4 %v is not an IPv4 address", s.InboundPassthroughIPv4)
@@ -100,6 +121,13 @@ func validate(s Spec) error {
 			}
 		}
 	}
+	return errs
+}
+
+// validateInterfaces checks the excluded interface names.
+func validateInterfaces(s Spec) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	for _, name := range s.ExcludeInterfaces {
 		switch {
 		case name == "":
@@ -112,10 +140,7 @@ func validate(s Spec) error {
 			bad("ExcludeInterfaces: %q is not a valid interface name", name)
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("invalid redirect spec: %w", errors.Join(errs...))
-	}
-	return nil
+	return errs
 }
 
 func isIPv6(a netip.Addr) bool { return a.Is6() && !a.Is4In6() }
