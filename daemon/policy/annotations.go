@@ -249,8 +249,8 @@ func parseInterfaces(v string) ([]string, error) {
 		return nil, err
 	}
 	for _, n := range names {
-		if len(n) > 15 || n == "." || n == ".." || strings.ContainsAny(n, "/\"\\ \t\n\x00") {
-			return nil, fmt.Errorf("%q is not an interface name", n)
+		if err := redirect.CheckInterfaceName(n); err != nil {
+			return nil, fmt.Errorf("%q is not an interface name: %w", n, err)
 		}
 	}
 	slices.Sort(names)

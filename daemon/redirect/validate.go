@@ -124,23 +124,36 @@ func validateAddrs(s Spec) []error {
 	return errs
 }
 
-// validateInterfaces checks the excluded interface names.
+// validateInterfaces checks the excluded and rerouted interface names.
 func validateInterfaces(s Spec) []error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	for _, name := range s.ExcludeInterfaces {
-		switch {
-		case name == "":
-			bad("ExcludeInterfaces contains an empty name")
-		case len(name) > ifNameMax:
-			bad("ExcludeInterfaces: %q is longer than %d bytes", name, ifNameMax)
-		case strings.ContainsAny(name, "/\"\\ \t\n\x00"):
-			// The kernel refuses '/' and whitespace; a quote or backslash
-			// would not survive the nft text rendering.
-			bad("ExcludeInterfaces: %q is not a valid interface name", name)
+	for _, l := range []struct {
+		name  string
+		names []string
+	}{{"ExcludeInterfaces", s.ExcludeInterfaces}, {"RerouteInterfaces", s.RerouteInterfaces}} {
+		for _, name := range l.names {
+			if err := CheckInterfaceName(name); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", l.name, err))
+			}
 		}
 	}
 	return errs
+}
+
+// CheckInterfaceName is the one rule for an interface name a Spec may
+// hold: what the kernel accepts (1 to IFNAMSIZ-1 bytes, not "." or "..",
+// no '/' or whitespace) and the nft text rendering can carry (no quote or
+// backslash). policy parses annotations with it.
+func CheckInterfaceName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty name")
+	case len(name) > ifNameMax:
+		return fmt.Errorf("%q is longer than %d bytes", name, ifNameMax)
+	case name == "." || name == ".." || strings.ContainsAny(name, "/\"\\ \t\n\x00"):
+		return fmt.Errorf("%q is not a valid interface name", name)
+	}
+	return nil
 }
 
 func isIPv6(a netip.Addr) bool { return a.Is6() && !a.Is4In6() }

@@ -49,3 +49,29 @@ func TestProbeAddressesOneRule(t *testing.T) {
 		}
 	}
 }
+
+// Interface names have one rule, for both lists that hold them (the
+// reroute list was not checked at all before).
+func TestInterfaceNamesOneRule(t *testing.T) {
+	for _, name := range []string{"", ".", "..", "a b", "a/b", `a"b`, "abcdefghijklmnop"} {
+		if CheckInterfaceName(name) == nil {
+			t.Errorf("%q accepted", name)
+		}
+		for _, field := range []string{"ExcludeInterfaces", "RerouteInterfaces"} {
+			s := DefaultSpec()
+			if field == "ExcludeInterfaces" {
+				s.ExcludeInterfaces = []string{name}
+			} else {
+				s.RerouteInterfaces = []string{name}
+			}
+			if err := s.Validate(); err == nil || !strings.Contains(err.Error(), field) {
+				t.Errorf("%s %q: %v", field, name, err)
+			}
+		}
+	}
+	for _, name := range []string{"eth0", "net1", "tap-vm.1", "abcdefghijklmno"} {
+		if err := CheckInterfaceName(name); err != nil {
+			t.Errorf("%q refused: %v", name, err)
+		}
+	}
+}
