@@ -21,14 +21,16 @@ type ambientNode struct {
 	zds  *ztunnel.Server
 }
 
-// newAmbient prepares the host side and the ZDS socket. It runs after the
-// journal is loaded and before the ZDS server serves: ztunnel drops every
-// workload its first snapshot leaves out.
+// newAmbient prepares the host side and the ZDS socket. snapshot lists the
+// store's ambient pods; it is read only once the ZDS server serves, after
+// the journal is loaded: ztunnel drops every workload its first snapshot
+// leaves out.
 //
 // With Kubernetes (kube non-nil), each snapshot also lists the ambient pods
-// istio-cni enrolled that the repairer has not adopted yet, so ztunnel keeps
-// their proxies while the node moves from istio-cni to sluice.
-func newAmbient(cfg *config, opener *podns.Opener, store *workloads.Store, kube *policy.Kube, log *slog.Logger) (*ambientNode, error) {
+// istio-cni enrolled that the repairer has not adopted yet (records says
+// which pods sluice holds), so ztunnel keeps their proxies while the node
+// moves from istio-cni to sluice.
+func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Workload, records func() []workloads.Record, kube *policy.Kube, log *slog.Logger) (*ambientNode, error) {
 	path := cfg.hostNetns
 	if path == "" {
 		// Nothing has moved a thread yet, so /proc/self is still ours.
@@ -44,12 +46,12 @@ func newAmbient(cfg *config, opener *podns.Opener, store *workloads.Store, kube 
 	}
 	zcfg := ztunnel.Config{
 		Path:     cfg.ztunnelSocket,
-		Snapshot: store.ZtunnelSnapshot,
+		Snapshot: snapshot,
 		Open:     opener.Open,
 		Logger:   log.With("component", "ztunnel"),
 	}
 	if kube != nil {
-		pending, err := repair.NewPendingAmbient(kube, store, cfg.hostProc, log.With("component", "adopt"))
+		pending, err := repair.NewPendingAmbient(kube, records, cfg.hostProc, log.With("component", "adopt"))
 		if err != nil {
 			host.Close()
 			return nil, err
@@ -61,8 +63,15 @@ func newAmbient(cfg *config, opener *podns.Opener, store *workloads.Store, kube 
 		host.Close()
 		return nil, err
 	}
-	store.Ambient = &workloads.Ambient{Ztunnel: zds, Host: host}
 	return &ambientNode{host: host, zds: zds}, nil
+}
+
+// workloads is what the store needs of the ambient node.
+func (a *ambientNode) workloads() *workloads.Ambient {
+	if a == nil {
+		return nil
+	}
+	return &workloads.Ambient{Ztunnel: a.zds, Host: a.host}
 }
 
 // uninstall removes the host side; only on an uninstall exit, never on an

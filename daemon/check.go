@@ -29,24 +29,25 @@ func (c *config) check() error {
 			errs = append(errs, fmt.Errorf("--kubeconfig: %w", err))
 		}
 	}
-	for flag, path := range map[string]string{
-		"--state-dir": c.stateDir, "--host-proc": c.hostProc,
-		"--cni-conf-dir": c.cniConfDir, "--ztunnel-socket": c.ztunnelSocket,
+	// Slices, not maps: the errors come out in the same order every run.
+	for _, f := range []flagValue{
+		{"--state-dir", c.stateDir}, {"--host-proc", c.hostProc},
+		{"--cni-conf-dir", c.cniConfDir}, {"--ztunnel-socket", c.ztunnelSocket},
 	} {
-		if !filepath.IsAbs(path) {
-			errs = append(errs, fmt.Errorf("%s %q: not an absolute path", flag, path))
+		if !filepath.IsAbs(f.value) {
+			errs = append(errs, fmt.Errorf("%s %q: not an absolute path", f.flag, f.value))
 		}
 	}
-	for flag, list := range map[string]string{"--netns-roots": c.netnsRoots, "--cni-bin-dir": c.cniBinDirs} {
-		for _, p := range splitList(list) {
+	for _, f := range []flagValue{{"--netns-roots", c.netnsRoots}, {"--cni-bin-dir", c.cniBinDirs}} {
+		for _, p := range splitList(f.value) {
 			if !filepath.IsAbs(p) {
-				errs = append(errs, fmt.Errorf("%s: %q is not an absolute path", flag, p))
+				errs = append(errs, fmt.Errorf("%s: %q is not an absolute path", f.flag, p))
 			}
 		}
 	}
-	for flag, path := range map[string]string{"--plugin-binary": c.pluginBinary, "--host-netns": c.hostNetns} {
-		if path != "" && !filepath.IsAbs(path) {
-			errs = append(errs, fmt.Errorf("%s %q: not an absolute path", flag, path))
+	for _, f := range []flagValue{{"--plugin-binary", c.pluginBinary}, {"--host-netns", c.hostNetns}} {
+		if f.value != "" && !filepath.IsAbs(f.value) {
+			errs = append(errs, fmt.Errorf("%s %q: not an absolute path", f.flag, f.value))
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.healthAddr); err != nil {
@@ -64,6 +65,9 @@ func (c *config) check() error {
 	}
 	return errors.Join(append(errs, c.checkPluginEntry())...)
 }
+
+// flagValue is a flag's name and its value, for checks run over several.
+type flagValue struct{ flag, value string }
 
 // checkPluginEntry applies the plugin's own rules (pluginconf) to the
 // entry the agent would write, naming the flags each key comes from.

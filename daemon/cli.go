@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -76,8 +78,8 @@ func printStatus(cni sluicev1.CNIClient, debug sluicev1.DebugClient, out io.Writ
 	fmt.Fprintf(tw, "version\t%s (api %d, serves %d–%d)\n", v.Version, v.ApiVersion, v.MinApiVersion, v.ApiVersion)
 	fmt.Fprintf(tw, "ready\t%s\n", ready)
 	fmt.Fprintf(tw, "workloads\t%d", len(ws.Workloads))
-	for mode, n := range byMode {
-		fmt.Fprintf(tw, " (%s %d)", mode, n)
+	for _, mode := range slices.Sorted(maps.Keys(byMode)) {
+		fmt.Fprintf(tw, " (%s %d)", mode, byMode[mode])
 	}
 	fmt.Fprintln(tw)
 	return tw.Flush()

@@ -89,7 +89,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&c.drain, "drain-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls")
-	fs.DurationVar(&c.resync, "resync-interval", 60*time.Second, "how often every enrolled netns is verified and repaired")
+	fs.DurationVar(&c.resync, "resync-interval", 60*time.Second, "how often every enrolled netns is verified and its ruleset reasserted on drift")
 	fs.IntVar(&c.maxInflight, "max-inflight", 64, "concurrent ADDs; more wait for a slot until their deadline")
 	fs.BoolVar(&c.install, "install", true, "install the plugin binary and its conflist entry, and keep them in place")
 	fs.StringVar(&c.uninstallOnExit, "uninstall-on-exit", "auto", "remove the conflist entry on SIGTERM: true, false, or auto (true standalone; in Kubernetes only when the agent's DaemonSet is being deleted)")

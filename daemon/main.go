@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/daemon/events"
@@ -30,6 +31,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/rpc"
 	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/installer"
 	"github.com/sluicemesh/sluice/internal/buildinfo"
 	"github.com/sluicemesh/sluice/internal/dirlock"
@@ -101,26 +103,36 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	defer stateLock.Release()
-	store, err := workloads.Open(cfg.stateDir, opener, log.With("component", "workloads"))
-	if err != nil {
-		return err
+	m := metrics.New()
+	var client kubernetes.Interface
+	var rec *events.Recorder // nil records nothing (standalone)
+	if kube != nil {
+		if client, rec, err = newEvents(cfg, rc, log); err != nil {
+			return err
+		}
+		defer flushEvents(rec)
 	}
+	var store *workloads.Store
 	var amb *ambientNode
 	if cfg.ambient {
-		if amb, err = newAmbient(cfg, opener, store, kube, log); err != nil {
+		// ZDS reads the store only once it serves, after the Open below.
+		snapshot := func() []ztunnel.Workload { return store.ZtunnelSnapshot() }
+		records := func() []workloads.Record { return store.List() }
+		if amb, err = newAmbient(cfg, opener, snapshot, records, kube, log); err != nil {
 			return err
 		}
 	}
-	// Repair before serving: pods enrolled before a restart keep capture.
+	if store, err = openStore(cfg, opener, amb, m, rec, log); err != nil {
+		return err
+	}
+	// Reassert before serving: pods enrolled before a restart keep capture.
 	if err := store.Reconcile(ctx); err != nil {
 		log.Warn("reconcile at start left errors", "err", err)
 	}
 
 	errc := make(chan error, 4)
-	m := metrics.New()
-	store.OnApply = func(d time.Duration) { m.ApplySeconds.Observe(d.Seconds()) }
 	m.ByLabel("workloads_enrolled", "Enrolled workloads by capture mode.", "mode", store.CountByMode)
-	m.Func("counter", "drift_repairs_total", "Rulesets re-applied because the kernel drifted.", func() float64 { return float64(store.Repairs()) })
+	m.Func("counter", "ruleset_reasserts_total", "Rulesets reasserted (re-applied) because the kernel drifted.", func() float64 { return float64(store.Reasserts()) })
 
 	zdsDone := make(chan struct{})
 	if amb != nil {
@@ -136,7 +148,6 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	}
 
 	checks := &health.Checks{}
-	var rec *events.Recorder // nil records nothing (standalone)
 	var redirection *repair.Redirection
 	if kube != nil {
 		go kube.Run(ctx)
@@ -151,10 +162,9 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 		if amb != nil {
 			ztunnelReady = amb.zds.Ready
 		}
-		if rec, redirection, err = startRepair(ctx, cfg, rc, kube, store, m, ztunnelReady, log); err != nil {
+		if redirection, err = startRepair(ctx, cfg, client, rec, kube, store, m, ztunnelReady, log); err != nil {
 			return err
 		}
-		defer flushEvents(rec)
 	}
 	var inst *installer.Installer
 	if cfg.installs() {

@@ -16,24 +16,26 @@ import (
 	"github.com/sluicemesh/sluice/daemon/workloads"
 )
 
-// startRepair runs late enrolment (pods found running uncaptured, handled
-// per --repair-mode) and returns the Event recorder the rest of the agent
-// reports capture failures and drift repairs with.
-// ztunnelReady (nil without --ambient) holds back the adoption of
-// istio-cni's ambient pods until a ztunnel has its snapshot.
-func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy.Kube, store *workloads.Store, m *metrics.Metrics,
-	ztunnelReady func() (bool, string), log *slog.Logger) (*events.Recorder, *repair.Redirection, error) {
+// newEvents builds the Kubernetes client and the Event recorder the agent
+// reports capture failures, reasserted rulesets and late enrolment with.
+func newEvents(cfg *config, rc *rest.Config, log *slog.Logger) (kubernetes.Interface, *events.Recorder, error) {
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}
-	rec := events.New(events.Config{Client: client, NodeName: cfg.nodeName, Log: log.With("component", "events")})
+	return client, events.New(events.Config{Client: client, NodeName: cfg.nodeName, Log: log.With("component", "events")}), nil
+}
+
+// startRepair runs late enrolment (pods found running uncaptured, handled
+// per --repair-mode). ztunnelReady (nil without --ambient) holds back the
+// adoption of istio-cni's ambient pods until a ztunnel has its snapshot.
+func startRepair(ctx context.Context, cfg *config, client kubernetes.Interface, rec *events.Recorder, kube *policy.Kube, store *workloads.Store, m *metrics.Metrics,
+	ztunnelReady func() (bool, string), log *slog.Logger) (*repair.Redirection, error) {
 	rep, err := repair.New(repair.Config{Policy: kube, Store: store, Client: client, Events: rec,
 		HostProc: cfg.hostProc, Mode: cfg.repairMode, NodeName: cfg.nodeName, Log: log.With("component", "repair"),
 		IstioTakeover: cfg.istioTakeover, ZtunnelReady: ztunnelReady})
 	if err != nil {
-		rec.Shutdown(context.Background())
-		return nil, nil, err
+		return nil, err
 	}
 	go func() {
 		if err := rep.Run(ctx); err != nil && ctx.Err() == nil {
@@ -41,10 +43,7 @@ func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy
 		}
 	}()
 	m.ByLabel("uncaptured_pods_repaired", "Pods found running uncaptured, by what --repair-mode did (applied, labelled, deleted, failed), and pods istio-cni captured (istio-captured: left to Istio, istio-adopted: taken over).", "outcome", rep.Repairs)
-	store.OnRepair = func(r workloads.Record, drift []string) {
-		rec.RulesetRepaired(policy.Pod{Namespace: r.PodNamespace, Name: r.PodName, UID: r.PodUID}, drift)
-	}
-	return rec, rep.Redirection(), nil
+	return rep.Redirection(), nil
 }
 
 // flushEvents gives queued Events a few seconds to reach the API server.

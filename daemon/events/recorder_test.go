@@ -14,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-
-	"github.com/sluicemesh/sluice/daemon/policy"
 )
 
 func newRecorder(t *testing.T, c kubernetes.Interface) *Recorder {
@@ -46,9 +44,9 @@ func TestRecorderCreatesEventsOnPods(t *testing.T) {
 	agentClient, admin := kube(t)
 	ns := namespace(t, admin)
 	r := newRecorder(t, agentClient)
-	pod := policy.Pod{Namespace: ns, Name: "cart", UID: "0000-cart"}
+	pod := PodRef{Namespace: ns, Name: "cart", UID: "0000-cart"}
 	r.CaptureFailed(pod, errors.New("apply ruleset: netlink said no"))
-	r.RulesetRepaired(pod, []string{"rule out-redirect missing"})
+	r.RulesetReasserted(pod, []string{"rule out-redirect missing"})
 	r.Pod(ns, "other", "0000-other", corev1.EventTypeNormal, ReasonCaptureRepaired, "programmed late")
 	shutdown(t, r)
 
@@ -57,9 +55,9 @@ func TestRecorderCreatesEventsOnPods(t *testing.T) {
 		got[ev.Reason] = ev
 	}
 	for reason, want := range map[string]struct{ typ, pod, uid, msg string }{
-		ReasonCaptureFailed:   {corev1.EventTypeWarning, "cart", "0000-cart", "netlink said no"},
-		ReasonRulesetRepaired: {corev1.EventTypeNormal, "cart", "0000-cart", "out-redirect missing"},
-		ReasonCaptureRepaired: {corev1.EventTypeNormal, "other", "0000-other", "programmed late"},
+		ReasonCaptureFailed:     {corev1.EventTypeWarning, "cart", "0000-cart", "netlink said no"},
+		ReasonRulesetReasserted: {corev1.EventTypeNormal, "cart", "0000-cart", "out-redirect missing"},
+		ReasonCaptureRepaired:   {corev1.EventTypeNormal, "other", "0000-other", "programmed late"},
 	} {
 		ev, ok := got[reason]
 		switch {
@@ -80,7 +78,7 @@ func TestRecorderCountsRepeats(t *testing.T) {
 	agentClient, admin := kube(t)
 	ns := namespace(t, admin)
 	r := newRecorder(t, agentClient)
-	pod := policy.Pod{Namespace: ns, Name: "flaky", UID: "0000-flaky"}
+	pod := PodRef{Namespace: ns, Name: "flaky", UID: "0000-flaky"}
 	for range 3 {
 		r.CaptureFailed(pod, errors.New("same cause"))
 	}
@@ -142,8 +140,8 @@ func TestRecorderAPIServerAway(t *testing.T) {
 func TestNilRecorder(t *testing.T) {
 	var r *Recorder
 	r.Pod("ns", "p", "u", corev1.EventTypeNormal, "Reason", "msg")
-	r.CaptureFailed(policy.Pod{Namespace: "ns", Name: "p"}, errors.New("x"))
-	r.RulesetRepaired(policy.Pod{Namespace: "ns", Name: "p"}, nil)
+	r.CaptureFailed(PodRef{Namespace: "ns", Name: "p"}, errors.New("x"))
+	r.RulesetReasserted(PodRef{Namespace: "ns", Name: "p"}, nil)
 	r.Shutdown(context.Background())
 	if r.Dropped() != 0 || r.Failed() != 0 {
 		t.Error("a nil recorder counted something")

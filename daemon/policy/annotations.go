@@ -154,7 +154,7 @@ func SpecFromAnnotations(base redirect.Spec, ann map[string]string) (redirect.Sp
 		*f.dst = p
 	}
 	if _, ok := ann[annExcludeOutboundPorts]; !ok {
-		s.ExcludeOutboundPorts = sortedUnique(append(s.ExcludeOutboundPorts, istioDefaultExcludeOutboundPorts...))
+		s.ExcludeOutboundPorts = redirect.SortedPorts(append(s.ExcludeOutboundPorts, istioDefaultExcludeOutboundPorts...))
 	}
 
 	if v, ok := ann[annExcludeInterfaces]; ok {
@@ -208,7 +208,7 @@ func parsePorts(v string) ([]uint16, error) {
 		}
 		ports = append(ports, uint16(n))
 	}
-	return sortedUnique(ports), nil
+	return redirect.SortedPorts(ports), nil
 }
 
 // parseCIDRs reads a CIDR list (a bare address is refused, as by istio-cni)
@@ -232,13 +232,7 @@ func parseCIDRs(v string, base redirect.Spec) ([]netip.Prefix, error) {
 		}
 		out = append(out, pfx.Masked())
 	}
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	return slices.Compact(out), nil
+	return redirect.SortedPrefixes(out), nil
 }
 
 // parseInterfaces reads interface names, held to what the kernel accepts
@@ -249,15 +243,10 @@ func parseInterfaces(v string) ([]string, error) {
 		return nil, err
 	}
 	for _, n := range names {
-		if len(n) > 15 || n == "." || n == ".." || strings.ContainsAny(n, "/\"\\ \t\n\x00") {
-			return nil, fmt.Errorf("%q is not an interface name", n)
+		if err := redirect.CheckInterfaceName(n); err != nil {
+			return nil, fmt.Errorf("%q is not an interface name: %w", n, err)
 		}
 	}
 	slices.Sort(names)
 	return slices.Compact(names), nil
-}
-
-func sortedUnique(p []uint16) []uint16 {
-	slices.Sort(p)
-	return slices.Compact(p)
 }

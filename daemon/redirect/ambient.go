@@ -66,9 +66,7 @@ func (b *builder) ambientPreroutingMark() nft.Chain {
 func (b *builder) ambientPrerouting() nft.Chain {
 	s := b.spec
 	c := nft.NATChain(chainPrerouting, nft.HookPrerouting)
-	add := func(tag string, v nft.Verdict, m ...nft.Match) {
-		c.Rules = append(c.Rules, nft.Rule{Tag: tag, Matches: m, Verdict: v})
-	}
+	add := func(tag string, v nft.Verdict, m ...nft.Match) { addRule(&c.Rules, tag, v, m...) }
 	// Istio shunts TCP from a VM's interface straight to the outbound
 	// listener, and returns (not accepts) so others' chains still run.
 	if b.has(setRerouteIfaces) {
@@ -106,9 +104,7 @@ func (b *builder) ambientOutputMark() nft.Chain {
 func (b *builder) ambientOutput() nft.Chain {
 	s := b.spec
 	c := nft.NATChain(chainOutput, nft.HookOutput)
-	add := func(tag string, v nft.Verdict, m ...nft.Match) {
-		c.Rules = append(c.Rules, nft.Rule{Tag: tag, Matches: m, Verdict: v})
-	}
+	add := func(tag string, v nft.Verdict, m ...nft.Match) { addRule(&c.Rules, tag, v, m...) }
 	notZtunnel := b.ztunnelMark(true)
 	for _, f := range b.families() {
 		add("probe-reply"+tagSuffix(f), nft.Accept(), nft.AddrMatch{Addr: b.probeSource(f)}, nft.L4ProtoMatch{Proto: nft.TCP})

@@ -108,9 +108,7 @@ func (b *builder) addSets() {
 	s := b.spec
 	ports := func(name string, p []uint16) {
 		if len(p) > 0 {
-			p = slices.Clone(p)
-			slices.Sort(p)
-			b.sets = append(b.sets, nft.Set{Name: name, Type: nft.SetPorts, Ports: slices.Compact(p)})
+			b.sets = append(b.sets, nft.Set{Name: name, Type: nft.SetPorts, Ports: SortedPorts(slices.Clone(p))})
 		}
 	}
 	cidrs := func(name string, fam nft.Family, all []netip.Prefix) {
@@ -199,12 +197,7 @@ func normalisePrefixes(fam nft.Family, all []netip.Prefix) []netip.Prefix {
 			out = append(out, p.Masked())
 		}
 	}
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
+	slices.SortFunc(out, comparePrefixes)
 	kept := out[:0]
 	for _, p := range out {
 		// Sorted by address then length, a prefix inside another comes

@@ -27,12 +27,8 @@ func (b *builder) sidecarDNSZones() []nft.Chain {
 	zone := func(c *nft.Chain, tag string, z uint16, v nft.Verdict, m ...nft.Match) {
 		c.Rules = append(c.Rules, nft.Rule{Tag: tag, Matches: append(b.familyGuard(), m...), Stmts: []nft.Stmt{nft.CTZoneSet{Zone: z}}, Verdict: v})
 	}
-	for _, owner := range []struct {
-		name string
-		gid  bool
-		id   uint32
-	}{{"uid", false, s.ProxyUID}, {"gid", true, s.ProxyGID}} {
-		proxy := nft.OwnerMatch{GID: owner.gid, ID: owner.id}
+	for _, owner := range b.proxyOwners() {
+		proxy := owner.match(false)
 		// The proxy asking upstream.
 		zone(&out, "dns-zone-proxy-"+owner.name+"-upstream", zoneUpstream, nft.Accept(), nft.PortMatch{Proto: nft.UDP, Port: dnsPort}, proxy)
 		// The proxy answering the app from its DNS listener.

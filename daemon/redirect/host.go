@@ -50,16 +50,20 @@ func BuildHost(cfg HostConfig) (*Ruleset, error) {
 	if !cfg.IPv4 && !cfg.IPv6 {
 		errs = append(errs, errors.New("neither IPv4 nor IPv6 is enabled"))
 	}
-	if cfg.IPv4 && !cfg.ProbeSNATIPv4.Is4() {
-		errs = append(errs, fmt.Errorf("ProbeSNATIPv4 %v is not an IPv4 address", cfg.ProbeSNATIPv4))
-	}
-	if cfg.IPv6 && (!cfg.ProbeSNATIPv6.Is6() || cfg.ProbeSNATIPv6.Is4In6()) {
-		errs = append(errs, fmt.Errorf("ProbeSNATIPv6 %v is not an IPv6 address", cfg.ProbeSNATIPv6))
-	}
+	errs = append(errs, probeAddrErrors(cfg.IPv4, cfg.ProbeSNATIPv4, cfg.IPv6, cfg.ProbeSNATIPv6)...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("invalid host config: %w", errors.Join(errs...))
 	}
-	b := &builder{sets: []nft.Set{{Name: setHostPodsV4, Type: nft.SetIPv4Addrs}, {Name: setHostPodsV6, Type: nft.SetIPv6Addrs}}}
+	t := &nft.Table{Name: HostTableName,
+		Sets:   []nft.Set{{Name: setHostPodsV4, Type: nft.SetIPv4Addrs}, {Name: setHostPodsV6, Type: nft.SetIPv6Addrs}},
+		Chains: []nft.Chain{hostPostrouting(cfg)}}
+	// No policy routes, no addresses: the table is all there is.
+	return &Ruleset{table: t, text: t.Render()}, nil
+}
+
+// hostPostrouting SNATs locally sent TCP to an enrolled pod to the probe
+// address of its family.
+func hostPostrouting(cfg HostConfig) nft.Chain {
 	c := nft.NATChain(chainHostPostrouting, nft.HookPostrouting)
 	for _, x := range []struct {
 		on   bool
@@ -75,8 +79,7 @@ func BuildHost(cfg HostConfig) (*Ruleset, error) {
 			})
 		}
 	}
-	b.chains = []nft.Chain{c}
-	return b.ruleset(HostTableName), nil
+	return c
 }
 
 // hostSet is the set a pod address belongs in.

@@ -93,14 +93,7 @@ func (b *builder) reroutePrerouting(name string) nft.Chain {
 
 func (b *builder) prerouting() nft.Chain {
 	c := nft.NATChain(chainPrerouting, nft.HookPrerouting)
-	c.Rules = b.rerouteRules()
-	if b.has(setExcludeIfaces) {
-		c.Rules = append(c.Rules, nft.Rule{
-			Tag:     "skip-excluded-interfaces-in",
-			Matches: []nft.Match{nft.IfSetMatch{Out: false, Set: setExcludeIfaces}},
-			Verdict: nft.Return(),
-		})
-	}
+	c.Rules = append(b.rerouteRules(), b.skipExcludedInterfaces("skip-excluded-interfaces-in", false)...)
 	c.Rules = append(c.Rules, nft.Rule{
 		Tag:     "inbound-tcp",
 		Matches: append(b.familyGuard(), nft.L4ProtoMatch{Proto: nft.TCP}),
@@ -110,40 +103,18 @@ func (b *builder) prerouting() nft.Chain {
 }
 
 func (b *builder) inbound() nft.Chain {
-	c := nft.Chain{Name: chainInbound}
-	for _, r := range []struct{ set, tag string }{
-		{setInboundPass, "inbound-pass-ports"},
-		{setInboundExclude, "inbound-exclude-ports"},
-	} {
-		if b.has(r.set) {
-			c.Rules = append(c.Rules, nft.Rule{Tag: r.tag, Matches: []nft.Match{nft.PortSetMatch{Proto: nft.TCP, Set: r.set}}, Verdict: nft.Return()})
-		}
-	}
+	c := nft.Chain{Name: chainInbound, Rules: b.inboundPassRules()}
 	if b.has(setInboundInclude) {
-		c.Rules = append(c.Rules, nft.Rule{
-			Tag:     "inbound-include-ports",
-			Matches: []nft.Match{nft.PortSetMatch{Proto: nft.TCP, Set: setInboundInclude}},
-			Verdict: nft.Jump(chainInRedirect),
-		})
+		addRule(&c.Rules, "inbound-include-ports", nft.Jump(chainInRedirect), nft.PortSetMatch{Proto: nft.TCP, Set: setInboundInclude})
 	} else {
-		c.Rules = append(c.Rules, nft.Rule{
-			Tag:     "inbound-all-ports",
-			Matches: []nft.Match{nft.L4ProtoMatch{Proto: nft.TCP}},
-			Verdict: nft.Jump(chainInRedirect),
-		})
+		addRule(&c.Rules, "inbound-all-ports", nft.Jump(chainInRedirect), nft.L4ProtoMatch{Proto: nft.TCP})
 	}
 	return c
 }
 
 func (b *builder) output() nft.Chain {
 	c := nft.NATChain(chainOutput, nft.HookOutput)
-	if b.has(setExcludeIfaces) {
-		c.Rules = append(c.Rules, nft.Rule{
-			Tag:     "skip-excluded-interfaces-out",
-			Matches: []nft.Match{nft.IfSetMatch{Out: true, Set: setExcludeIfaces}},
-			Verdict: nft.Return(),
-		})
-	}
+	c.Rules = b.skipExcludedInterfaces("skip-excluded-interfaces-out", true)
 	if b.spec.CaptureDNS {
 		// UDP never enters the outbound chain (it is TCP's), so DNS over
 		// UDP is diverted here, after the excluded ports, which
@@ -174,9 +145,7 @@ func (b *builder) output() nft.Chain {
 func (b *builder) outbound() nft.Chain {
 	s := b.spec
 	c := nft.Chain{Name: chainOutbound}
-	add := func(tag string, v nft.Verdict, m ...nft.Match) {
-		c.Rules = append(c.Rules, nft.Rule{Tag: tag, Matches: m, Verdict: v})
-	}
+	add := func(tag string, v nft.Verdict, m ...nft.Match) { addRule(&c.Rules, tag, v, m...) }
 	lo := nft.IfMatch{Out: true, Name: loopbackInterface}
 
 	// Port exclusions come before the loopback rules below, so the proxy
@@ -230,16 +199,10 @@ func (b *builder) outbound() nft.Chain {
 func (b *builder) ownerRules() []nft.Rule {
 	s := b.spec
 	var rules []nft.Rule
-	add := func(tag string, v nft.Verdict, m ...nft.Match) {
-		rules = append(rules, nft.Rule{Tag: tag, Matches: m, Verdict: v})
-	}
+	add := func(tag string, v nft.Verdict, m ...nft.Match) { addRule(&rules, tag, v, m...) }
 	lo := nft.IfMatch{Out: true, Name: loopbackInterface}
-	for _, owner := range []struct {
-		name string
-		gid  bool
-		id   uint32
-	}{{"uid", false, s.ProxyUID}, {"gid", true, s.ProxyGID}} {
-		proxy := nft.OwnerMatch{GID: owner.gid, ID: owner.id}
+	for _, owner := range b.proxyOwners() {
+		proxy := owner.match(false)
 		// The app called itself through a service VIP and the proxy is
 		// now forwarding that over loopback: it must enter as inbound.
 		// HBONE to ourselves is the proxy's own tunnel and is left alone;
@@ -258,9 +221,9 @@ func (b *builder) ownerRules() []nft.Rule {
 		switch {
 		case includesLoopback(s.IncludeOutboundCIDRs):
 		case s.CaptureDNS:
-			add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: dnsPort}, nft.OwnerMatch{GID: owner.gid, Neg: true, ID: owner.id})
+			add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.PortMatch{Proto: nft.TCP, Neg: true, Port: dnsPort}, owner.match(true))
 		default:
-			add("app-"+owner.name+"-loopback", nft.Return(), lo, nft.OwnerMatch{GID: owner.gid, Neg: true, ID: owner.id})
+			add("app-"+owner.name+"-loopback", nft.Return(), lo, owner.match(true))
 		}
 		// The proxy's own outbound traffic: capturing it would loop.
 		add("proxy-"+owner.name, nft.Return(), proxy)
@@ -271,13 +234,13 @@ func (b *builder) ownerRules() []nft.Rule {
 // dns sends DNS to the proxy's DNS listener unless the proxy itself is
 // the one asking (it resolves upstream for everyone else).
 func (b *builder) dns() nft.Chain {
-	s := b.spec
-	return nft.Chain{Name: chainDNS, Rules: []nft.Rule{
-		{Tag: "dns-proxy-uid", Matches: []nft.Match{nft.OwnerMatch{ID: s.ProxyUID}}, Verdict: nft.Return()},
-		{Tag: "dns-proxy-gid", Matches: []nft.Match{nft.OwnerMatch{GID: true, ID: s.ProxyGID}}, Verdict: nft.Return()},
-		{Tag: "dns-redirect-tcp", Matches: []nft.Match{nft.L4ProtoMatch{Proto: nft.TCP}}, Verdict: nft.RedirectTo(s.DNSPort)},
-		{Tag: "dns-redirect-udp", Matches: []nft.Match{nft.L4ProtoMatch{Proto: nft.UDP}}, Verdict: nft.RedirectTo(s.DNSPort)},
-	}}
+	c := nft.Chain{Name: chainDNS}
+	for _, owner := range b.proxyOwners() {
+		addRule(&c.Rules, "dns-proxy-"+owner.name, nft.Return(), owner.match(false))
+	}
+	addRule(&c.Rules, "dns-redirect-tcp", nft.RedirectTo(b.spec.DNSPort), nft.L4ProtoMatch{Proto: nft.TCP})
+	addRule(&c.Rules, "dns-redirect-udp", nft.RedirectTo(b.spec.DNSPort), nft.L4ProtoMatch{Proto: nft.UDP})
+	return c
 }
 
 // includesLoopback is istio-iptables' HasLoopBackIP: a prefix of the

@@ -21,13 +21,7 @@ func (b *builder) routeMarked() nft.MarkMatch {
 
 func (b *builder) tproxyPrerouting() nft.Chain {
 	c := nft.MangleChain(chainPrerouting, nft.HookPrerouting)
-	if b.has(setExcludeIfaces) {
-		c.Rules = append(c.Rules, nft.Rule{
-			Tag:     "skip-excluded-interfaces-in",
-			Matches: []nft.Match{nft.IfSetMatch{Out: false, Set: setExcludeIfaces}},
-			Verdict: nft.Return(),
-		})
-	}
+	c.Rules = b.skipExcludedInterfaces("skip-excluded-interfaces-in", false)
 	if b.has(setRerouteIfaces) {
 		// A VM's traffic is outbound, for the nat reroute chain; Istio
 		// would TPROXY it to the inbound listener here.
@@ -52,9 +46,7 @@ func (b *builder) tproxyPrerouting() nft.Chain {
 
 func (b *builder) tproxyInbound() nft.Chain {
 	c := nft.Chain{Name: chainInbound}
-	add := func(tag string, v nft.Verdict, m ...nft.Match) {
-		c.Rules = append(c.Rules, nft.Rule{Tag: tag, Matches: m, Verdict: v})
-	}
+	add := func(tag string, v nft.Verdict, m ...nft.Match) { addRule(&c.Rules, tag, v, m...) }
 	lo := nft.IfMatch{Name: loopbackInterface}
 	// Already diverted or marked by Envoy: never twice.
 	add("route-marked", nft.Return(), nft.L4ProtoMatch{Proto: nft.TCP}, b.routeMarked())
@@ -63,14 +55,7 @@ func (b *builder) tproxyInbound() nft.Chain {
 	}
 	// Over lo only the proxy's own calls to its pod are inbound.
 	add("lo-not-proxy-to-self", nft.Return(), lo, nft.L4ProtoMatch{Proto: nft.TCP}, nft.MarkMatch{Neg: true, Mask: b.spec.RouteMarkMask, Value: b.loopbackMark()})
-	for _, r := range []struct{ set, tag string }{
-		{setInboundPass, "inbound-pass-ports"},
-		{setInboundExclude, "inbound-exclude-ports"},
-	} {
-		if b.has(r.set) {
-			add(r.tag, nft.Return(), nft.PortSetMatch{Proto: nft.TCP, Set: r.set})
-		}
-	}
+	c.Rules = append(c.Rules, b.inboundPassRules()...)
 	// A packet of a connection already handed over finds its socket by
 	// the local route; a new one goes to the transparent listener.
 	ports := []nft.Match{nft.L4ProtoMatch{Proto: nft.TCP}}
@@ -84,10 +69,9 @@ func (b *builder) tproxyInbound() nft.Chain {
 }
 
 func (b *builder) divert() nft.Chain {
-	s := b.spec
 	return nft.Chain{Name: chainDivert, Rules: []nft.Rule{{
 		Tag:     "divert",
-		Stmts:   []nft.Stmt{nft.MarkSet{From: nft.FromValue, Mask: s.RouteMarkMask, Value: s.RouteMark}},
+		Stmts:   []nft.Stmt{b.setRouteMark()},
 		Verdict: nft.Accept(),
 	}}}
 }
@@ -98,11 +82,8 @@ func (b *builder) tproxy() nft.Chain {
 	for _, f := range b.families() {
 		c.Rules = append(c.Rules, nft.Rule{
 			Tag:     "tproxy" + tagSuffix(f),
-			Matches: []nft.Match{nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.L4ProtoMatch{Proto: nft.TCP}},
-			Stmts: []nft.Stmt{
-				nft.TProxyStmt{Family: f, Port: s.InboundPort},
-				nft.MarkSet{From: nft.FromValue, Mask: s.RouteMarkMask, Value: s.RouteMark},
-			},
+			Matches: notLoopbackTCP(f),
+			Stmts:   []nft.Stmt{nft.TProxyStmt{Family: f, Port: s.InboundPort}, b.setRouteMark()},
 			Verdict: nft.Accept(),
 		})
 	}
@@ -110,11 +91,7 @@ func (b *builder) tproxy() nft.Chain {
 	// when no transparent socket listens on the port: without this the
 	// SYN would reach the app uncaptured whenever the proxy is down.
 	for _, f := range b.families() {
-		c.Rules = append(c.Rules, nft.Rule{
-			Tag:     "tproxy-no-listener" + tagSuffix(f),
-			Matches: []nft.Match{nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.L4ProtoMatch{Proto: nft.TCP}},
-			Verdict: nft.Drop(),
-		})
+		addRule(&c.Rules, "tproxy-no-listener"+tagSuffix(f), nft.Drop(), notLoopbackTCP(f)...)
 	}
 	return c
 }
@@ -124,23 +101,13 @@ func (b *builder) tproxyOutputMark() nft.Chain {
 	s := b.spec
 	c := nft.MangleChain(chainOutputMark, nft.HookOutput)
 	lo := nft.IfMatch{Out: true, Name: loopbackInterface}
-	if b.has(setExcludeIfaces) {
-		c.Rules = append(c.Rules, nft.Rule{
-			Tag:     "skip-excluded-interfaces-mark",
-			Matches: []nft.Match{nft.IfSetMatch{Out: true, Set: setExcludeIfaces}},
-			Verdict: nft.Return(),
-		})
-	}
-	c.Rules = append(c.Rules, nft.Rule{Tag: "lo-route-marked", Matches: []nft.Match{lo, nft.L4ProtoMatch{Proto: nft.TCP}, b.routeMarked()}, Verdict: nft.Return()})
-	for _, owner := range []struct {
-		name string
-		gid  bool
-		id   uint32
-	}{{"uid", false, s.ProxyUID}, {"gid", true, s.ProxyGID}} {
+	c.Rules = b.skipExcludedInterfaces("skip-excluded-interfaces-mark", true)
+	addRule(&c.Rules, "lo-route-marked", nft.Return(), lo, nft.L4ProtoMatch{Proto: nft.TCP}, b.routeMarked())
+	for _, owner := range b.proxyOwners() {
 		for _, f := range b.families() {
 			c.Rules = append(c.Rules, nft.Rule{
 				Tag:     "proxy-" + owner.name + "-to-self-mark" + tagSuffix(f),
-				Matches: []nft.Match{lo, nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.L4ProtoMatch{Proto: nft.TCP}, nft.OwnerMatch{GID: owner.gid, ID: owner.id}},
+				Matches: append([]nft.Match{lo}, append(notLoopbackTCP(f), owner.match(false))...),
 				Stmts:   []nft.Stmt{nft.MarkSet{From: nft.FromValue, Mask: s.RouteMarkMask, Value: b.loopbackMark()}},
 			})
 		}

@@ -10,6 +10,10 @@ import (
 // ifNameMax is IFNAMSIZ less the terminating NUL.
 const ifNameMax = 15
 
+// Validate reports whether Build would accept s, without building it:
+// the check policy runs on every Spec it hands out.
+func (s Spec) Validate() error { return validate(s) }
+
 // validate rejects a Spec that cannot become a correct ruleset, naming the
 // field at fault. It reports every problem at once so an operator fixes a
 // bad annotation set in one round.
@@ -44,6 +48,19 @@ func validate(s Spec) error {
 	if !s.IPv4 && !s.IPv6 {
 		bad("neither IPv4 nor IPv6 is enabled: nothing to capture")
 	}
+	errs = append(errs, validatePorts(s)...)
+	errs = append(errs, validateAddrs(s)...)
+	errs = append(errs, validateInterfaces(s)...)
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid redirect spec: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// validatePorts checks the listener ports and the port lists: 0 is no port.
+func validatePorts(s Spec) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	for _, p := range []struct {
 		name string
 		port uint16
@@ -71,6 +88,14 @@ func validate(s Spec) error {
 			}
 		}
 	}
+	return errs
+}
+
+// validateAddrs checks the passthrough addresses and the CIDR lists
+// against the families captured.
+func validateAddrs(s Spec) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if s.Mode == ModeSidecar {
 		if s.IPv4 && !s.InboundPassthroughIPv4.Is4() {
 			bad("InboundPassthroughIPv4 %v is not an IPv4 address", s.InboundPassthroughIPv4)
@@ -96,20 +121,37 @@ func validate(s Spec) error {
 			}
 		}
 	}
-	for _, name := range s.ExcludeInterfaces {
-		switch {
-		case name == "":
-			bad("ExcludeInterfaces contains an empty name")
-		case len(name) > ifNameMax:
-			bad("ExcludeInterfaces: %q is longer than %d bytes", name, ifNameMax)
-		case strings.ContainsAny(name, "/\"\\ \t\n\x00"):
-			// The kernel refuses '/' and whitespace; a quote or backslash
-			// would not survive the nft text rendering.
-			bad("ExcludeInterfaces: %q is not a valid interface name", name)
+	return errs
+}
+
+// validateInterfaces checks the excluded and rerouted interface names.
+func validateInterfaces(s Spec) []error {
+	var errs []error
+	for _, l := range []struct {
+		name  string
+		names []string
+	}{{"ExcludeInterfaces", s.ExcludeInterfaces}, {"RerouteInterfaces", s.RerouteInterfaces}} {
+		for _, name := range l.names {
+			if err := CheckInterfaceName(name); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", l.name, err))
+			}
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("invalid redirect spec: %w", errors.Join(errs...))
+	return errs
+}
+
+// CheckInterfaceName is the one rule for an interface name a Spec may
+// hold: what the kernel accepts (1 to IFNAMSIZ-1 bytes, not "." or "..",
+// no '/' or whitespace) and the nft text rendering can carry (no quote or
+// backslash). policy parses annotations with it.
+func CheckInterfaceName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty name")
+	case len(name) > ifNameMax:
+		return fmt.Errorf("%q is longer than %d bytes", name, ifNameMax)
+	case name == "." || name == ".." || strings.ContainsAny(name, "/\"\\ \t\n\x00"):
+		return fmt.Errorf("%q is not a valid interface name", name)
 	}
 	return nil
 }
@@ -142,6 +184,19 @@ func validateRouting(s Spec) []error {
 	return errs
 }
 
+// probeAddrErrors checks the probe SNAT addresses of the families in use,
+// for the pod ruleset and the host table alike: each must be of its family.
+func probeAddrErrors(ipv4 bool, v4 netip.Addr, ipv6 bool, v6 netip.Addr) []error {
+	var errs []error
+	if ipv4 && !v4.Is4() {
+		errs = append(errs, fmt.Errorf("ProbeSNATIPv4 %v is not an IPv4 address", v4))
+	}
+	if ipv6 && !isIPv6(v6) {
+		errs = append(errs, fmt.Errorf("ProbeSNATIPv6 %v is not an IPv6 address", v6))
+	}
+	return errs
+}
+
 // validateAmbient checks the ambient fields, and that no sidecar-only list
 // is set: ambient has no place for it, and ignoring it silently would hide
 // a policy mistake.
@@ -153,12 +208,7 @@ func validateAmbient(s Spec) []error {
 	} else if s.RouteMark&s.ZtunnelMarkMask == s.ZtunnelMark {
 		bad("RouteMark %#x matches ZtunnelMark %#x/%#x: ztunnel's traffic and the route mark must differ", s.RouteMark, s.ZtunnelMark, s.ZtunnelMarkMask)
 	}
-	if s.IPv4 && !s.ProbeSNATIPv4.Is4() {
-		bad("ProbeSNATIPv4 %v is not an IPv4 address", s.ProbeSNATIPv4)
-	}
-	if s.IPv6 && !isIPv6(s.ProbeSNATIPv6) {
-		bad("ProbeSNATIPv6 %v is not an IPv6 address", s.ProbeSNATIPv6)
-	}
+	errs = append(errs, probeAddrErrors(s.IPv4, s.ProbeSNATIPv4, s.IPv6, s.ProbeSNATIPv6)...)
 	for _, f := range []struct {
 		name string
 		set  bool

@@ -42,7 +42,7 @@ func newTakeoverRig(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI) *tak
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := workloads.Open(t.TempDir(), opener, testLog(t))
+	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: opener, Kernel: redirect.Netlink{}, Log: testLog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
@@ -75,7 +76,7 @@ func (r *Repairer) reconcileEnrolled(ctx context.Context, pod *corev1.Pod, recs 
 		return fmt.Errorf("unenroll ambient pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	r.log.Info("unenrolled an ambient pod", "pod", pod.Namespace+"/"+pod.Name, "why", d.Reason)
-	r.event(pod, corev1.EventTypeNormal, "AmbientUnenrolled", "removed from the ambient mesh: "+d.Reason)
+	r.event(pod, corev1.EventTypeNormal, events.ReasonAmbientUnenrolled, "removed from the ambient mesh: "+d.Reason)
 	if _, ok := pod.Annotations[AnnotationRedirection]; ok {
 		return r.annotate(ctx, pod, "")
 	}
@@ -90,7 +91,7 @@ func (r *Repairer) enrollAmbient(ctx context.Context, pod *corev1.Pod, d policy.
 		}
 		return err
 	}
-	r.event(pod, corev1.EventTypeNormal, "AmbientEnrolled", "enrolled in the ambient mesh: "+d.Reason)
+	r.event(pod, corev1.EventTypeNormal, events.ReasonAmbientEnrolled, "enrolled in the ambient mesh: "+d.Reason)
 	return r.annotate(ctx, pod, "enabled")
 }
 

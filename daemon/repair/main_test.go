@@ -82,7 +82,7 @@ func startAgentParts(t *testing.T) *agentParts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := workloads.Open(t.TempDir(), opener, log)
+	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: opener, Kernel: redirect.Netlink{}, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 // (ztunnel.Config.Pending), and ztunnel keeps their proxies across the
 // swap of node agents.
 type PendingAmbient struct {
-	store    *workloads.Store
+	records  func() []workloads.Record // what sluice holds (Store.List)
 	hostProc string
 	log      *slog.Logger
 	reg      cache.ResourceEventHandlerRegistration
@@ -35,8 +35,9 @@ type PendingAmbient struct {
 }
 
 // NewPendingAmbient watches kube's pods; it may be called before kube runs.
-func NewPendingAmbient(kube *policy.Kube, store *workloads.Store, hostProc string, log *slog.Logger) (*PendingAmbient, error) {
-	p := &PendingAmbient{store: store, hostProc: hostProc, log: log, pods: map[types.UID]*corev1.Pod{}}
+// records lists what sluice holds; it is called only from List.
+func NewPendingAmbient(kube *policy.Kube, records func() []workloads.Record, hostProc string, log *slog.Logger) (*PendingAmbient, error) {
+	p := &PendingAmbient{records: records, hostProc: hostProc, log: log, pods: map[types.UID]*corev1.Pod{}}
 	reg, err := kube.AddPodHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.update,
 		UpdateFunc: func(_, obj any) { p.update(obj) },
@@ -83,7 +84,7 @@ func (p *PendingAmbient) List(ctx context.Context) ([]ztunnel.Workload, error) {
 		return nil, fmt.Errorf("wait for the pod cache: %w", err)
 	}
 	enrolled := map[string]bool{}
-	for _, r := range p.store.List() {
+	for _, r := range p.records() {
 		enrolled[r.PodUID] = true
 	}
 	p.mu.Lock()

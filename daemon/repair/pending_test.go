@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/internal/nstest"
@@ -24,7 +25,7 @@ func TestPendingAmbientListsIstioEnrolledPods(t *testing.T) {
 	a := startAgentParts(t)
 	_, admin := kube(t)
 	ns := namespace(t, admin)
-	p, err := NewPendingAmbient(a.policy, a.store, "/proc", testLog(t))
+	p, err := NewPendingAmbient(a.policy, a.store.List, "/proc", testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +82,11 @@ func TestPendingAmbientWaitsForTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := workloads.Open(t.TempDir(), nil, testLog(t))
+	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: redirecttest.NewNamespaces(t), Kernel: redirecttest.NewFake(), Log: testLog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPendingAmbient(k, store, "/proc", testLog(t))
+	p, err := NewPendingAmbient(k, store.List, "/proc", testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

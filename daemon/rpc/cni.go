@@ -31,10 +31,10 @@ type Readiness func() (bool, string)
 type CNI struct {
 	sluicev1.UnimplementedCNIServer
 	Policy    Policy
-	Workloads *workloads.Store
+	Workloads Workloads
 	Ready     Readiness
 	Inflight  Inflight
-	Events    *events.Recorder // nil records nothing (standalone)
+	Events    EventSink // nil records nothing (standalone)
 	// Redirection, when set, marks ambient pods for istiod
 	// (ambient.istio.io/redirection) before the ADD returns; nil in
 	// standalone mode.
@@ -63,7 +63,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	pod := podOf(req.Pod)
 	d, err := s.Policy.Decide(ctx, pod)
 	if err != nil {
-		s.Events.CaptureFailed(pod, err)
+		s.captureFailed(pod, err)
 		return nil, toStatus(err)
 	}
 	if !d.Capture {
@@ -84,7 +84,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	}
 	ambient := d.Spec.Mode == redirect.ModeAmbient
 	if err := s.Workloads.Enroll(ctx, rec); err != nil {
-		s.Events.CaptureFailed(pod, err)
+		s.captureFailed(pod, err)
 		if ambient && errors.Is(err, workloads.ErrZtunnel) {
 			s.annotate(ctx, pod, "pending") // as Istio marks a pod ztunnel refused
 		}
@@ -167,6 +167,12 @@ func (s *CNI) GC(ctx context.Context, req *sluicev1.GCRequest) (*sluicev1.GCResp
 		return resp, toStatus(err)
 	}
 	return resp, nil
+}
+
+func (s *CNI) captureFailed(pod policy.Pod, err error) {
+	if s.Events != nil {
+		s.Events.CaptureFailed(events.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, err)
+	}
 }
 
 func (s *CNI) annotate(ctx context.Context, pod policy.Pod, value string) {

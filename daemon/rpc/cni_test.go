@@ -27,9 +27,14 @@ import (
 type cniFixture struct {
 	root, state string
 	cni         *CNI
+	store       *workloads.Store
 }
 
 func newCNIFixture(t *testing.T, state string) *cniFixture {
+	return newCNIFixtureWith(t, state, nil)
+}
+
+func newCNIFixtureWith(t *testing.T, state string, amb *workloads.Ambient) *cniFixture {
 	t.Helper()
 	nstest.RequireRoot(t)
 	f := &cniFixture{root: t.TempDir(), state: state}
@@ -37,11 +42,12 @@ func newCNIFixture(t *testing.T, state string) *cniFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := workloads.Open(state, o, slog.New(slog.DiscardHandler))
+	f.store, err = workloads.Open(workloads.Config{Dir: state, Opener: o, Kernel: redirect.Netlink{},
+		Log: slog.New(slog.DiscardHandler), Ambient: amb})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.cni = &CNI{Policy: &policy.Static{Spec: redirect.DefaultSpec()}, Workloads: store,
+	f.cni = &CNI{Policy: &policy.Static{Spec: redirect.DefaultSpec()}, Workloads: f.store,
 		Ready: func() (bool, string) { return true, "" }, Inflight: NewInflight(4)}
 	return f
 }
@@ -128,7 +134,7 @@ func TestGCWithoutValidAttachmentsIsRefused(t *testing.T) {
 	if code(err) != codes.InvalidArgument {
 		t.Fatalf("GC without the key: code %v (%v)", code(err), err)
 	}
-	if ns.Command("nft", "list", "table", "inet", "sluice").Run() != nil || len(f.cni.Workloads.List()) != 1 {
+	if ns.Command("nft", "list", "table", "inet", "sluice").Run() != nil || len(f.store.List()) != 1 {
 		t.Fatal("a refused GC removed state")
 	}
 	resp, err := f.cni.GC(context.Background(), &sluicev1.GCRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_2,
@@ -154,14 +160,14 @@ func (z *fakeZtunnel) Del(context.Context, string) error           { return nil 
 // An ambient ADD marks the pod for istiod before it returns, as Istio's
 // does; one ztunnel refused marks it pending.
 func TestAmbientAddAnnotatesBeforeReturning(t *testing.T) {
-	f := newCNIFixture(t, t.TempDir())
+	nstest.RequireRoot(t)
 	host := nstest.New(t, "host")
 	h := host.Handle(t)
 	if err := redirect.EnsureHostTable(h, redirect.DefaultHostConfig()); err != nil {
 		t.Fatal(err)
 	}
 	zt := &fakeZtunnel{}
-	f.cni.Workloads.Ambient = &workloads.Ambient{Ztunnel: zt, Host: h}
+	f := newCNIFixtureWith(t, t.TempDir(), &workloads.Ambient{Ztunnel: zt, Host: h})
 	f.cni.Policy = &policy.Static{Spec: redirect.DefaultAmbientSpec()}
 	ann := &fakeAnnotator{}
 	f.cni.Redirection = ann

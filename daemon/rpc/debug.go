@@ -15,7 +15,7 @@ import (
 // Debug implements sluice.v1.Debug, for operators with grpcurl.
 type Debug struct {
 	sluicev1.UnimplementedDebugServer
-	Workloads *workloads.Store
+	Workloads Inventory
 	Policy    Policy
 }
 

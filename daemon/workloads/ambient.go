@@ -39,19 +39,19 @@ func isAmbient(r *Record) bool { return r.Spec.Mode == redirect.ModeAmbient }
 // connecting meanwhile gets the pod in its snapshot, and a release of
 // another attachment of the pod sees it and keeps ztunnel's hold.
 func (s *Store) handOver(ctx context.Context, r *Record) error {
-	if s.Ambient == nil {
+	if s.ambient == nil {
 		return errors.New("ambient pod, but the agent runs without --ambient")
 	}
 	defer lockStripe(&s.podStripes, r.PodUID)()
 	s.hostMu.Lock()
-	err := redirect.AddHostIPs(s.Ambient.Host, podAddrs(r)...)
+	err := s.kernel.AddHostIPs(s.ambient.Host, podAddrs(r)...)
 	s.hostMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("add %s to the host probe table: %w", r.Attachment, err)
 	}
 	ackCtx, cancel := ackContext(ctx)
 	defer cancel()
-	if err := s.Ambient.Ztunnel.Add(ackCtx, ztunnelWorkload(r)); err != nil {
+	if err := s.ambient.Ztunnel.Add(ackCtx, ztunnelWorkload(r)); err != nil {
 		return fmt.Errorf("hand %s to ztunnel: %w: %w", r.Attachment, ErrZtunnel, err)
 	}
 	return nil
@@ -76,7 +76,7 @@ func ackContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // Del only when no attachment of the pod is left (a recreated sandbox keeps
 // its proxy).
 func (s *Store) takeBack(ctx context.Context, r *Record) error {
-	if s.Ambient == nil {
+	if s.ambient == nil {
 		return nil
 	}
 	defer lockStripe(&s.podStripes, r.PodUID)()
@@ -92,12 +92,12 @@ func (s *Store) takeBack(ctx context.Context, r *Record) error {
 	}
 	podLeft = r.PodUID != "" && slices.ContainsFunc(listed, func(o *Record) bool { return isAmbient(o) && o.PodUID == r.PodUID })
 	s.mu.RUnlock()
-	err := redirect.RemoveHostIPs(s.Ambient.Host, gone...)
+	err := s.kernel.RemoveHostIPs(s.ambient.Host, gone...)
 	s.hostMu.Unlock()
 	if podLeft {
 		return err
 	}
-	return errors.Join(err, s.Ambient.Ztunnel.Del(ctx, r.PodUID))
+	return errors.Join(err, s.ambient.Ztunnel.Del(ctx, r.PodUID))
 }
 
 // ZtunnelSnapshot lists the ambient pods for a ztunnel that (re)connects:

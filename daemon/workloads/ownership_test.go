@@ -304,7 +304,8 @@ func newAmbientFixture(t *testing.T) *ambientFixture {
 		t.Fatal(err)
 	}
 	zt := &fakeZtunnel{}
-	f.store.Ambient = &Ambient{Ztunnel: zt, Host: h}
+	f.ambient = &Ambient{Ztunnel: zt, Host: h}
+	f.store = f.open(t)
 	return &ambientFixture{fixture: f, host: host, zt: zt}
 }
 

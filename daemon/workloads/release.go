@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/sluicemesh/sluice/daemon/podns"
-	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
 // Ownership: a verb removes only what its own attachment owns. A table is
@@ -99,7 +98,7 @@ func (s *Store) removeUnshared(r *Record) error {
 		return err
 	}
 	defer ns.Close()
-	return redirect.Remove(ns)
+	return s.kernel.Remove(ns)
 }
 
 // sameNetns says whether two records name one namespace: by inode when

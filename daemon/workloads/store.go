@@ -6,11 +6,9 @@ package workloads
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,22 +57,21 @@ type Record struct {
 	Late bool `json:"late,omitempty"`
 }
 
-// Store holds the enrolled workloads.
+// Store holds the enrolled workloads. Everything it works with is handed
+// to Open in a Config (config.go); no field is set after that.
 type Store struct {
-	dir    string
-	opener *podns.Opener
-	log    *slog.Logger
+	dir        string
+	opener     NetnsOpener
+	kernel     redirect.Kernel
+	log        *slog.Logger
+	onApply    func(time.Duration)
+	onReassert func(r Record, drift []string)
+	ambient    *Ambient
 
 	mu   sync.RWMutex
 	recs map[Attachment]*Record
 
-	repairs atomic.Int64
-	// OnApply, when set before serving, observes each ruleset transaction.
-	OnApply func(time.Duration)
-	// Ambient, when set before serving, hands ambient pods to ztunnel.
-	Ambient *Ambient
-	// OnRepair, when set before serving, hears of each drift repair.
-	OnRepair func(r Record, drift []string)
+	reasserts atomic.Int64
 
 	// released holds attachments whose kernel state is gone but whose
 	// journal record could not be deleted: they are never reasserted, and
@@ -91,23 +88,6 @@ type Store struct {
 	nsStripes  [64]sync.Mutex
 	podStripes [64]sync.Mutex
 	hostMu     sync.Mutex
-}
-
-// Open loads the journal in dir (created 0700 if missing). It does not touch
-// the kernel; call Reconcile for that.
-func Open(dir string, opener *podns.Opener, log *slog.Logger) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create state dir: %w", err)
-	}
-	s := &Store{dir: dir, opener: opener, log: log, recs: map[Attachment]*Record{}, released: map[Attachment]bool{}}
-	recs, err := s.loadJournal()
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range recs {
-		s.recs[r.Attachment] = r
-	}
-	return s, nil
 }
 
 func (s *Store) lock(a Attachment) func() { return lockStripe(&s.stripes, a.ContainerID) }
@@ -169,13 +149,7 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	delete(s.released, r.Attachment)
 	s.mu.Unlock()
 	unlockNS()
-	if prev != nil && !sameNetns(prev, &r) {
-		s.log.Info("attachment moved to another netns; releasing the old one", "attachment", r.Attachment.String(),
-			"from", prev.Netns, "to", r.Netns)
-		if err := s.letGo(ctx, prev); err != nil {
-			s.log.Error("releasing the netns an attachment left", "attachment", r.Attachment.String(), "netns", prev.Netns, "err", err)
-		}
-	}
+	s.releaseLeft(ctx, prev, &r)
 	if !isAmbient(&r) {
 		return nil
 	}
@@ -193,11 +167,24 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	return nil
 }
 
+// releaseLeft lets go of the netns a re-enrolled attachment moved out of:
+// its table goes unless another attachment still owns it there.
+func (s *Store) releaseLeft(ctx context.Context, prev, r *Record) {
+	if prev == nil || sameNetns(prev, r) {
+		return
+	}
+	s.log.Info("attachment moved to another netns; releasing the old one", "attachment", r.Attachment.String(),
+		"from", prev.Netns, "to", r.Netns)
+	if err := s.letGo(ctx, prev); err != nil {
+		s.log.Error("releasing the netns an attachment left", "attachment", r.Attachment.String(), "netns", prev.Netns, "err", err)
+	}
+}
+
 func (s *Store) apply(ns netns.NsHandle, rs *redirect.Ruleset) error {
 	start := time.Now()
-	err := redirect.Apply(ns, rs)
-	if s.OnApply != nil {
-		s.OnApply(time.Since(start))
+	err := s.kernel.Apply(ns, rs)
+	if s.onApply != nil {
+		s.onApply(time.Since(start))
 	}
 	return err
 }
@@ -253,7 +240,7 @@ func (s *Store) Check(ctx context.Context, a Attachment, netnsPath string, spec 
 		return nil, err
 	}
 	defer ns.Close()
-	kernel, err := redirect.Verify(ns, rs)
+	kernel, err := s.kernel.Verify(ns, rs)
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: %w", a, err)
 	}
@@ -295,101 +282,7 @@ func (s *Store) Verify(r Record) ([]string, error) {
 		return nil, err
 	}
 	defer ns.Close()
-	return redirect.Verify(ns, rs)
-}
-
-// Reconcile brings the kernel in line with the journal: records whose netns
-// is gone are dropped; the rest are verified and re-applied on drift.
-func (s *Store) Reconcile(ctx context.Context) error {
-	errs := []error{s.retryReleased()}
-	for _, r := range s.List() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := s.reconcileOne(r); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (s *Store) reconcileOne(r Record) error {
-	defer s.lock(r.Attachment)()
-	s.mu.RLock()
-	cur := s.recs[r.Attachment]
-	s.mu.RUnlock()
-	if cur == nil {
-		return nil // released since List
-	}
-	r = *cur
-	ns, err := s.openEnrolled(r.Netns, r.NetnsInode)
-	if errors.Is(err, podns.ErrNotExist) {
-		s.log.Info("netns gone; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns)
-		return s.drop(context.Background(), r.Attachment)
-	}
-	if err != nil {
-		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
-	}
-	defer ns.Close()
-	if !s.hasRecord(r.Attachment) {
-		// The state dir was emptied under us: the kernel state is still
-		// ours, so the journal must say so again before a restart.
-		s.log.Warn("journal record missing; writing it again", "attachment", r.Attachment.String())
-		if err := s.writeRecord(&r); err != nil {
-			return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
-		}
-	}
-	if isAmbient(&r) && s.Ambient != nil {
-		// The host table may have been recreated empty (an uninstall and a
-		// reinstall, a reboot of the agent's host netns in tests).
-		if err := redirect.AddHostIPs(s.Ambient.Host, podAddrs(&r)...); err != nil {
-			return fmt.Errorf("reconcile %s: host probe table: %w", r.Attachment, err)
-		}
-	}
-	return s.repair(ns, r)
-}
-
-func (s *Store) repair(ns netns.NsHandle, r Record) error {
-	rs, err := redirect.Build(r.Spec)
-	if err != nil {
-		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
-	}
-	drift, err := redirect.Verify(ns, rs)
-	if err != nil {
-		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
-	}
-	if len(drift) == 0 {
-		return nil
-	}
-	s.log.Warn("ruleset drifted; re-applying", "attachment", r.Attachment.String(), "drift", drift)
-	if err := s.apply(ns, rs); err != nil {
-		return fmt.Errorf("repair %s: %w", r.Attachment, err)
-	}
-	s.repairs.Add(1)
-	if s.OnRepair != nil {
-		s.OnRepair(r, drift)
-	}
-	return nil
-}
-
-// Repairs counts rulesets re-applied because the kernel drifted.
-func (s *Store) Repairs() int64 { return s.repairs.Load() }
-
-// Resync reconciles every interval until ctx ends, so a table someone
-// flushed or edited is restored without waiting for a CNI call.
-func (s *Store) Resync(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("resync left errors", "err", err)
-			}
-		}
-	}
+	return s.kernel.Verify(ns, rs)
 }
 
 // openEnrolled opens an enrolled netns by path, and reports it gone when the

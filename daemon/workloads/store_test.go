@@ -19,6 +19,7 @@ const testNetwork = "test-net"
 type fixture struct {
 	root, state string
 	store       *Store
+	ambient     *Ambient // for stores opened after it is set
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -35,7 +36,7 @@ func (f *fixture) open(t *testing.T) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(f.state, o, slog.New(slog.DiscardHandler))
+	s, err := Open(Config{Dir: f.state, Opener: o, Kernel: redirect.Netlink{}, Log: slog.New(slog.DiscardHandler), Ambient: f.ambient})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestGCKeepsValidOnly(t *testing.T) {
 	}
 }
 
-func TestReconcileRepairsAndDrops(t *testing.T) {
+func TestReconcileReassertsAndDrops(t *testing.T) {
 	f := newFixture(t)
 	flushed, _ := f.enroll(t, "flushed")
 	gone, _ := f.enroll(t, "gone")
@@ -112,14 +113,14 @@ func TestReconcileRepairsAndDrops(t *testing.T) {
 	if err := s.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if s.Repairs() != 1 {
-		t.Errorf("repairs = %d, want 1", s.Repairs())
+	if s.Reasserts() != 1 {
+		t.Errorf("reasserts = %d, want 1", s.Reasserts())
 	}
 	if got := s.List(); len(got) != 1 || got[0].ContainerID != "flushed" {
 		t.Fatalf("after reconcile: %+v", got)
 	}
 	if d, err := s.Verify(s.List()[0]); err != nil || len(d) != 0 {
-		t.Fatalf("flushed netns not repaired: %v %v", d, err)
+		t.Fatalf("flushed netns not reasserted: %v %v", d, err)
 	}
 }
 

@@ -37,7 +37,7 @@ func TestMetricsAndProbes(t *testing.T) {
 		`sluice_cni_request_duration_seconds_count{verb="Add"} 2`,
 		`sluice_ruleset_apply_duration_seconds_count 2`,
 		`sluice_workloads_enrolled{mode="sidecar"} 1`,
-		`sluice_drift_repairs_total 0`,
+		`sluice_ruleset_reasserts_total 0`,
 		`sluice_build_info{`,
 	} {
 		if !strings.Contains(body, want) {

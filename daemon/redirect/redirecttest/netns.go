@@ -1,0 +1,104 @@
+package redirecttest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/daemon/podns"
+)
+
+// Namespaces stands in for podns.Opener: each netns path it knows names a
+// regular file in a test's temp dir, and Open returns a real descriptor on
+// it, whose inode is the namespace's identity (as Fake keys it). Files are
+// kept until the test ends, so an inode is never reused within a test: a
+// path Replace-d names a namespace with another inode, as a /proc/<pid>
+// path does after pid reuse.
+type Namespaces struct {
+	dir   string
+	mu    sync.Mutex
+	n     int
+	files map[string]string // netns path → stand-in file
+}
+
+// NewNamespaces is an opener that knows no path yet.
+func NewNamespaces(t testing.TB) *Namespaces {
+	return &Namespaces{dir: t.TempDir(), files: map[string]string{}}
+}
+
+// Add makes path name a new namespace and returns its inode.
+func (n *Namespaces) Add(path string) uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.n++
+	file := filepath.Join(n.dir, "ns-"+strconv.Itoa(n.n))
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		panic(fmt.Sprintf("redirecttest: create stand-in netns: %v", err))
+	}
+	n.files[path] = file
+	return fileInode(file)
+}
+
+// Replace makes path name another, new namespace (pid reuse) and returns
+// its inode.
+func (n *Namespaces) Replace(path string) uint64 { return n.Add(path) }
+
+// Delete makes path name nothing, as when a pod's netns is torn down.
+func (n *Namespaces) Delete(path string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.files, path)
+}
+
+// Inode is the inode of the namespace path names now, 0 for none.
+func (n *Namespaces) Inode(path string) uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if f, ok := n.files[path]; ok {
+		return fileInode(f)
+	}
+	return 0
+}
+
+// OpenContext is Open, refused once ctx is done, as podns.Opener's is.
+func (n *Namespaces) OpenContext(ctx context.Context, path string) (netns.NsHandle, error) {
+	if err := ctx.Err(); err != nil {
+		return netns.None(), fmt.Errorf("open netns %q: %w", path, err)
+	}
+	return n.Open(path)
+}
+
+// Open answers as podns.Opener does: a handle the caller closes, a
+// *podns.RuleError for a path that is not absolute, and podns.ErrNotExist
+// for one that names no namespace.
+func (n *Namespaces) Open(path string) (netns.NsHandle, error) {
+	if !filepath.IsAbs(path) {
+		return netns.None(), &podns.RuleError{Path: path, Rule: "not absolute"}
+	}
+	n.mu.Lock()
+	file, ok := n.files[path]
+	n.mu.Unlock()
+	if !ok {
+		return netns.None(), fmt.Errorf("open netns %q: %w", path, podns.ErrNotExist)
+	}
+	fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return netns.None(), fmt.Errorf("open netns %q: %w", path, err)
+	}
+	return netns.NsHandle(fd), nil
+}
+
+func fileInode(file string) uint64 {
+	var st unix.Stat_t
+	if err := unix.Stat(file, &st); err != nil {
+		panic(fmt.Sprintf("redirecttest: stat stand-in netns: %v", err))
+	}
+	return st.Ino
+}

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/metrics"
+	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+)
+
+// openStore loads the journal with every hook the store reports through
+// handed over at once, so the start-up Reconcile already observes applies
+// and records an Event for each ruleset it reasserts.
+func openStore(cfg *config, opener *podns.Opener, amb *ambientNode, m *metrics.Metrics, rec *events.Recorder, log *slog.Logger) (*workloads.Store, error) {
+	return workloads.Open(workloads.Config{
+		Dir:     cfg.stateDir,
+		Opener:  opener,
+		Kernel:  redirect.Netlink{},
+		Log:     log.With("component", "workloads"),
+		OnApply: func(d time.Duration) { m.ApplySeconds.Observe(d.Seconds()) },
+		OnReassert: func(r workloads.Record, drift []string) {
+			rec.RulesetReasserted(events.PodRef{Namespace: r.PodNamespace, Name: r.PodName, UID: r.PodUID}, drift)
+		},
+		Ambient: amb.workloads(),
+	})
+}

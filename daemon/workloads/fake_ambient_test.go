@@ -1,0 +1,137 @@
+package workloads
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
+)
+
+// The ambient half of the Store's logic over redirecttest (fake_test.go):
+// the host probe table, ztunnel's hold, and rollback when ztunnel refuses.
+
+// newAmbientUnit is newUnit with ztunnel and a host netns.
+func newAmbientUnit(t *testing.T) (*unit, *fakeZtunnel) {
+	t.Helper()
+	u := &unit{state: t.TempDir(), ns: redirecttest.NewNamespaces(t), kernel: redirecttest.NewFake()}
+	u.hostIno = u.ns.Add("/host")
+	host, err := u.ns.Open("/host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	zt := &fakeZtunnel{}
+	u.ambient = &Ambient{Ztunnel: zt, Host: host}
+	u.store = u.open(t)
+	return u, zt
+}
+
+func ambientUnitRecord(id, uid, ip string) Record {
+	return Record{Attachment: Attachment{ContainerID: id, IfName: "eth0"}, PodUID: uid, PodName: "p-" + uid,
+		PodNamespace: "default", Netns: "/netns/" + id, IPs: []string{ip}, Spec: redirect.DefaultAmbientSpec()}
+}
+
+func (u *unit) hostHas(ip string) bool {
+	return slices.Contains(u.kernel.HostIPs(u.hostIno), netip.MustParseAddr(ip))
+}
+
+func TestUnitAmbientWithoutAmbientIsRefused(t *testing.T) {
+	u := newUnit(t)
+	ino := u.ns.Add("/netns/a")
+	if err := u.store.Enroll(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24")); err == nil {
+		t.Fatal("ambient Enroll without --ambient succeeded")
+	}
+	if u.hasTable(ino) || len(u.open(t).List()) != 0 {
+		t.Fatal("a refused ambient Enroll left state")
+	}
+}
+
+func TestUnitZtunnelRefusalRollsBack(t *testing.T) {
+	u, zt := newAmbientUnit(t)
+	zt.refuse = errors.New("no")
+	ino := u.ns.Add("/netns/refused")
+	err := u.store.Enroll(context.Background(), ambientUnitRecord("refused", "uid-r", "10.0.0.10/24"))
+	if !errors.Is(err, ErrZtunnel) {
+		t.Fatalf("Enroll with ztunnel refusing: %v, want ErrZtunnel", err)
+	}
+	if u.hasTable(ino) || u.hostHas("10.0.0.10") || len(u.store.List()) != 0 || len(u.open(t).List()) != 0 {
+		t.Fatal("a refused ambient ADD left state behind")
+	}
+}
+
+// ztunnel hears Del only for a pod's last attachment; a probe address
+// another record holds stays; rules go before ztunnel lets go.
+func TestUnitAmbientOwnership(t *testing.T) {
+	u, zt := newAmbientUnit(t)
+	ino1 := u.ns.Add("/netns/sandbox-1")
+	u.ns.Add("/netns/sandbox-2")
+	r1 := ambientUnitRecord("sandbox-1", "uid-1", "10.0.0.5/24")
+	r2 := ambientUnitRecord("sandbox-2", "uid-1", "10.0.0.5/24") // same pod, same IP
+	for _, r := range []Record{r1, r2} {
+		if err := u.store.Enroll(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tableAtDel := true
+	zt.onDel = func() { tableAtDel = u.hasTable(u.ns.Inode(r2.Netns)) }
+	if err := u.store.Release(context.Background(), r1.Attachment, ""); err != nil {
+		t.Fatal(err)
+	}
+	if zt.dels() != 0 || !u.hostHas("10.0.0.5") || u.hasTable(ino1) {
+		t.Fatalf("after the first sandbox: ztunnel dels %d, host has IP %v", zt.dels(), u.hostHas("10.0.0.5"))
+	}
+	if err := u.store.Release(context.Background(), r2.Attachment, ""); err != nil {
+		t.Fatal(err)
+	}
+	if zt.dels() != 1 || u.hostHas("10.0.0.5") {
+		t.Fatalf("after the last: ztunnel dels %d, host has IP %v", zt.dels(), u.hostHas("10.0.0.5"))
+	}
+	if tableAtDel {
+		t.Fatal("ztunnel was told Del while the pod's capture rules were still in place")
+	}
+}
+
+// The reconciler puts an ambient pod's probe address back in a host table
+// recreated empty, and drops a gone pod without taking a reused IP.
+func TestUnitReconcileAmbientHostTable(t *testing.T) {
+	u, _ := newAmbientUnit(t)
+	u.ns.Add("/netns/aa-live")
+	u.ns.Add("/netns/zz-gone")
+	live := ambientUnitRecord("aa-live", "uid-new", "10.0.0.7/24")
+	stale := ambientUnitRecord("zz-gone", "uid-old", "10.0.0.7/24")
+	for _, r := range []Record{stale, live} {
+		if err := u.store.Enroll(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host, _ := u.ns.Open("/host")
+	defer host.Close()
+	u.kernel.RemoveHostIPs(host, netip.MustParseAddr("10.0.0.7")) // the table was recreated
+	u.ns.Delete(stale.Netns)
+	if err := u.store.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !u.hostHas("10.0.0.7") || len(u.store.List()) != 1 {
+		t.Fatalf("after reconcile: host has the live pod's IP %v, records %+v", u.hostHas("10.0.0.7"), u.store.List())
+	}
+}
+
+func TestUnitZtunnelSnapshotOnePerPod(t *testing.T) {
+	u, _ := newAmbientUnit(t)
+	u.ns.Add("/netns/s1")
+	u.ns.Add("/netns/s2")
+	u.ns.Add("/netns/s3")
+	for _, r := range []Record{ambientUnitRecord("s1", "uid-1", "10.0.0.1/24"), ambientUnitRecord("s2", "uid-1", "10.0.0.2/24"),
+		ambientUnitRecord("s3", "uid-3", "10.0.0.3/24")} {
+		if err := u.store.Enroll(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := u.store.ZtunnelSnapshot(); len(got) != 2 {
+		t.Fatalf("snapshot %+v, want one entry per pod", got)
+	}
+}

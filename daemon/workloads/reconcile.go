@@ -1,0 +1,110 @@
+package workloads
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+)
+
+// Reconcile brings the kernel in line with the journal: records whose netns
+// is gone are dropped; the rest are verified and re-applied on drift.
+func (s *Store) Reconcile(ctx context.Context) error {
+	errs := []error{s.retryReleased()}
+	for _, r := range s.List() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.reconcileOne(r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Store) reconcileOne(r Record) error {
+	defer s.lock(r.Attachment)()
+	s.mu.RLock()
+	cur := s.recs[r.Attachment]
+	s.mu.RUnlock()
+	if cur == nil {
+		return nil // released since List
+	}
+	r = *cur
+	ns, err := s.openEnrolled(r.Netns, r.NetnsInode)
+	if errors.Is(err, podns.ErrNotExist) {
+		s.log.Info("netns gone; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns)
+		return s.drop(context.Background(), r.Attachment)
+	}
+	if err != nil {
+		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
+	}
+	defer ns.Close()
+	if !s.hasRecord(r.Attachment) {
+		// The state dir was emptied under us: the kernel state is still
+		// ours, so the journal must say so again before a restart.
+		s.log.Warn("journal record missing; writing it again", "attachment", r.Attachment.String())
+		if err := s.writeRecord(&r); err != nil {
+			return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
+		}
+	}
+	if isAmbient(&r) && s.ambient != nil {
+		// The host table may have been recreated empty (an uninstall and a
+		// reinstall, a reboot of the agent's host netns in tests).
+		if err := s.kernel.AddHostIPs(s.ambient.Host, podAddrs(&r)...); err != nil {
+			return fmt.Errorf("reconcile %s: host probe table: %w", r.Attachment, err)
+		}
+	}
+	return s.reassert(ns, r)
+}
+
+// reassert re-applies r's ruleset when the kernel no longer holds it
+// exactly ("reassert", as kube-proxy re-asserts its chains; "repair" is
+// the repair package's word, for pods running uncaptured).
+func (s *Store) reassert(ns netns.NsHandle, r Record) error {
+	rs, err := redirect.Build(r.Spec)
+	if err != nil {
+		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
+	}
+	drift, err := s.kernel.Verify(ns, rs)
+	if err != nil {
+		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
+	}
+	if len(drift) == 0 {
+		return nil
+	}
+	s.log.Warn("ruleset drifted; re-applying", "attachment", r.Attachment.String(), "drift", drift)
+	if err := s.apply(ns, rs); err != nil {
+		return fmt.Errorf("reassert %s: %w", r.Attachment, err)
+	}
+	s.reasserts.Add(1)
+	if s.onReassert != nil {
+		s.onReassert(r, drift)
+	}
+	return nil
+}
+
+// Reasserts counts rulesets re-applied because the kernel drifted.
+func (s *Store) Reasserts() int64 { return s.reasserts.Load() }
+
+// Resync reconciles every interval until ctx ends, so a table someone
+// flushed or edited is restored without waiting for a CNI call.
+func (s *Store) Resync(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("resync left errors", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
+	"github.com/sluicemesh/sluice/daemon/rpc"
+	"github.com/sluicemesh/sluice/daemon/workloads"
+)
+
+// The plugin's verbs against the agent's real gRPC services (rpc.NewServer:
+// peer credentials, uid check, the CNI verbs, a Store) over a unix socket
+// in a temp dir, in this process; only the kernel and the netns opener are
+// redirecttest's. No root. The daemon packages are test imports only
+// (deps_test.go checks the plugin binary's).
+
+type agentUnderTest struct {
+	sock   string
+	cni    *rpc.CNI
+	store  *workloads.Store
+	ns     *redirecttest.Namespaces
+	kernel *redirecttest.Fake
+}
+
+type decide func(policy.Pod) (policy.Decision, error)
+
+func (f decide) Decide(_ context.Context, p policy.Pod) (policy.Decision, error) { return f(p) }
+
+func startAgent(t *testing.T) *agentUnderTest {
+	t.Helper()
+	a := &agentUnderTest{sock: filepath.Join(t.TempDir(), "agent.sock"), ns: redirecttest.NewNamespaces(t), kernel: redirecttest.NewFake()}
+	var err error
+	a.store, err = workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: a.ns, Kernel: a.kernel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.cni = &rpc.CNI{Workloads: a.store, Ready: func() (bool, string) { return true, "" }, Inflight: rpc.NewInflight(4),
+		Policy: decide(func(p policy.Pod) (policy.Decision, error) {
+			if p.Namespace == "kube-system" {
+				return policy.Decision{Reason: "namespace kube-system is excluded"}, nil
+			}
+			return policy.Decision{Capture: true, Spec: redirect.DefaultSpec()}, nil
+		})}
+	gs, _ := rpc.NewServer(a.cni, &rpc.Debug{Workloads: a.store, Policy: a.cni.Policy},
+		rpc.NewAuthorizer([]uint32{uint32(os.Getuid())}, discardLog()), nil, discardLog())
+	lis, err := net.Listen("unix", a.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	return a
+}
+
+// stdin is a chained sluice entry for socket with a prevResult of one IP.
+func stdin(t *testing.T, socket string, extra map[string]any) []byte {
+	t.Helper()
+	conf := map[string]any{"cniVersion": "1.0.0", "name": "net-a", "type": "sluice", "socket": socket,
+		"prevResult": map[string]any{"cniVersion": "1.0.0", "ips": []map[string]any{{"address": "10.1.0.2/24"}}}}
+	for k, v := range extra {
+		conf[k] = v
+	}
+	b, err := json.Marshal(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func cmdArgs(t *testing.T, socket, id, podNS string, extra map[string]any) *skel.CmdArgs {
+	return &skel.CmdArgs{ContainerID: id, Netns: "/netns/" + id, IfName: "eth0",
+		Args: "K8S_POD_NAMESPACE=" + podNS + ";K8S_POD_NAME=p-" + id + ";K8S_POD_UID=uid-" + id, StdinData: stdin(t, socket, extra)}
+}
+
+// cniCode is the CNI error code of err, 0 for none.
+func cniCode(t *testing.T, err error) uint {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	var e *types.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("%v (%T) is not a CNI error", err, err)
+	}
+	return e.Code
+}
+
+func TestVerbAddEnrolsAndPassesPrevResultThrough(t *testing.T) {
+	a := startAgent(t)
+	ino := a.ns.Add("/netns/c1")
+	out, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, a.sock, "c1", "default", nil)) })
+	if err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	if !strings.Contains(string(out), `"10.1.0.2/24"`) {
+		t.Fatalf("result %s does not pass prevResult through", out)
+	}
+	if _, ok := a.kernel.Table(ino); !ok {
+		t.Fatal("no table after ADD")
+	}
+	if got := a.store.List(); len(got) != 1 || got[0].Network != "net-a" || got[0].PodUID != "uid-c1" || len(got[0].IPs) != 1 {
+		t.Fatalf("record %+v", got)
+	}
+}
+
+func TestVerbAddPassedThrough(t *testing.T) {
+	a := startAgent(t)
+	ino := a.ns.Add("/netns/c1")
+	if _, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, a.sock, "c1", "kube-system", nil)) }); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	if _, ok := a.kernel.Table(ino); ok || len(a.store.List()) != 0 {
+		t.Fatal("a passed-through pod got state")
+	}
+}
+
+// The agent's refusals and failures reach the runtime with the code that
+// says whose fault it is: 4 the caller's, 11 try again, 999 the agent's.
+func TestVerbAddRefused(t *testing.T) {
+	a := startAgent(t)
+	// No netns at the path: the caller's fault.
+	if _, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, a.sock, "c1", "default", nil)) }); cniCode(t, err) != types.ErrInvalidEnvironmentVariables {
+		t.Fatalf("ADD into a missing netns: %v, want code 4", err)
+	}
+	a.ns.Add("/netns/c2")
+	a.kernel.Fail(redirecttest.OpApply, errors.New("netlink says no"))
+	_, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, a.sock, "c2", "default", nil)) })
+	if cniCode(t, err) != types.ErrInternal || !strings.Contains(err.Error(), "netlink says no") {
+		t.Fatalf("ADD with the kernel refusing: %v, want code 999 naming the cause", err)
+	}
+	if len(a.store.List()) != 0 {
+		t.Fatal("a failed ADD left a record")
+	}
+}
+
+// Fail closed: no agent, no pod, and the error names the socket.
+func TestVerbAddAgentDown(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "absent.sock")
+	_, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, sock, "c1", "default", nil)) })
+	if cniCode(t, err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), sock) {
+		t.Fatalf("ADD with no agent: %v, want code 11 naming %s", err, sock)
+	}
+}
+
+// DEL never blocks teardown: agent down, netns gone, attachment unknown.
+func TestVerbDelNeverFails(t *testing.T) {
+	if err := cmdDel(cmdArgs(t, filepath.Join(t.TempDir(), "absent.sock"), "c1", "default", nil)); err != nil {
+		t.Fatalf("DEL with no agent: %v", err)
+	}
+	a := startAgent(t)
+	a.ns.Add("/netns/c1")
+	if _, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, a.sock, "c1", "default", nil)) }); err != nil {
+		t.Fatal(err)
+	}
+	a.ns.Delete("/netns/c1")
+	if err := cmdDel(cmdArgs(t, a.sock, "c1", "default", nil)); err != nil || len(a.store.List()) != 0 {
+		t.Fatalf("DEL with the netns gone: %v, records %+v", err, a.store.List())
+	}
+	if err := cmdDel(cmdArgs(t, a.sock, "never", "default", nil)); err != nil {
+		t.Fatalf("DEL of an unknown attachment: %v", err)
+	}
+}
+
+func TestVerbCheckReportsDrift(t *testing.T) {
+	a := startAgent(t)
+	ino := a.ns.Add("/netns/c1")
+	if _, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, a.sock, "c1", "default", nil)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmdCheck(cmdArgs(t, a.sock, "c1", "default", nil)); err != nil {
+		t.Fatalf("CHECK in sync: %v", err)
+	}
+	a.kernel.Tamper(ino)
+	err := cmdCheck(cmdArgs(t, a.sock, "c1", "default", nil))
+	if cniCode(t, err) != types.ErrInternal || !strings.Contains(err.Error(), "drifted") {
+		t.Fatalf("CHECK after tampering: %v", err)
+	}
+}
+
+func TestVerbStatus(t *testing.T) {
+	a := startAgent(t)
+	if err := cmdStatus(cmdArgs(t, a.sock, "", "", nil)); err != nil {
+		t.Fatalf("STATUS of a ready agent: %v", err)
+	}
+	a.cni.Ready = func() (bool, string) { return false, "policy caches not synced" }
+	if err := cmdStatus(cmdArgs(t, a.sock, "", "", nil)); cniCode(t, err) != types.ErrPluginNotAvailable {
+		t.Fatalf("STATUS of an agent not ready: %v, want 50", err)
+	}
+	if err := cmdStatus(cmdArgs(t, filepath.Join(t.TempDir(), "absent.sock"), "", "", nil)); cniCode(t, err) != types.ErrPluginNotAvailable {
+		t.Fatalf("STATUS with no agent: %v, want 50", err)
+	}
+}
+
+func TestVerbGC(t *testing.T) {
+	a := startAgent(t)
+	for _, id := range []string{"live", "stale"} {
+		a.ns.Add("/netns/" + id)
+		if _, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, a.sock, id, "default", nil)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cmdGC(cmdArgs(t, a.sock, "", "", nil)); cniCode(t, err) != types.ErrInvalidNetworkConfig || len(a.store.List()) != 2 {
+		t.Fatalf("GC without cni.dev/valid-attachments: %v, records %d", err, len(a.store.List()))
+	}
+	valid := map[string]any{"cni.dev/valid-attachments": []map[string]string{{"containerID": "live", "ifname": "eth0"}}}
+	if err := cmdGC(cmdArgs(t, a.sock, "", "", valid)); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if got := a.store.List(); len(got) != 1 || got[0].ContainerID != "live" {
+		t.Fatalf("records after GC: %+v", got)
+	}
+}
+
+func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
