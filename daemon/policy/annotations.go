@@ -162,9 +162,12 @@ func portLists(s *redirect.Spec, base redirect.Spec, ann map[string]string) erro
 		if !ok {
 			continue
 		}
+		if f.name == annExcludeInboundPorts {
+			v = strings.TrimSpace(v) // istio-cni trims this one before use
+		}
 		p, err := parsePorts(v)
 		if err != nil {
-			return &AnnotationError{f.name, v, err}
+			return &AnnotationError{f.name, ann[f.name], err}
 		}
 		*f.dst = p
 	}
@@ -215,7 +218,12 @@ func interfaces(s *redirect.Spec, ann map[string]string) error {
 // parsePorts reads a port list as istio-cni does: blanks around the list
 // and each element are ignored, an empty element is an error. Port 0 is
 // accepted and dropped: istio-iptables programs it, and it matches nothing.
+// A list of nothing but blanks passes istio-cni's check and then breaks
+// istio-iptables' rule ("--dport  -j"), so it is an error too.
 func parsePorts(v string) ([]uint16, error) {
+	if v != "" && strings.TrimSpace(v) == "" {
+		return nil, fmt.Errorf("a list of blanks is not a port list")
+	}
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return nil, nil

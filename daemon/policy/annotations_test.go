@@ -51,7 +51,7 @@ func TestSpecFromAnnotations(t *testing.T) {
 			})},
 		{"no outbound cidr", map[string]string{annIncludeOutboundCIDRs: ""},
 			want(func(s *redirect.Spec) { s.IncludeNoOutboundCIDRs = true })},
-		{"no inbound port", map[string]string{annIncludeInboundPorts: " "}, noInbound},
+		{"exclude inbound blank", map[string]string{annExcludeInboundPorts: " "}, want(nil)},
 		{"inbound port 0 is none", map[string]string{annIncludeInboundPorts: "0"}, noInbound},
 		{"inbound ports", map[string]string{annIncludeInboundPorts: " 8080, 80,8080 "},
 			want(func(s *redirect.Spec) {
@@ -169,6 +169,9 @@ func TestSpecFromAnnotationsInvalid(t *testing.T) {
 		{annExcludeOutboundCIDRs, "fe80::1%eth0/64", "not a CIDR"},
 		{annIncludeInboundPorts, "http", "not a port"},
 		{annIncludeInboundPorts, " * ", "not a port"},
+		{annIncludeInboundPorts, " ", "blanks"},
+		{annIncludeOutboundPorts, "  ", "blanks"},
+		{annExcludeOutboundPorts, " ", "blanks"},
 		{annExcludeInboundPorts, "65536", "not a port"},
 		{annExcludeInboundPorts, "*", "not a port"},
 		{annIncludeOutboundPorts, "*", "not a port"},
