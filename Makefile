@@ -104,6 +104,7 @@ lint:
 
 test: prereqs build plugins multus kube containerd verify
 	$(GO) test -count=1 -timeout 20m ./...
+	cd test/istio && $(GO) test -timeout 15m ./...
 	$(MAKE) -s fuzz
 
 fuzz:

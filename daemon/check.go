@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
@@ -28,6 +29,9 @@ func (c *config) check() error {
 		if _, err := os.Stat(c.kubeconfig); err != nil {
 			errs = append(errs, fmt.Errorf("--kubeconfig: %w", err))
 		}
+	}
+	if _, err := policy.ParseSelectors(c.ambientSelectors); err != nil {
+		errs = append(errs, fmt.Errorf("--ambient-enablement-selectors: %w", err))
 	}
 	// Slices, not maps: the errors come out in the same order every run.
 	for _, f := range []flagValue{

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
@@ -50,6 +51,7 @@ type config struct {
 
 	ambient           bool
 	ambientDNSCapture bool
+	ambientSelectors  string
 	ztunnelSocket     string
 	hostNetns         string
 
@@ -103,12 +105,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.DurationVar(&c.pluginTimeout, "plugin-timeout", pluginconf.DefaultTimeout, "the plugin's deadline for each call, written into the conflist entry")
 	fs.StringVar(&c.excludeNamespaces, "exclude-namespaces", "kube-system", "comma-separated namespaces never captured; the plugin skips them even while the agent is down")
 	fs.StringVar(&c.nodeName, "node-name", getenv("NODE_NAME"), "this node's name: only its pods are watched (default $NODE_NAME)")
-	fs.StringVar(&c.podName, "pod-name", getenv("POD_NAME"), "the agent's own pod, to find its DaemonSet on exit (default $POD_NAME)")
-	fs.StringVar(&c.podNamespace, "pod-namespace", getenv("POD_NAMESPACE"), "the agent's own namespace, never captured (default $POD_NAMESPACE)")
+	fs.StringVar(&c.podName, "pod-name", getenv("POD_NAME"), "the agent's own pod: to find its DaemonSet on exit, and its name less the random suffix is the prefix of the agent pods never captured (default $POD_NAME)")
+	fs.StringVar(&c.podNamespace, "pod-namespace", getenv("POD_NAMESPACE"), "the agent's own namespace, where its pods (by --pod-name prefix) are never captured (default $POD_NAMESPACE)")
 	fs.StringVar(&c.repairMode, "repair-mode", "apply", "pods found running uncaptured: apply (program their rules), label (sluice.dev/uncaptured=true) or delete (evict)")
 	fs.BoolVar(&c.istioTakeover, "istio-takeover", false, "take over running sidecar pods istio-cni captured: sluice's rules in, Istio's removed (docs/adopt-istio-cni.md); false leaves them to Istio. Ambient pods istio-cni enrolled are always adopted")
 	fs.BoolVar(&c.ambient, "ambient", false, "enroll pods labelled istio.io/dataplane-mode=ambient and hand them to ztunnel")
 	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", true, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
+	fs.StringVar(&c.ambientSelectors, "ambient-enablement-selectors", policy.DefaultEnablementSelectors, "which pods are ambient: Istio's enablement selectors (YAML or JSON list of {podSelector, namespaceSelector}, as the istio-cni chart's ambient.enablementSelectors); default Istio's")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
 	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
 	fs.StringVar(&c.trigger, "trigger", triggerCNI, "what enrols a pod: cni (the chained plugin's ADD), nri (the runtime's NRI pod events; no conflist entry is installed) or both (migration)")

@@ -36,19 +36,22 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 func newKubePolicy(cfg *config, rc *rest.Config, log *slog.Logger) (*policy.Kube, error) {
-	exclude := splitList(cfg.excludeNamespaces)
-	if cfg.podNamespace != "" {
-		exclude = append(exclude, cfg.podNamespace)
-	}
 	kc := policy.KubeConfig{
 		Rest:              rc,
 		NodeName:          cfg.nodeName,
-		ExcludeNamespaces: exclude,
-		Base:              redirect.DefaultSpec(),
-		Log:               log.With("component", "policy"),
+		ExcludeNamespaces: splitList(cfg.excludeNamespaces),
+		// The agent's own pods only, not its namespace: installed into
+		// istio-system, the agent must not exempt istiod's namespace.
+		OwnPods: policy.OwnPods{Namespace: cfg.podNamespace, NamePrefix: policy.AgentPodPrefix(cfg.podName)},
+		Base:    redirect.DefaultSpec(),
+		Log:     log.With("component", "policy"),
 	}
 	if cfg.ambient {
-		kc.Ambient = &policy.AmbientConfig{Base: redirect.DefaultAmbientSpec(), DNSCapture: cfg.ambientDNSCapture}
+		sel, err := policy.ParseSelectors(cfg.ambientSelectors)
+		if err != nil {
+			return nil, fmt.Errorf("--ambient-enablement-selectors: %w", err)
+		}
+		kc.Ambient = &policy.AmbientConfig{Base: redirect.DefaultAmbientSpec(), DNSCapture: cfg.ambientDNSCapture, Selectors: sel}
 	}
 	return policy.NewKube(kc)
 }

@@ -89,7 +89,7 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 			return err
 		}
 		pol = kube
-	} else if pol, err = standalonePolicy(cfg); err != nil {
+	} else if pol, err = staticPolicy(cfg); err != nil {
 		return err
 	}
 	opener, err := podns.NewOpener(splitList(cfg.netnsRoots), cfg.hostProc)
@@ -250,14 +250,14 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 func staticPolicy(cfg *config) (rpc.Policy, error) {
 	switch cfg.defaultMode {
 	case string(redirect.ModeSidecar):
-		return policy.NewStatic(redirect.DefaultSpec())
+		return policy.NewStatic(redirect.DefaultSpec(), splitList(cfg.excludeNamespaces)...)
 	case string(redirect.ModeAmbient):
 		if !cfg.ambient {
 			return nil, fmt.Errorf("--default-mode ambient needs --ambient")
 		}
 		spec := redirect.DefaultAmbientSpec()
 		spec.CaptureDNS = cfg.ambientDNSCapture
-		return policy.NewStatic(spec)
+		return policy.NewStatic(spec, splitList(cfg.excludeNamespaces)...)
 	}
 	return nil, fmt.Errorf("--default-mode %q: want sidecar or ambient", cfg.defaultMode)
 }

@@ -15,7 +15,7 @@ func TestStandaloneHonoursExcludedNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := standalonePolicy(cfg)
+	pol, err := staticPolicy(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,13 +3,14 @@ package policy
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
-// Per-pod ambient options, as istio-cni reads them.
+// Per-pod ambient options, as istio-cni's node agent reads them.
 const (
 	annAmbientDNSCapture    = "ambient.istio.io/dns-capture"
 	annAmbientBypassInbound = "ambient.istio.io/bypass-inbound-capture"
@@ -22,26 +23,37 @@ type AmbientConfig struct {
 	Base redirect.Spec
 	// DNSCapture is the node-wide default; a pod's annotation wins.
 	DNSCapture bool
+	// Selectors decide which pods are ambient; nil is Istio's chart
+	// default (DefaultEnablementSelectors).
+	Selectors *Selectors
 }
 
-// isAmbient is Istio's enrolment rule: the pod's or else its namespace's
-// istio.io/dataplane-mode=ambient, unless the pod opts out with "none",
-// carries a sidecar, or shares the node's network.
-func isAmbient(pod *corev1.Pod, ns *corev1.Namespace) bool {
-	if pod.Spec.HostNetwork {
-		return false
+var defaultSelectors = MustParseSelectors(DefaultEnablementSelectors)
+
+func (c AmbientConfig) selectors() *Selectors {
+	if c.Selectors == nil {
+		return defaultSelectors
 	}
-	if _, sidecar := pod.Annotations[annSidecarStatus]; sidecar {
-		return false
-	}
-	return dataplaneMode(pod, ns) == "ambient"
+	return c.Selectors
 }
 
-// decideAmbient is the decision for a pod isAmbient accepted.
+// isAmbient is Istio's enrolment rule, its enablement selectors over the
+// pod's and its namespace's labels (ns nil: no namespace labels).
+func isAmbient(pod *corev1.Pod, ns *corev1.Namespace, cfg AmbientConfig) bool {
+	var nsLabels map[string]string
+	if ns != nil {
+		nsLabels = ns.Labels
+	}
+	return cfg.selectors().Matches(pod, nsLabels)
+}
+
+// decideAmbient is the decision for a pod isAmbient accepted. Like
+// istio-cni, it never fails a pod over its options: a value that is not a
+// boolean is ignored with a warning.
 func decideAmbient(pod *corev1.Pod, cfg AmbientConfig) (Decision, error) {
 	spec := cfg.Base
 	spec.CaptureDNS = cfg.DNSCapture
-	inputs := []string{labelDataplaneMode + ": ambient", fmt.Sprintf("--ambient-dns-capture: %v", cfg.DNSCapture)}
+	d := Decision{Inputs: []string{"enablement selectors: matched", fmt.Sprintf("--ambient-dns-capture: %v", cfg.DNSCapture)}}
 	for _, opt := range []struct {
 		ann string
 		dst *bool
@@ -52,13 +64,29 @@ func decideAmbient(pod *corev1.Pod, cfg AmbientConfig) (Decision, error) {
 		}
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return Decision{}, &AnnotationError{opt.ann, v, fmt.Errorf("not a boolean")}
+			d.warn(fmt.Sprintf("annotation %s=%q ignored: not a boolean", opt.ann, v))
+			continue
 		}
 		*opt.dst = b
-		inputs = append(inputs, fmt.Sprintf("annotation %s: %q", opt.ann, v))
+		d.Inputs = append(d.Inputs, fmt.Sprintf("annotation %s: %q", opt.ann, v))
+	}
+	// Ambient reads only the current spelling, split on commas with
+	// blanks dropped; the deprecated kubevirtInterfaces is sidecar-only.
+	if v, ok := pod.Annotations[annRerouteInterfaces]; ok {
+		spec.RerouteInterfaces = nil
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				spec.RerouteInterfaces = append(spec.RerouteInterfaces, name)
+			}
+		}
+		if err := checkInterfaceNames(spec.RerouteInterfaces); err != nil {
+			return Decision{}, &AnnotationError{annRerouteInterfaces, v, err}
+		}
+		d.Inputs = append(d.Inputs, fmt.Sprintf("annotation %s: %q", annRerouteInterfaces, v))
 	}
 	if err := spec.Validate(); err != nil {
 		return Decision{}, err
 	}
-	return Decision{Capture: true, Spec: spec, Reason: "istio ambient", Inputs: inputs}, nil
+	d.Capture, d.Spec, d.Reason = true, spec, "istio ambient"
+	return d, nil
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +30,7 @@ func TestAmbientEnrolment(t *testing.T) {
 		{"no label", pod(nil, nil, false), plainNS, false},
 		{"namespace unknown", pod(nil, nil, false), nil, false},
 	} {
-		if got := isAmbient(tc.pod, tc.ns); got != tc.want {
+		if got := isAmbient(tc.pod, tc.ns, AmbientConfig{}); got != tc.want {
 			t.Errorf("%s: isAmbient = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -46,7 +47,16 @@ func TestDecideAmbientOptions(t *testing.T) {
 	if err != nil || d.Spec.CaptureDNS || !d.Spec.BypassInboundCapture {
 		t.Fatalf("annotations: %+v %v", d.Spec, err)
 	}
-	if _, err := decideAmbient(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annAmbientDNSCapture: "maybe"}}}, cfg); err == nil {
-		t.Fatal("non-boolean annotation accepted")
+	// Istio ignores a value that is not a boolean, with a warning; the
+	// pod starts with the node's default.
+	d, err = decideAmbient(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		annAmbientDNSCapture: "maybe", annAmbientBypassInbound: "yes"}}}, cfg)
+	if err != nil || !d.Spec.CaptureDNS || d.Spec.BypassInboundCapture || len(d.Warnings) != 2 {
+		t.Fatalf("non-boolean annotations: %+v %v warnings %q", d.Spec, err, d.Warnings)
+	}
+	d, err = decideAmbient(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		annRerouteInterfaces: " net1,,kv0 ", annKubevirtInterfaces: "ignored"}}}, cfg)
+	if err != nil || !reflect.DeepEqual(d.Spec.RerouteInterfaces, []string{"net1", "kv0"}) {
+		t.Fatalf("reroute interfaces: %v %v", d.Spec.RerouteInterfaces, err)
 	}
 }

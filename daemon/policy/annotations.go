@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,11 +61,13 @@ func (e *AnnotationError) Error() string {
 func (e *AnnotationError) Unwrap() error { return e.Err }
 
 // SpecFromAnnotations applies a pod's Istio traffic annotations to base
-// (the agent's defaults). An annotation that is present replaces base's
-// value for its field, as istio-cni's annotation replaces its default; an
-// absent one leaves base alone. Families base does not capture are dropped
-// from CIDR lists rather than refused, so one annotation value serves
-// single- and dual-stack clusters.
+// (the agent's defaults, with the pod's IP families decided), value for
+// value as istio-cni and istio-iptables read them; the differential test
+// in test/istio holds this to Istio's own code. An annotation that is
+// present replaces base's value for its field; an absent one leaves base
+// alone. Values Istio accepts but that match no packet (port 0, an
+// IPv4-mapped IPv6 range, a range of a family the pod does not capture)
+// are left out, so the ruleset matches the same traffic.
 func SpecFromAnnotations(base redirect.Spec, ann map[string]string) (redirect.Spec, error) {
 	s := base
 	// Slices are shared with base until replaced; clone the one we may
@@ -86,48 +89,62 @@ func SpecFromAnnotations(base redirect.Spec, ann map[string]string) (redirect.Sp
 			return s, &AnnotationError{annInterceptionMode, v, fmt.Errorf("want REDIRECT or TPROXY")}
 		}
 	}
+	if err := outboundCIDRs(&s, ann); err != nil {
+		return s, err
+	}
+	if err := portLists(&s, base, ann); err != nil {
+		return s, err
+	}
+	return s, interfaces(&s, ann)
+}
 
+// outboundCIDRs reads the include and exclude range lists. Istio parses
+// each element as it stands: a space around one is an error.
+func outboundCIDRs(s *redirect.Spec, ann map[string]string) error {
 	if v, ok := ann[annIncludeOutboundCIDRs]; ok {
-		// "*" is every destination; "" is none: istio-iptables then adds no
-		// catch-all redirect and only includeOutboundPorts is captured.
-		switch strings.TrimSpace(v) {
+		// Exactly "*" is every destination; "" is none: istio-iptables
+		// then adds no catch-all redirect and only includeOutboundPorts
+		// are captured.
+		switch v {
 		case "*":
 			s.IncludeOutboundCIDRs, s.IncludeNoOutboundCIDRs = nil, false
-		case "":
-			s.IncludeOutboundCIDRs, s.IncludeNoOutboundCIDRs = nil, true
 		default:
-			p, err := parseCIDRs(v, base)
+			p, err := parseCIDRs(v, *s)
 			if err != nil {
-				return s, &AnnotationError{annIncludeOutboundCIDRs, v, err}
+				return &AnnotationError{annIncludeOutboundCIDRs, v, err}
 			}
-			// Every range may be of a family this node does not capture:
+			// Every range may be of a family this pod does not capture:
 			// what is left is then "no destination", not "every destination".
 			s.IncludeOutboundCIDRs, s.IncludeNoOutboundCIDRs = p, len(p) == 0
 		}
 	}
 	if v, ok := ann[annExcludeOutboundCIDRs]; ok {
 		// No wildcard here: istio-cni refuses "*" as an invalid CIDR.
-		p, err := parseCIDRs(v, base)
+		p, err := parseCIDRs(v, *s)
 		if err != nil {
-			return s, &AnnotationError{annExcludeOutboundCIDRs, v, err}
+			return &AnnotationError{annExcludeOutboundCIDRs, v, err}
 		}
 		s.ExcludeOutboundCIDRs = p
 	}
+	return nil
+}
 
+// portLists reads the four port lists and decides which inbound ports
+// always pass: istio-iptables returns 15008 from the nat chain only (TPROXY
+// captures it) and the proxy's own 15020/15021/15090, which istio-cni
+// appends to excludeInboundPorts, only when every inbound port is captured:
+// with an include list the exclusions are not read at all.
+func portLists(s *redirect.Spec, base redirect.Spec, ann map[string]string) error {
 	if v, ok := ann[annIncludeInboundPorts]; ok {
-		// "*" is every port; "" is none: istio-iptables installs no inbound
-		// capture at all.
-		switch strings.TrimSpace(v) {
+		switch v {
 		case "*":
 			s.IncludeInboundPorts, s.IncludeNoInboundPorts = nil, false
-		case "":
-			s.IncludeInboundPorts, s.IncludeNoInboundPorts = nil, true
 		default:
 			p, err := parsePorts(v)
 			if err != nil {
-				return s, &AnnotationError{annIncludeInboundPorts, v, err}
+				return &AnnotationError{annIncludeInboundPorts, v, err}
 			}
-			s.IncludeInboundPorts, s.IncludeNoInboundPorts = p, false
+			s.IncludeInboundPorts, s.IncludeNoInboundPorts = p, len(p) == 0
 		}
 	}
 	// istio-cni's validator lets "*" through for the three lists below, but
@@ -137,8 +154,6 @@ func SpecFromAnnotations(base redirect.Spec, ann map[string]string) (redirect.Sp
 		name string
 		dst  *[]uint16
 	}{
-		// Inbound 15008/15020/15021/15090 always pass through
-		// Spec.InboundPassPorts, as istio-cni always appends them here.
 		{annExcludeInboundPorts, &s.ExcludeInboundPorts},
 		{annIncludeOutboundPorts, &s.IncludeOutboundPorts},
 		{annExcludeOutboundPorts, &s.ExcludeOutboundPorts},
@@ -147,87 +162,101 @@ func SpecFromAnnotations(base redirect.Spec, ann map[string]string) (redirect.Sp
 		if !ok {
 			continue
 		}
+		if f.name == annExcludeInboundPorts {
+			v = strings.TrimSpace(v) // istio-cni trims this one before use
+		}
 		p, err := parsePorts(v)
 		if err != nil {
-			return s, &AnnotationError{f.name, v, err}
+			return &AnnotationError{f.name, ann[f.name], err}
 		}
 		*f.dst = p
 	}
 	if _, ok := ann[annExcludeOutboundPorts]; !ok {
 		s.ExcludeOutboundPorts = redirect.SortedPorts(append(s.ExcludeOutboundPorts, istioDefaultExcludeOutboundPorts...))
 	}
+	everyPort := !s.IncludeNoInboundPorts && len(s.IncludeInboundPorts) == 0
+	if !everyPort {
+		s.ExcludeInboundPorts = nil
+	}
+	s.InboundPassPorts = nil
+	for _, p := range base.InboundPassPorts {
+		switch {
+		case p == base.HBONEPort && s.Interception == redirect.InterceptTProxy:
+		case p == base.HBONEPort, everyPort:
+			s.InboundPassPorts = append(s.InboundPassPorts, p)
+		}
+	}
+	return nil
+}
 
+// interfaces reads excludeInterfaces and the reroute lists: the current
+// reroute annotation wins whenever it is present, even empty, over the
+// deprecated kubevirtInterfaces.
+func interfaces(s *redirect.Spec, ann map[string]string) error {
 	if v, ok := ann[annExcludeInterfaces]; ok {
 		names, err := parseInterfaces(v)
 		if err != nil {
-			return s, &AnnotationError{annExcludeInterfaces, v, err}
+			return &AnnotationError{annExcludeInterfaces, v, err}
 		}
 		s.ExcludeInterfaces = names
 	}
 	for _, name := range []string{annRerouteInterfaces, annKubevirtInterfaces} {
-		if v := ann[name]; strings.TrimSpace(v) != "" {
-			return s, &AnnotationError{name, v, errUnsupported("rerouting virtual interfaces")}
+		v, ok := ann[name]
+		if !ok {
+			continue
 		}
+		names, err := parseInterfaces(v)
+		if err != nil {
+			return &AnnotationError{name, v, err}
+		}
+		s.RerouteInterfaces = names
+		break
 	}
-	return s, nil
+	return nil
 }
 
-func errUnsupported(what string) error {
-	return fmt.Errorf("%s is not supported by sluice yet", what)
-}
-
-// elements splits a comma-separated annotation value. Space around an
-// element is ignored; an empty element (",," or a trailing comma) is an
-// error, as it is to istio-cni's validators.
-func elements(v string) ([]string, error) {
-	if strings.TrimSpace(v) == "" {
+// parsePorts reads a port list as istio-cni does: blanks around the list
+// and each element are ignored, an empty element is an error. Port 0 is
+// accepted and dropped: istio-iptables programs it, and it matches nothing.
+// A list of nothing but blanks passes istio-cni's check and then breaks
+// istio-iptables' rule ("--dport  -j"), so it is an error too.
+func parsePorts(v string) ([]uint16, error) {
+	if v != "" && strings.TrimSpace(v) == "" {
+		return nil, fmt.Errorf("a list of blanks is not a port list")
+	}
+	v = strings.TrimSpace(v)
+	if v == "" {
 		return nil, nil
 	}
-	parts := strings.Split(v, ",")
-	for i, p := range parts {
-		parts[i] = strings.TrimSpace(p)
-		if parts[i] == "" {
-			return nil, fmt.Errorf("empty element %d", i+1)
+	var ports []uint16
+	for _, p := range strings.Split(v, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(p), 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a port (0-65535)", p)
 		}
-	}
-	return parts, nil
-}
-
-// parsePorts reads a port list. Port 0 is refused: istio-cni would accept
-// it and produce a rule that matches nothing the owner meant.
-func parsePorts(v string) ([]uint16, error) {
-	parts, err := elements(v)
-	if err != nil || len(parts) == 0 {
-		return nil, err
-	}
-	ports := make([]uint16, 0, len(parts))
-	for _, p := range parts {
-		n, err := strconv.ParseUint(p, 10, 16)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("%q is not a port (1-65535)", p)
+		if n != 0 {
+			ports = append(ports, uint16(n))
 		}
-		ports = append(ports, uint16(n))
 	}
 	return redirect.SortedPorts(ports), nil
 }
 
-// parseCIDRs reads a CIDR list (a bare address is refused, as by istio-cni)
-// and keeps the prefixes of the families base captures.
-func parseCIDRs(v string, base redirect.Spec) ([]netip.Prefix, error) {
-	parts, err := elements(v)
-	if err != nil {
-		return nil, err
+// parseCIDRs reads a CIDR list as istio-cni does (a bare address, or a
+// blank around an element, is refused) and keeps the prefixes of the
+// families s captures. IPv4-mapped IPv6 ranges are valid to Istio, which
+// puts them in its IPv6 rules, where no packet carries such an address:
+// they are dropped.
+func parseCIDRs(v string, s redirect.Spec) ([]netip.Prefix, error) {
+	if v == "" {
+		return nil, nil
 	}
 	var out []netip.Prefix
-	for _, p := range parts {
+	for _, p := range strings.Split(v, ",") {
 		pfx, err := netip.ParsePrefix(p)
 		if err != nil {
 			return nil, fmt.Errorf("%q is not a CIDR", p)
 		}
-		if pfx.Addr().Is4In6() {
-			return nil, fmt.Errorf("%q is an IPv4-mapped IPv6 range; write it as IPv4", p)
-		}
-		if (pfx.Addr().Is4() && !base.IPv4) || (pfx.Addr().Is6() && !base.IPv6) {
+		if pfx.Addr().Is4In6() || (pfx.Addr().Is4() && !s.IPv4) || (pfx.Addr().Is6() && !s.IPv6) {
 			continue
 		}
 		out = append(out, pfx.Masked())
@@ -235,18 +264,37 @@ func parseCIDRs(v string, base redirect.Spec) ([]netip.Prefix, error) {
 	return redirect.SortedPrefixes(out), nil
 }
 
-// parseInterfaces reads interface names, held to what the kernel accepts
-// (IFNAMSIZ, no '/' or whitespace) and nft text can carry (no quotes).
+// ifaceName is Istio's rule for an interface name (pkg/util/net).
+var ifaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_.\-]*$`)
+
+// parseInterfaces reads interface names as istio-cni does: blanks around
+// each are ignored; an empty one, one over IFNAMSIZ or one that is not a
+// letter followed by letters, digits, '_', '.' or '-' is an error.
 func parseInterfaces(v string) ([]string, error) {
-	names, err := elements(v)
-	if err != nil {
-		return nil, err
+	if v == "" {
+		return nil, nil
 	}
-	for _, n := range names {
-		if err := redirect.CheckInterfaceName(n); err != nil {
-			return nil, fmt.Errorf("%q is not an interface name: %w", n, err)
-		}
+	var names []string
+	for _, n := range strings.Split(v, ",") {
+		names = append(names, strings.TrimSpace(n))
+	}
+	if err := checkInterfaceNames(names); err != nil {
+		return nil, err
 	}
 	slices.Sort(names)
 	return slices.Compact(names), nil
+}
+
+func checkInterfaceNames(names []string) error {
+	for _, n := range names {
+		switch {
+		case n == "":
+			return fmt.Errorf("empty interface name")
+		case len(n) > 15:
+			return fmt.Errorf("interface name %q is longer than 15 bytes", n)
+		case !ifaceName.MatchString(n):
+			return fmt.Errorf("%q is not an interface name", n)
+		}
+	}
+	return nil
 }

@@ -38,20 +38,41 @@ func TestSpecFromAnnotations(t *testing.T) {
 		{"none", nil, want(nil)},
 		{"redirect", map[string]string{annInterceptionMode: "REDIRECT"}, want(nil)},
 		{"outbound cidrs all", map[string]string{annIncludeOutboundCIDRs: "*"}, want(nil)},
-		{"outbound cidrs", map[string]string{annIncludeOutboundCIDRs: "10.0.0.0/8, 192.168.1.7/24,fd00::/8,10.0.0.0/8"},
+		{"outbound cidrs", map[string]string{annIncludeOutboundCIDRs: "10.0.0.0/8,192.168.1.7/24,fd00::/8,10.0.0.0/8"},
 			want(func(s *redirect.Spec) { s.IncludeOutboundCIDRs = prefixes("10.0.0.0/8", "192.168.1.0/24", "fd00::/8") })},
 		{"exclude cidrs", map[string]string{annExcludeOutboundCIDRs: "169.254.169.254/32"},
 			want(func(s *redirect.Spec) { s.ExcludeOutboundCIDRs = prefixes("169.254.169.254/32") })},
 		{"exclude cidrs empty", map[string]string{annExcludeOutboundCIDRs: ""}, want(nil)},
 		{"inbound ports all", map[string]string{annIncludeInboundPorts: "*"}, want(nil)},
 		{"tproxy", map[string]string{annInterceptionMode: "TPROXY"},
-			want(func(s *redirect.Spec) { s.Interception = redirect.InterceptTProxy })},
+			want(func(s *redirect.Spec) {
+				s.Interception = redirect.InterceptTProxy
+				s.InboundPassPorts = []uint16{15020, 15021, 15090}
+			})},
 		{"no outbound cidr", map[string]string{annIncludeOutboundCIDRs: ""},
 			want(func(s *redirect.Spec) { s.IncludeNoOutboundCIDRs = true })},
-		{"no inbound port", map[string]string{annIncludeInboundPorts: " "},
-			want(func(s *redirect.Spec) { s.IncludeNoInboundPorts = true })},
-		{"inbound ports", map[string]string{annIncludeInboundPorts: "8080, 80,8080"},
-			want(func(s *redirect.Spec) { s.IncludeInboundPorts = []uint16{80, 8080} })},
+		{"exclude inbound blank", map[string]string{annExcludeInboundPorts: " "}, want(nil)},
+		{"inbound port 0 is none", map[string]string{annIncludeInboundPorts: "0"}, noInbound},
+		{"inbound ports", map[string]string{annIncludeInboundPorts: " 8080, 80,8080 "},
+			want(func(s *redirect.Spec) {
+				s.IncludeInboundPorts = []uint16{80, 8080}
+				s.InboundPassPorts = []uint16{15008}
+			})},
+		{"inbound ports ignore exclusions", map[string]string{annIncludeInboundPorts: "8080", annExcludeInboundPorts: "8080"},
+			want(func(s *redirect.Spec) {
+				s.IncludeInboundPorts = []uint16{8080}
+				s.InboundPassPorts = []uint16{15008}
+			})},
+		{"tproxy captures 15008", map[string]string{annInterceptionMode: "TPROXY", annExcludeInboundPorts: "9000,0"},
+			want(func(s *redirect.Spec) {
+				s.Interception = redirect.InterceptTProxy
+				s.InboundPassPorts = []uint16{15020, 15021, 15090}
+				s.ExcludeInboundPorts = []uint16{9000}
+			})},
+		{"ipv4-mapped ranges match nothing", map[string]string{annIncludeOutboundCIDRs: "::ffff:10.0.0.0/104"},
+			want(func(s *redirect.Spec) { s.IncludeNoOutboundCIDRs = true })},
+		{"outbound port 0 is dropped", map[string]string{annIncludeOutboundPorts: "0,443"},
+			want(func(s *redirect.Spec) { s.IncludeOutboundPorts = []uint16{443} })},
 		{"exclude inbound ports", map[string]string{annExcludeInboundPorts: "9000"},
 			want(func(s *redirect.Spec) { s.ExcludeInboundPorts = []uint16{9000} })},
 		{"include outbound ports", map[string]string{annIncludeOutboundPorts: "443,80"},
@@ -63,6 +84,11 @@ func TestSpecFromAnnotations(t *testing.T) {
 		{"exclude interfaces", map[string]string{annExcludeInterfaces: "eth1, net1"},
 			want(func(s *redirect.Spec) { s.ExcludeInterfaces = []string{"eth1", "net1"} })},
 		{"empty reroute interfaces", map[string]string{annRerouteInterfaces: ""}, want(nil)},
+		{"reroute interfaces", map[string]string{annRerouteInterfaces: "net1 , kv0"},
+			want(func(s *redirect.Spec) { s.RerouteInterfaces = []string{"kv0", "net1"} })},
+		{"kubevirt interfaces", map[string]string{annKubevirtInterfaces: "net1"},
+			want(func(s *redirect.Spec) { s.RerouteInterfaces = []string{"net1"} })},
+		{"reroute wins even empty", map[string]string{annRerouteInterfaces: "", annKubevirtInterfaces: "net1"}, want(nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := SpecFromAnnotations(redirect.DefaultSpec(), tc.ann)
@@ -78,6 +104,11 @@ func TestSpecFromAnnotations(t *testing.T) {
 		})
 	}
 }
+
+var noInbound = want(func(s *redirect.Spec) {
+	s.IncludeNoInboundPorts = true
+	s.InboundPassPorts = []uint16{15008}
+})
 
 func TestSpecFromAnnotationsDropsDisabledFamilies(t *testing.T) {
 	base := redirect.DefaultSpec()
@@ -130,21 +161,28 @@ func TestSpecFromAnnotationsInvalid(t *testing.T) {
 		{annIncludeOutboundCIDRs, "10.0.0.0", "not a CIDR"},
 		{annIncludeOutboundCIDRs, "10.0.0.0/33", "not a CIDR"},
 		{annIncludeOutboundCIDRs, "*,10.0.0.0/8", "not a CIDR"},
-		{annIncludeOutboundCIDRs, "10.0.0.0/8,", "empty element"},
-		{annIncludeOutboundCIDRs, "::ffff:10.0.0.0/104", "IPv4-mapped"},
+		{annIncludeOutboundCIDRs, "10.0.0.0/8,", "not a CIDR"},
+		{annIncludeOutboundCIDRs, "10.0.0.0/8, 10.1.0.0/16", "not a CIDR"},
+		{annIncludeOutboundCIDRs, " *", "not a CIDR"},
+		{annIncludeOutboundCIDRs, " ", "not a CIDR"},
 		{annExcludeOutboundCIDRs, "*", "not a CIDR"},
 		{annExcludeOutboundCIDRs, "fe80::1%eth0/64", "not a CIDR"},
 		{annIncludeInboundPorts, "http", "not a port"},
+		{annIncludeInboundPorts, " * ", "not a port"},
+		{annIncludeInboundPorts, " ", "blanks"},
+		{annIncludeOutboundPorts, "  ", "blanks"},
+		{annExcludeOutboundPorts, " ", "blanks"},
 		{annExcludeInboundPorts, "65536", "not a port"},
 		{annExcludeInboundPorts, "*", "not a port"},
-		{annIncludeOutboundPorts, "0", "not a port"},
 		{annIncludeOutboundPorts, "*", "not a port"},
-		{annExcludeOutboundPorts, "80,,443", "empty element"},
+		{annExcludeOutboundPorts, "80,,443", "not a port"},
 		{annExcludeOutboundPorts, "-1", "not a port"},
-		{annExcludeInterfaces, "averyveryverylongname", "not an interface name"},
+		{annExcludeInterfaces, "averyveryverylongname", "longer than 15"},
 		{annExcludeInterfaces, "eth0/1", "not an interface name"},
-		{annRerouteInterfaces, "net1", "not supported"},
-		{annKubevirtInterfaces, "net1", "not supported"},
+		{annExcludeInterfaces, "1eth", "not an interface name"},
+		{annExcludeInterfaces, "eth0,", "empty interface name"},
+		{annRerouteInterfaces, "net1,,net2", "empty interface name"},
+		{annKubevirtInterfaces, "net 1", "not an interface name"},
 	} {
 		t.Run(tc.ann+"="+tc.value, func(t *testing.T) {
 			_, err := SpecFromAnnotations(redirect.DefaultSpec(), map[string]string{tc.ann: tc.value})

@@ -27,9 +27,14 @@ type KubeConfig struct {
 	// NodeName is this node: only its pods are cached.
 	NodeName string
 	// Pods in these namespaces are passed through without asking the API
-	// server: kube-system and the agent's own namespace, so the agent's
-	// pod starts even when nothing else can.
+	// server (kube-system by default).
 	ExcludeNamespaces []string
+	// OwnPods are the agent's own pods, passed through without asking the
+	// API server so they start even when nothing else can: the agent's
+	// namespace, and the name prefix of its DaemonSet's pods (see
+	// AgentPodPrefix), as istio-cni skips istio-cni-node-* in its own
+	// namespace. The rest of that namespace is decided as any other.
+	OwnPods OwnPods
 	// Base is the capture a pod gets before its annotations apply.
 	Base redirect.Spec
 	// LookupWait is how long an ADD waits for a pod missing from the cache
@@ -138,13 +143,19 @@ func (k *Kube) Synced() (bool, string) {
 	return true, ""
 }
 
-// Decide looks the pod up and applies Istio's sidecar rules to it.
+// Decide looks the pod up and applies Istio's rules to it.
 func (k *Kube) Decide(ctx context.Context, p Pod) (Decision, error) {
-	if slices.Contains(k.cfg.ExcludeNamespaces, p.Namespace) {
-		// Decided before any lookup: these pods include the agent itself,
-		// which must start even when the API server is away.
-		return Decision{Reason: "namespace " + p.Namespace + " is excluded",
-			Inputs: []string{"--exclude-namespaces: " + p.Namespace}}, nil
+	// Decided before any lookup, as istio-cni does, so these never wait
+	// for the API server.
+	switch {
+	case p.Name == "" || p.Namespace == "":
+		// Not a Kubernetes pod (a runtime call without K8S_POD_NAME):
+		// there is nothing to look up, and istio-cni lets it through.
+		return Decision{Reason: "not a Kubernetes pod: no K8S_POD_NAME or K8S_POD_NAMESPACE"}, nil
+	case slices.Contains(k.cfg.ExcludeNamespaces, p.Namespace):
+		return excludedNamespace(p.Namespace), nil
+	case k.cfg.OwnPods.Match(p):
+		return Decision{Reason: "the agent's own pod", Inputs: []string{"--pod-name: " + k.cfg.OwnPods.NamePrefix + "*"}}, nil
 	}
 	pod, err := k.lookup(ctx, p)
 	if err != nil {
@@ -154,22 +165,12 @@ func (k *Kube) Decide(ctx context.Context, p Pod) (Decision, error) {
 	if obj, ok, _ := k.namespaces.GetStore().GetByKey(p.Namespace); ok {
 		ns = obj.(*corev1.Namespace)
 	}
-	d, err := k.decidePod(pod, ns)
+	d, err := Rules{Sidecar: k.cfg.Base, Ambient: k.cfg.Ambient}.Decide(pod, ns, p.IPs)
 	if err != nil {
 		return Decision{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	return d, nil
-}
-
-// decidePod is the decision for a pod as the cache holds it.
-func (k *Kube) decidePod(pod *corev1.Pod, ns *corev1.Namespace) (Decision, error) {
-	var d Decision
-	var err error
-	if k.cfg.Ambient != nil && isAmbient(pod, ns) {
-		d, err = decideAmbient(pod, *k.cfg.Ambient)
-	} else {
-		d, err = decideSidecar(pod, ns, k.cfg.Base)
+	for _, w := range d.Warnings {
+		k.log.Warn("pod input ignored", "pod", p.Namespace+"/"+p.Name, "input", w)
 	}
-	d.ServiceAccount = pod.Spec.ServiceAccountName
-	return d, err
+	return d, nil
 }

@@ -78,13 +78,19 @@ func TestKubeAnnotations(t *testing.T) {
 		want       func(*redirect.Spec)
 	}{
 		{annInterceptionMode, "REDIRECT", nil},
-		{annInterceptionMode, "TPROXY", func(s *redirect.Spec) { s.Interception = redirect.InterceptTProxy }},
+		{annInterceptionMode, "TPROXY", func(s *redirect.Spec) {
+			s.Interception, s.InboundPassPorts = redirect.InterceptTProxy, []uint16{15020, 15021, 15090}
+		}},
 		{annIncludeOutboundCIDRs, "", func(s *redirect.Spec) { s.IncludeNoOutboundCIDRs = true }},
-		{annIncludeInboundPorts, "", func(s *redirect.Spec) { s.IncludeNoInboundPorts = true }},
+		{annIncludeInboundPorts, "", func(s *redirect.Spec) { s.IncludeNoInboundPorts, s.InboundPassPorts = true, []uint16{15008} }},
 		{annIncludeOutboundCIDRs, "10.96.0.0/12,fd00::/108", func(s *redirect.Spec) { s.IncludeOutboundCIDRs = prefixes("10.96.0.0/12", "fd00::/108") }},
 		{annIncludeOutboundCIDRs, "*", nil},
 		{annExcludeOutboundCIDRs, "169.254.169.254/32", func(s *redirect.Spec) { s.ExcludeOutboundCIDRs = prefixes("169.254.169.254/32") }},
-		{annIncludeInboundPorts, "8080,9090", func(s *redirect.Spec) { s.IncludeInboundPorts = []uint16{8080, 9090} }},
+		{annIncludeInboundPorts, "8080,9090", func(s *redirect.Spec) {
+			s.IncludeInboundPorts, s.InboundPassPorts = []uint16{8080, 9090}, []uint16{15008}
+		}},
+		{annExcludeOutboundPorts, "0", func(s *redirect.Spec) { s.ExcludeOutboundPorts = nil }},
+		{annRerouteInterfaces, "net1", func(s *redirect.Spec) { s.RerouteInterfaces = []string{"net1"} }},
 		{annIncludeInboundPorts, "*", nil},
 		{annExcludeInboundPorts, "9000", func(s *redirect.Spec) { s.ExcludeInboundPorts = []uint16{9000} }},
 		{annIncludeOutboundPorts, "443", func(s *redirect.Spec) { s.IncludeOutboundPorts = []uint16{443} }},
@@ -98,9 +104,8 @@ func TestKubeAnnotations(t *testing.T) {
 		{annIncludeInboundPorts, "80,x"},
 		{annExcludeInboundPorts, "70000"},
 		{annIncludeOutboundPorts, "*"},
-		{annExcludeOutboundPorts, "0"},
 		{annExcludeInterfaces, "this-name-is-too-long"},
-		{annRerouteInterfaces, "net1"},
+		{annRerouteInterfaces, "net 1"},
 	}
 	n := 0
 	name := func() string { n++; return "p" + string(rune('a'+n/26)) + string(rune('a'+n%26)) }

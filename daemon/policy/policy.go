@@ -6,15 +6,21 @@ package policy
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
-// Pod is what the runtime tells us about the pod (from CNI_ARGS).
+// Pod is what the runtime tells us about the pod (from CNI_ARGS) and the
+// addresses the primary plugin gave it (from prevResult).
 type Pod struct {
 	Namespace string
 	Name      string
 	UID       string
+	// IPs are the pod's addresses; empty when the runtime gave none (a
+	// CNI call without prevResult), and then the API server's are used.
+	IPs []netip.Addr
 }
 
 // Decision is the outcome for one pod.
@@ -25,27 +31,48 @@ type Decision struct {
 	// Inputs are the policy inputs that shaped Spec, one "source: value"
 	// each, for Debug.Explain.
 	Inputs []string
+	// Warnings are inputs that were ignored (a value Istio also ignores,
+	// such as a boolean annotation that does not parse); the agent logs
+	// them. They are in Inputs too.
+	Warnings []string
 	// ServiceAccount is the pod's, which ztunnel needs for its identity.
 	ServiceAccount string
 }
 
-// Static is the standalone policy: every pod gets the same Spec. It is what
-// the agent runs without a kubeconfig, and what `make demo` uses.
+func (d *Decision) warn(msg string) {
+	d.Inputs = append(d.Inputs, msg)
+	d.Warnings = append(d.Warnings, msg)
+}
+
+// Static is the standalone policy: every pod gets the same Spec, except
+// those in excluded namespaces. It is what the agent runs without a
+// kubeconfig, and what `make demo` uses.
 type Static struct {
 	Spec redirect.Spec
+	// ExcludeNamespaces are passed through, as the plugin passes them
+	// itself when it has the list.
+	ExcludeNamespaces []string
 }
 
 // NewStatic validates spec once, so a bad flag fails at start, not at the
 // first pod.
-func NewStatic(spec redirect.Spec) (*Static, error) {
+func NewStatic(spec redirect.Spec, excludeNamespaces ...string) (*Static, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("static policy: %w", err)
 	}
-	return &Static{Spec: spec}, nil
+	return &Static{Spec: spec, ExcludeNamespaces: excludeNamespaces}, nil
 }
 
-// Decide captures every pod in the static mode.
-func (s *Static) Decide(_ context.Context, _ Pod) (Decision, error) {
+// Decide captures every pod outside the excluded namespaces in the static
+// mode.
+func (s *Static) Decide(_ context.Context, p Pod) (Decision, error) {
+	if p.Namespace != "" && slices.Contains(s.ExcludeNamespaces, p.Namespace) {
+		return excludedNamespace(p.Namespace), nil
+	}
 	return Decision{Capture: true, Spec: s.Spec, Reason: "static policy: " + string(s.Spec.Mode),
 		Inputs: []string{"--default-mode: " + string(s.Spec.Mode)}}, nil
+}
+
+func excludedNamespace(ns string) Decision {
+	return Decision{Reason: "namespace " + ns + " is excluded", Inputs: []string{"--exclude-namespaces: " + ns}}
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ const (
 	labelDataplaneMode = "istio.io/dataplane-mode"
 	envDNSCapture      = "ISTIO_META_DNS_CAPTURE"
 	envDisableEnvoy    = "DISABLE_ENVOY"
+	envInvalidDrop     = "INVALID_DROP"
 )
 
 // decideSidecar is the decision for a pod as the API server knows it; ns is
@@ -27,7 +29,7 @@ const (
 // of them must pass for the pod to be captured, so their order only decides
 // which reason a passed-through pod reports. Pure, so it is tested without
 // an API server.
-func decideSidecar(pod *corev1.Pod, ns *corev1.Namespace, base redirect.Spec) (Decision, error) {
+func decideSidecar(pod *corev1.Pod, ns *corev1.Namespace, base redirect.Spec, ips []netip.Addr) (Decision, error) {
 	skip := func(why string) (Decision, error) { return Decision{Reason: why}, nil }
 	if pod.Spec.HostNetwork {
 		return skip("host-network pod: it shares the node's network namespace")
@@ -58,49 +60,70 @@ func decideSidecar(pod *corev1.Pod, ns *corev1.Namespace, base redirect.Spec) (D
 		return skip(containerProxy + " runs as proxy type " + proxy.Args[1])
 	}
 
+	d := Decision{Inputs: []string{"annotation " + annSidecarStatus + ": present"}}
+	// The families first: the annotations' ranges are kept per family.
+	sidecarFamilies(&base, proxy, ips, &d)
 	spec, err := SpecFromAnnotations(base, pod.Annotations)
 	if err != nil {
 		return Decision{}, err
 	}
-	inputs := []string{"annotation " + annSidecarStatus + ": present"}
 	for _, a := range trafficAnnotations {
 		if v, ok := pod.Annotations[a]; ok {
-			inputs = append(inputs, fmt.Sprintf("annotation %s: %q", a, v))
+			d.Inputs = append(d.Inputs, fmt.Sprintf("annotation %s: %q", a, v))
 		}
 	}
-	if sc := proxy.SecurityContext; sc != nil {
-		// istio-cni treats an unset or zero id as the default: the proxy
-		// never runs as root, and matching uid 0 would exempt every root
-		// process in the pod from capture.
-		for _, id := range []struct {
-			field string
-			v     *int64
-			dst   *uint32
-		}{{"runAsUser", sc.RunAsUser, &spec.ProxyUID}, {"runAsGroup", sc.RunAsGroup, &spec.ProxyGID}} {
-			if id.v == nil || *id.v == 0 {
-				continue
-			}
-			if *id.v < 0 || *id.v > math.MaxUint32 {
-				return Decision{}, fmt.Errorf("container %s securityContext.%s %d is not a valid id", containerProxy, id.field, *id.v)
-			}
-			*id.dst = uint32(*id.v)
-			inputs = append(inputs, fmt.Sprintf("container %s %s: %d", containerProxy, id.field, *id.v))
-		}
+	if err := proxyIDs(&spec, proxy, &d); err != nil {
+		return Decision{}, err
 	}
-	if v := env(proxy, envDNSCapture); v != "" {
-		// istio-cni logs and ignores a value it cannot parse; so do we,
-		// noting it where Debug.Explain shows it.
-		if b, err := strconv.ParseBool(v); err == nil {
-			spec.CaptureDNS = b
-			inputs = append(inputs, fmt.Sprintf("env %s: %q", envDNSCapture, v))
+	// istio-cni reads these as booleans; a value that does not parse is
+	// logged and counts as false.
+	for _, e := range []struct {
+		name string
+		dst  *bool
+	}{{envDNSCapture, &spec.CaptureDNS}, {envInvalidDrop, &spec.DropInvalid}} {
+		v, ok := envOK(proxy, e.name)
+		if !ok {
+			continue
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			d.warn(fmt.Sprintf("env %s: %q ignored: not a boolean", e.name, v))
 		} else {
-			inputs = append(inputs, fmt.Sprintf("env %s: %q ignored: not a boolean", envDNSCapture, v))
+			d.Inputs = append(d.Inputs, fmt.Sprintf("env %s: %q", e.name, v))
 		}
+		*e.dst = b
 	}
 	if err := spec.Validate(); err != nil {
 		return Decision{}, err
 	}
-	return Decision{Capture: true, Spec: spec, Reason: "istio sidecar", Inputs: inputs}, nil
+	d.Capture, d.Spec, d.Reason = true, spec, "istio sidecar"
+	return d, nil
+}
+
+// proxyIDs are istio-proxy's runAsUser and runAsGroup. istio-cni treats an
+// unset or zero id as the default 1337, each on its own: the proxy never
+// runs as root, and matching uid 0 would exempt every root process in the
+// pod from capture.
+func proxyIDs(spec *redirect.Spec, proxy *corev1.Container, d *Decision) error {
+	sc := proxy.SecurityContext
+	if sc == nil {
+		return nil
+	}
+	for _, id := range []struct {
+		field string
+		v     *int64
+		dst   *uint32
+	}{{"runAsUser", sc.RunAsUser, &spec.ProxyUID}, {"runAsGroup", sc.RunAsGroup, &spec.ProxyGID}} {
+		if id.v == nil || *id.v == 0 {
+			continue
+		}
+		if *id.v < 0 || *id.v > math.MaxUint32 {
+			return fmt.Errorf("container %s securityContext.%s %d is not a valid id", containerProxy, id.field, *id.v)
+		}
+		*id.dst = uint32(*id.v)
+		d.Inputs = append(d.Inputs, fmt.Sprintf("container %s %s: %d", containerProxy, id.field, *id.v))
+	}
+	return nil
 }
 
 // injectDisabled is istio-cni's opt-out: the label, when present, wins over
@@ -149,10 +172,18 @@ func containers(pod *corev1.Pod) (proxy *corev1.Container, initContainer bool) {
 // env is a literal env var of c; values from ConfigMaps or Secrets are not
 // resolved, as istio-cni does not resolve them either.
 func env(c *corev1.Container, name string) string {
+	v, _ := envOK(c, name)
+	return v
+}
+
+// envOK is env, and whether c sets name at all (istio-cni tells an empty
+// value from an absent one). The last entry wins, as in the container.
+func envOK(c *corev1.Container, name string) (string, bool) {
+	v, found := "", false
 	for _, e := range c.Env {
 		if e.Name == name {
-			return e.Value
+			v, found = e.Value, true
 		}
 	}
-	return ""
+	return v, found
 }

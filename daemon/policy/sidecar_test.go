@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -61,7 +62,7 @@ func TestDecideSidecarSkips(t *testing.T) {
 		{"gateway", injected(func(p *corev1.Pod) { proxyOf(p).Args = []string{"proxy", "router"} }), nil, "proxy type router"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := decideSidecar(tc.pod, tc.ns, redirect.DefaultSpec())
+			d, err := decideSidecar(tc.pod, tc.ns, redirect.DefaultSpec(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,14 +102,20 @@ func TestDecideSidecarCaptures(t *testing.T) {
 		{"dns capture", injected(func(p *corev1.Pod) {
 			proxyOf(p).Env = []corev1.EnvVar{{Name: envDNSCapture, Value: "true"}}
 		}), func(s *redirect.Spec) { s.CaptureDNS = true }},
-		{"dns capture not a boolean is ignored", injected(func(p *corev1.Pod) {
+		{"dns capture not a boolean is false", injected(func(p *corev1.Pod) {
 			proxyOf(p).Env = []corev1.EnvVar{{Name: envDNSCapture, Value: "yes please"}}
 		}), nil},
 		{"annotations", injected(func(p *corev1.Pod) { p.Annotations[annIncludeInboundPorts] = "8080" }),
-			func(s *redirect.Spec) { s.IncludeInboundPorts = []uint16{8080} }},
+			func(s *redirect.Spec) { s.IncludeInboundPorts, s.InboundPassPorts = []uint16{8080}, []uint16{15008} }},
+		{"invalid drop", injected(func(p *corev1.Pod) {
+			proxyOf(p).Env = []corev1.EnvVar{{Name: envInvalidDrop, Value: "true"}}
+		}), func(s *redirect.Spec) { s.DropInvalid = true }},
+		{"invalid drop not a boolean is false", injected(func(p *corev1.Pod) {
+			proxyOf(p).Env = []corev1.EnvVar{{Name: envInvalidDrop, Value: "on"}}
+		}), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := decideSidecar(tc.pod, nil, redirect.DefaultSpec())
+			d, err := decideSidecar(tc.pod, nil, redirect.DefaultSpec(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,8 +134,66 @@ func TestDecideSidecarCaptures(t *testing.T) {
 
 func TestDecideSidecarInvalid(t *testing.T) {
 	pod := injected(func(p *corev1.Pod) { p.Annotations[annExcludeOutboundPorts] = "80,http" })
-	_, err := decideSidecar(pod, nil, redirect.DefaultSpec())
+	_, err := decideSidecar(pod, nil, redirect.DefaultSpec(), nil)
 	if err == nil || !strings.Contains(err.Error(), annExcludeOutboundPorts) || !strings.Contains(err.Error(), `"http"`) {
 		t.Errorf("got %v, want an error naming the annotation and the bad value", err)
+	}
+}
+
+func TestSidecarFamilies(t *testing.T) {
+	addrs := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, a := range s {
+			out = append(out, netip.MustParseAddr(a))
+		}
+		return out
+	}
+	dualStackEnv := func(v string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { proxyOf(p).Env = []corev1.EnvVar{{Name: envDualStack, Value: v}} }
+	}
+	for _, tc := range []struct {
+		name     string
+		edit     func(*corev1.Pod)
+		ips      []netip.Addr
+		ipv6     bool
+		warnings int
+	}{
+		{"ipv4 only", nil, addrs("10.0.0.5"), false, 0},
+		{"ipv6 only", nil, addrs("fd00::5"), true, 0},
+		{"dual-stack without the flag", nil, addrs("fd00::5", "10.0.0.5"), false, 0},
+		{"dual-stack with ISTIO_DUAL_STACK", dualStackEnv("true"), addrs("10.0.0.5", "fd00::5"), true, 0},
+		{"ISTIO_DUAL_STACK false", dualStackEnv("false"), addrs("10.0.0.5", "fd00::5"), false, 0},
+		{"ISTIO_DUAL_STACK not a boolean", dualStackEnv("yes"), addrs("10.0.0.5", "fd00::5"), false, 1},
+		{"ISTIO_DUAL_STACK on an ipv4 pod", dualStackEnv("true"), addrs("10.0.0.5"), false, 0},
+		{"link-local ipv6 is not an address", nil, addrs("10.0.0.5", "fe80::1"), false, 0},
+		{"ipv4-mapped counts as ipv4", nil, addrs("::ffff:10.0.0.5"), false, 0},
+		{"no address known", nil, nil, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := decideSidecar(injected(tc.edit), nil, redirect.DefaultSpec(), tc.ips)
+			if err != nil || !d.Capture {
+				t.Fatalf("decision %+v, %v", d, err)
+			}
+			if !d.Spec.IPv4 || d.Spec.IPv6 != tc.ipv6 {
+				t.Errorf("IPv4 %v IPv6 %v, want true %v (inputs %q)", d.Spec.IPv4, d.Spec.IPv6, tc.ipv6, d.Inputs)
+			}
+			if len(d.Warnings) != tc.warnings {
+				t.Errorf("warnings %q, want %d", d.Warnings, tc.warnings)
+			}
+		})
+	}
+}
+
+func TestRulesUseStatusIPs(t *testing.T) {
+	pod := injected(func(p *corev1.Pod) {
+		p.Status.PodIPs = []corev1.PodIP{{IP: "fd00::7"}}
+	})
+	d, err := Rules{Sidecar: redirect.DefaultSpec()}.Decide(pod, nil, nil)
+	if err != nil || !d.Spec.IPv6 {
+		t.Fatalf("IPv6-only pod by status: IPv6 %v, %v", d.Spec.IPv6, err)
+	}
+	d, err = Rules{Sidecar: redirect.DefaultSpec()}.Decide(pod, nil, []netip.Addr{netip.MustParseAddr("10.1.1.1")})
+	if err != nil || d.Spec.IPv6 {
+		t.Fatalf("the runtime's IPs win over the status: IPv6 %v, %v", d.Spec.IPv6, err)
 	}
 }

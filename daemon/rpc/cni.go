@@ -6,6 +6,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"net/netip"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -60,7 +61,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 		return nil, err
 	}
 	defer release()
-	pod := podOf(req.Pod)
+	pod := podOf(req.Pod, req.Ips)
 	d, err := s.Policy.Decide(ctx, pod)
 	if err != nil {
 		s.captureFailed(pod, err)
@@ -120,7 +121,7 @@ func (s *CNI) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluicev1.
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	d, err := s.Policy.Decide(ctx, podOf(req.Pod))
+	d, err := s.Policy.Decide(ctx, podOf(req.Pod, req.Ips))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -181,8 +182,19 @@ func (s *CNI) annotate(ctx context.Context, pod policy.Pod, value string) {
 	}
 }
 
-func podOf(p *sluicev1.PodRef) policy.Pod {
-	return policy.Pod{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()}
+// podOf is the pod the runtime named, with the addresses prevResult gave
+// it (policy decides the IP families from them, as Istio does); an
+// address that does not parse is left out.
+func podOf(p *sluicev1.PodRef, ips []*sluicev1.IPConfig) policy.Pod {
+	pod := policy.Pod{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()}
+	for _, ip := range ips {
+		if pfx, err := netip.ParsePrefix(ip.GetAddress()); err == nil {
+			pod.IPs = append(pod.IPs, pfx.Addr())
+		} else if a, err := netip.ParseAddr(ip.GetAddress()); err == nil {
+			pod.IPs = append(pod.IPs, a)
+		}
+	}
+	return pod
 }
 
 func modeOf(m redirect.Mode) sluicev1.Mode {

@@ -69,7 +69,7 @@ func workloadOf(r workloads.Record) *sluicev1.Workload {
 // Explain runs the policy for a pod and renders the ruleset ADD would
 // program, touching nothing.
 func (d *Debug) Explain(ctx context.Context, req *sluicev1.ExplainRequest) (*sluicev1.ExplainResponse, error) {
-	dec, err := d.Policy.Decide(ctx, podOf(req.Pod))
+	dec, err := d.Policy.Decide(ctx, podOf(req.Pod, nil))
 	if err != nil {
 		return nil, toStatus(err)
 	}
