@@ -59,9 +59,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs := flag.NewFlagSet("sluice-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice-agent [flags]            run the node agent")
-		fmt.Fprintln(stderr, "       sluice-agent status [--socket]   readiness, version, workload counts")
-		fmt.Fprintln(stderr, "       sluice-agent workloads [--socket] the enrolled pods")
+		fmt.Fprintln(stderr, "usage: sluice-agent [flags]   run the node agent")
+		for _, name := range commandNames() {
+			cmd := commands[name]
+			fmt.Fprintf(stderr, "       %s\n           %s\n", strings.TrimSpace("sluice-agent "+name+" [--socket PATH] "+cmd.usage), cmd.help)
+		}
 		fmt.Fprintln(stderr, "\nflags (each also read from its env var; the command line wins):")
 		fs.PrintDefaults()
 	}

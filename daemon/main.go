@@ -152,7 +152,7 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	}
 	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight), Events: rec,
 		Redirection: redirection}
-	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
+	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol, ExcludeNamespaces: splitList(cfg.excludeNamespaces)}, rpc.Authorizer{AllowedUIDs: uids}, m.Unary, log.With("component", "rpc"))
 	lis, err := rpc.Listen(cfg.socket)
 	if err != nil {
 		return err
