@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
@@ -45,6 +46,7 @@ type config struct {
 	podName      string
 	podNamespace string
 	repairMode   string
+	repairLabel  string
 
 	ambient           bool
 	ambientDNSCapture bool
@@ -94,7 +96,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.nodeName, "node-name", getenv("NODE_NAME"), "this node's name: only its pods are watched (default $NODE_NAME)")
 	fs.StringVar(&c.podName, "pod-name", getenv("POD_NAME"), "the agent's own pod, to find its DaemonSet on exit (default $POD_NAME)")
 	fs.StringVar(&c.podNamespace, "pod-namespace", getenv("POD_NAMESPACE"), "the agent's own namespace, never captured (default $POD_NAMESPACE)")
-	fs.StringVar(&c.repairMode, "repair-mode", "apply", "pods found running uncaptured: apply (program their rules), label (sluice.dev/uncaptured=true) or delete (evict)")
+	fs.StringVar(&c.repairMode, "repair-mode", "apply", "pods found running uncaptured: apply (program their rules), label (set --repair-label), delete (evict through the Eviction API, which honours PodDisruptionBudgets) or off (log, Event and metric only)")
+	fs.StringVar(&c.repairLabel, "repair-label", "sluice.dev/uncaptured=true", "KEY=VALUE that --repair-mode=label sets, e.g. istio-cni's cni.istio.io/uninitialized=true")
 	fs.BoolVar(&c.ambient, "ambient", false, "enroll pods labelled istio.io/dataplane-mode=ambient and hand them to ztunnel")
 	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", true, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
@@ -132,9 +135,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		return nil, fmt.Errorf("--uninstall-on-exit %q: want true, false or auto", c.uninstallOnExit)
 	}
 	switch c.repairMode {
-	case "apply", "label", "delete":
+	case "apply", "label", "delete", "off":
 	default:
-		return nil, fmt.Errorf("--repair-mode %q: want apply, label or delete", c.repairMode)
+		return nil, fmt.Errorf("--repair-mode %q: want apply, label, delete or off", c.repairMode)
+	}
+	if _, err := repair.ParseLabel(c.repairLabel); err != nil {
+		return nil, fmt.Errorf("--repair-label: %w", err)
 	}
 	if c.kubeconfig != "" && c.nodeName == "" {
 		return nil, fmt.Errorf("--node-name (or $NODE_NAME) is required with --kubeconfig")

@@ -25,8 +25,12 @@ func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy
 		return nil, nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}
 	rec := events.New(events.Config{Client: client, NodeName: cfg.nodeName, Log: log.With("component", "events")})
+	label, err := repair.ParseLabel(cfg.repairLabel) // validated by parseConfig
+	if err != nil {
+		return nil, nil, err
+	}
 	rep, err := repair.New(repair.Config{Policy: kube, Store: store, Client: client, Events: rec,
-		HostProc: cfg.hostProc, Mode: cfg.repairMode, NodeName: cfg.nodeName, Log: log.With("component", "repair")})
+		HostProc: cfg.hostProc, Mode: cfg.repairMode, Label: label, NodeName: cfg.nodeName, Log: log.With("component", "repair")})
 	if err != nil {
 		rec.Shutdown(context.Background())
 		return nil, nil, err
@@ -36,7 +40,8 @@ func startRepair(ctx context.Context, cfg *config, rc *rest.Config, kube *policy
 			log.Error("repair of uncaptured pods stopped", "err", err)
 		}
 	}()
-	m.ByLabel("uncaptured_pods_repaired", "Pods found running uncaptured, by what --repair-mode did (applied, labelled, deleted, failed).", "outcome", rep.Repairs)
+	m.ByLabel("counter", "uncaptured_pods_repaired_total", "Pods found running uncaptured, by what --repair-mode did; failed counts every failed try.",
+		"outcome", repair.Outcomes, rep.Repairs)
 	store.OnRepair = func(r workloads.Record, drift []string) {
 		rec.RulesetRepaired(policy.Pod{Namespace: r.PodNamespace, Name: r.PodName, UID: r.PodUID}, drift)
 	}

@@ -30,20 +30,28 @@ import (
 
 // The repair modes (--repair-mode).
 const (
-	ModeApply  = "apply"
-	ModeLabel  = "label"
+	ModeApply = "apply"
+	ModeLabel = "label"
+	// ModeDelete evicts the pod through the Eviction API, which honours
+	// PodDisruptionBudgets.
 	ModeDelete = "delete"
+	// ModeOff only reports (log, Event, metric).
+	ModeOff = "off"
 )
 
 // The outcomes Repairs counts.
 const (
 	OutcomeApplied  = "applied"
 	OutcomeLabelled = "labelled"
-	OutcomeDeleted  = "deleted"
+	OutcomeEvicted  = "evicted"
+	OutcomeReported = "reported" // --repair-mode=off
 	OutcomeFailed   = "failed"
 	// An ambient pod enrolled live (a label change), not a repair.
 	OutcomeAmbient = "ambient-enrolled"
 )
+
+// Outcomes is every outcome, so the metric shows each at 0 from the start.
+var Outcomes = []string{OutcomeApplied, OutcomeLabelled, OutcomeEvicted, OutcomeReported, OutcomeFailed, OutcomeAmbient}
 
 const (
 	// Pods are repaired a few at a time: one slow netns scan or API call
@@ -58,15 +66,21 @@ const (
 type Config struct {
 	Policy *policy.Kube
 	Store  *workloads.Store
-	// Client labels and deletes pods; the identity needs patch and delete
-	// on pods (deploy/rbac/clusterrole.yaml).
+	// Client labels and evicts pods; the identity needs what the mode
+	// uses: patch on pods (label), create on pods/eviction (delete).
 	Client kubernetes.Interface
 	Events *events.Recorder // nil records nothing
 	// HostProc is the host's /proc as the agent sees it (--host-proc).
 	HostProc string
 	Mode     string
+	// Label is what --repair-mode=label sets (--repair-label); empty:
+	// sluice.dev/uncaptured=true.
+	Label    Label
 	NodeName string
 	Log      *slog.Logger
+	// RetryAfter is the wait before a failed repair is tried again,
+	// doubling per failure up to maxRetryAfter; 0 means 30s.
+	RetryAfter time.Duration
 }
 
 // Repairer watches this node's pods for uncaptured ones.
@@ -77,9 +91,12 @@ type Repairer struct {
 
 	mu sync.Mutex
 	// failedAt holds, per pod, the resourceVersion whose repair failed: the
-	// same version is not tried again (a replay or resync would loop on
-	// it), a newer one is, once.
-	failedAt map[types.UID]string
+	// same version is not tried again by an event (a replay or resync would
+	// loop on it), a newer one is, once; the retry timer tries it again
+	// after a backoff.
+	failedAt map[types.UID]failure
+	// reported are the pods --repair-mode=off has reported.
+	reported map[types.UID]bool
 	outcomes map[string]int
 
 	// swept is closed once every pod cached at start has been queued.
@@ -92,9 +109,18 @@ type Repairer struct {
 // New validates cfg.
 func New(cfg Config) (*Repairer, error) {
 	switch cfg.Mode {
-	case ModeApply, ModeLabel, ModeDelete:
+	case ModeApply, ModeLabel, ModeDelete, ModeOff:
 	default:
-		return nil, fmt.Errorf("repair: mode %q: want %s, %s or %s", cfg.Mode, ModeApply, ModeLabel, ModeDelete)
+		return nil, fmt.Errorf("repair: mode %q: want %s, %s, %s or %s", cfg.Mode, ModeApply, ModeLabel, ModeDelete, ModeOff)
+	}
+	if cfg.Label == (Label{}) {
+		cfg.Label = DefaultLabel
+	}
+	if err := cfg.Label.Validate(); err != nil {
+		return nil, fmt.Errorf("repair: %w", err)
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = defaultRetryAfter
 	}
 	switch {
 	case cfg.Policy == nil:
@@ -113,7 +139,8 @@ func New(cfg Config) (*Repairer, error) {
 		cfg:         cfg,
 		log:         cfg.Log,
 		redirection: NewRedirection(cfg.Client, cfg.Log.With("component", "redirection")),
-		failedAt:    map[types.UID]string{},
+		failedAt:    map[types.UID]failure{},
+		reported:    map[types.UID]bool{},
 		outcomes:    map[string]int{},
 		swept:       make(chan struct{}),
 	}, nil
@@ -147,6 +174,7 @@ func (r *Repairer) Run(ctx context.Context) error {
 		})
 	}
 	defer func() { q.ShutDown(); wg.Wait() }()
+	go r.retryFailed(ctx, q)
 	r.log.Info("checking pods for missing capture", "mode", r.cfg.Mode, "node", r.cfg.NodeName)
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		return reg.HasSynced(), nil
@@ -179,6 +207,7 @@ func (r *Repairer) handler(ctx context.Context, q workqueue.TypedInterface[strin
 			if pod, ok := obj.(*corev1.Pod); ok {
 				r.mu.Lock()
 				delete(r.failedAt, pod.UID)
+				delete(r.reported, pod.UID)
 				r.mu.Unlock()
 				go r.releaseLate(ctx, pod.UID)
 			}
@@ -216,13 +245,14 @@ func (r *Repairer) check(ctx context.Context, key string) {
 		return
 	}
 	r.mu.Lock()
-	failed := r.failedAt[pod.UID] == pod.ResourceVersion
+	f, failed := r.failedAt[pod.UID]
+	reported := r.reported[pod.UID]
 	r.mu.Unlock()
-	if failed {
+	if failed && f.version == pod.ResourceVersion {
 		return
 	}
 	recs := r.records(pod.UID)
-	if len(recs) == 0 && r.cfg.Mode == ModeLabel && pod.Labels[LabelUncaptured] == "true" {
+	if len(recs) == 0 && (r.cfg.Mode == ModeLabel && r.cfg.Label.On(pod) || r.cfg.Mode == ModeOff && reported) {
 		return
 	}
 	d, err := r.cfg.Policy.Decide(ctx, policy.Pod{Namespace: namespace, Name: name, UID: string(pod.UID)})
@@ -254,7 +284,9 @@ func (r *Repairer) check(ctx context.Context, key string) {
 	case r.cfg.Mode == ModeLabel:
 		outcome, err = r.label(ctx, pod)
 	case r.cfg.Mode == ModeDelete:
-		outcome, err = r.delete(ctx, pod)
+		outcome, err = r.evict(ctx, pod)
+	case r.cfg.Mode == ModeOff:
+		outcome, err = r.report(pod)
 	}
 	if err != nil {
 		r.failed(pod, err)
@@ -278,7 +310,7 @@ func (r *Repairer) records(uid types.UID) []workloads.Record {
 }
 
 // Repairs counts uncaptured pods handled since start, by outcome
-// (applied, labelled, deleted, failed).
+// (Outcomes).
 func (r *Repairer) Repairs() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -39,6 +39,9 @@ type CNI struct {
 	// (ambient.istio.io/redirection) before the ADD returns; nil in
 	// standalone mode.
 	Redirection Annotator
+	// Decisions logs each ADD's outcome and counts pass-throughs; nil logs
+	// nothing.
+	Decisions *events.Decisions
 }
 
 // Annotator sets ambient.istio.io/redirection on a pod ("" removes it)
@@ -62,9 +65,10 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	defer release()
 	pod := podOf(req.Pod)
 	d, err := s.Policy.Decide(ctx, pod)
+	defer func() { s.Decisions.Added(pod, req.ContainerId, req.RequestId, d, err) }()
 	if err != nil {
 		s.Events.CaptureFailed(pod, err)
-		return nil, toStatus(err)
+		return nil, withRequestID(toStatus(err), req.RequestId)
 	}
 	if !d.Capture {
 		return &sluicev1.AddResponse{Enrolled: false, Reason: d.Reason}, nil
@@ -83,12 +87,12 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 		rec.IPs = append(rec.IPs, ip.Address)
 	}
 	ambient := d.Spec.Mode == redirect.ModeAmbient
-	if err := s.Workloads.Enroll(ctx, rec); err != nil {
+	if err = s.Workloads.Enroll(ctx, rec); err != nil {
 		s.Events.CaptureFailed(pod, err)
 		if ambient && errors.Is(err, workloads.ErrZtunnel) {
 			s.annotate(ctx, pod, "pending") // as Istio marks a pod ztunnel refused
 		}
-		return nil, toStatus(err)
+		return nil, withRequestID(toStatus(err), req.RequestId)
 	}
 	if ambient {
 		// Before the ADD returns, as Istio does: istiod sends this pod HBONE
@@ -173,6 +177,17 @@ func (s *CNI) annotate(ctx context.Context, pod policy.Pod, value string) {
 	if s.Redirection != nil {
 		s.Redirection.Set(ctx, pod, value)
 	}
+}
+
+// withRequestID ends a refusal's message with the plugin's request id: the
+// runtime shows the message in the pod's events, and the id finds the
+// agent's log line for the same ADD.
+func withRequestID(err error, id string) error {
+	if id == "" {
+		return err
+	}
+	st := status.Convert(err)
+	return status.Error(st.Code(), st.Message()+" (sluice request_id "+id+")")
 }
 
 func podOf(p *sluicev1.PodRef) policy.Pod {

@@ -64,11 +64,25 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 				log.Warn("plugin warning", append(attrs[:0:0], append(attrs, "warning", warning)...)...)
 			}
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			log.Warn("call failed", append(attrs, "err", err)...)
-		} else {
+		case quiet(info.FullMethod):
+			log.Debug("call", attrs...)
+		default:
 			log.Info("call", attrs...)
 		}
 		return resp, err
 	}
+}
+
+// quiet calls are polled (the kubelet's probes, the runtime's STATUS,
+// `sluice-agent status`, grpcurl): at info they would be most of the log.
+// Only ADD, DEL, CHECK and GC change or report a pod.
+func quiet(method string) bool {
+	switch method {
+	case "/sluice.v1.CNI/Add", "/sluice.v1.CNI/Del", "/sluice.v1.CNI/Check", "/sluice.v1.CNI/GC":
+		return false
+	}
+	return true
 }
