@@ -70,7 +70,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.socket, "socket", "/var/run/sluice/agent.sock", "gRPC unix socket the plugin calls (dir 0700, socket 0600)")
-	fs.StringVar(&c.healthAddr, "health-addr", ":9890", "HTTP address for /healthz and /readyz")
+	fs.StringVar(&c.healthAddr, "health-addr", ":9890", "HTTP address of /healthz, /readyz and /metrics; the chart binds it to the node IP")
 	fs.StringVar(&c.stateDir, "state-dir", "/var/run/sluice/state", "directory of the workload journal; tmpfs is right: pod netns do not survive a reboot either")
 	fs.StringVar(&c.netnsRoots, "netns-roots", "/var/run/netns,/run/netns,/proc", "comma-separated directories a pod netns path may lie under")
 	fs.StringVar(&c.hostProc, "host-proc", "/proc", "the host's /proc as mounted for the agent; /proc/<pid>/ns/net paths are read through it")

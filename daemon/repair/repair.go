@@ -227,6 +227,7 @@ func (r *Repairer) next(ctx context.Context, q workqueue.TypedInterface[string])
 	ctx, cancel := context.WithTimeout(ctx, perPod)
 	defer cancel()
 	r.check(ctx, key)
+	r.log.Debug("checked pod for missing capture", "pod", key)
 	if r.onChecked != nil {
 		r.onChecked(key)
 	}
