@@ -61,6 +61,12 @@ func New() *Metrics {
 		ConstLabels: prometheus.Labels{"version": buildinfo.Version, "go_version": runtime.Version()},
 	})
 	build.Set(1)
+	// Every verb's series exist from the start, at 0.
+	for _, verb := range []string{"Add", "Del", "Check", "Status", "GC"} {
+		m.calls.WithLabelValues(verb, "OK")
+		m.latency.WithLabelValues(verb)
+		m.inflight.WithLabelValues(verb)
+	}
 	m.reg.MustRegister(m.calls, m.latency, m.inflight, m.ApplySeconds, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -227,7 +227,7 @@ revision: canary
 variant: debug
 cniNetnsDir: /run/netns
 seLinuxOptions: {type: spc_t}
-seccompProfile: {type: Unconfined}
+seccompProfile: {type: Localhost, localhostProfile: sluice.json}
 appArmorProfile: {type: Localhost, localhostProfile: sluice}
 appArmorAnnotation: true
 daemonSetLabels: {team: mesh}
@@ -250,7 +250,7 @@ repair:
 		if o := c.SecurityContext.SELinuxOptions; o == nil || o.Type != "spc_t" {
 			t.Errorf("seLinuxOptions = %+v", o)
 		}
-		if p := c.SecurityContext.SeccompProfile; p == nil || p.Type != corev1.SeccompProfileTypeUnconfined {
+		if p := c.SecurityContext.SeccompProfile; p == nil || p.Type != corev1.SeccompProfileTypeLocalhost || p.LocalhostProfile == nil {
 			t.Errorf("seccompProfile = %+v", p)
 		}
 		if a := ds.Spec.Template.Annotations["container.apparmor.security.beta.kubernetes.io/sluice-agent"]; a != "localhost/sluice" {
