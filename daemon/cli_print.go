@@ -89,7 +89,11 @@ func printGet(c clients, args []string, out io.Writer) error {
 	}
 	w := resp.Workload
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "pod\t%s (uid %s)\n", podName(w.Pod), w.Pod.GetUid())
+	if uid := w.Pod.GetUid(); uid != "" {
+		fmt.Fprintf(tw, "pod\t%s (uid %s)\n", podName(w.Pod), uid)
+	} else {
+		fmt.Fprintf(tw, "pod\t%s\n", podName(w.Pod))
+	}
 	fmt.Fprintf(tw, "container\t%s\n", w.ContainerId)
 	fmt.Fprintf(tw, "interface\t%s\n", w.IfName)
 	fmt.Fprintf(tw, "mode\t%s\n", modeName(w.Mode))
