@@ -96,6 +96,9 @@ func (r *Repairer) evict(ctx context.Context, pod *corev1.Pod) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("evict pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	r.mu.Lock()
+	r.handled[pod.UID] = true
+	r.mu.Unlock()
 	r.log.Warn("evicted an uncaptured pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
 	r.event(pod, corev1.EventTypeWarning, events.ReasonUncapturedDeleted,
 		fmt.Sprintf("%s; evicted it so it is recreated with capture (--repair-mode=delete)", why))
@@ -105,7 +108,7 @@ func (r *Repairer) evict(ctx context.Context, pod *corev1.Pod) (string, error) {
 // report only says so (--repair-mode=off), once per pod.
 func (r *Repairer) report(pod *corev1.Pod) (string, error) {
 	r.mu.Lock()
-	r.reported[pod.UID] = true
+	r.handled[pod.UID] = true
 	r.mu.Unlock()
 	r.log.Warn("found a pod running uncaptured; --repair-mode=off leaves it so", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
 	r.event(pod, corev1.EventTypeWarning, events.ReasonUncaptured,

@@ -27,7 +27,8 @@ func TestEvictionRespectsPodDisruptionBudget(t *testing.T) {
 	ns := namespace(t, admin)
 	pod := a.createPod(t, admin, ns, "guarded", true)
 	patch := []byte(`{"metadata":{"labels":{"app":"guarded"}}}`)
-	if _, err := admin.CoreV1().Pods(ns).Patch(context.Background(), pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	pod, err := admin.CoreV1().Pods(ns).Patch(context.Background(), pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	zero := intstr.FromInt32(0)
@@ -36,10 +37,23 @@ func TestEvictionRespectsPodDisruptionBudget(t *testing.T) {
 		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero,
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}},
 	}
-	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).Create(context.Background(), pdb, metav1.CreateOptions{}); err != nil {
+	pdb, err = admin.PolicyV1().PodDisruptionBudgets(ns).Create(context.Background(), pdb, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No disruption controller runs here: write the status it would, or
+	// the API server answers "not processed yet, retry in 10s".
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0,
+		CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(context.Background(), pdb, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pod = setRunning(t, admin, pod, nstest.TestIP(t))
+	// Ready: an unready pod may be evicted whatever the budget says.
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if pod, err = admin.CoreV1().Pods(ns).UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	r, _ := a.runRepairWith(t, func(c *Config) { c.Mode = ModeDelete; c.RetryAfter = 200 * time.Millisecond })
 
 	ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonCaptureRepairFailed)

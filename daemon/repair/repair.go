@@ -95,8 +95,9 @@ type Repairer struct {
 	// loop on it), a newer one is, once; the retry timer tries it again
 	// after a backoff.
 	failedAt map[types.UID]failure
-	// reported are the pods --repair-mode=off has reported.
-	reported map[types.UID]bool
+	// handled are the pods evicted (delete) or reported (off): an update
+	// that races the eviction, or any later one, must not act again.
+	handled  map[types.UID]bool
 	outcomes map[string]int
 
 	// swept is closed once every pod cached at start has been queued.
@@ -140,7 +141,7 @@ func New(cfg Config) (*Repairer, error) {
 		log:         cfg.Log,
 		redirection: NewRedirection(cfg.Client, cfg.Log.With("component", "redirection")),
 		failedAt:    map[types.UID]failure{},
-		reported:    map[types.UID]bool{},
+		handled:     map[types.UID]bool{},
 		outcomes:    map[string]int{},
 		swept:       make(chan struct{}),
 	}, nil
@@ -207,7 +208,7 @@ func (r *Repairer) handler(ctx context.Context, q workqueue.TypedInterface[strin
 			if pod, ok := obj.(*corev1.Pod); ok {
 				r.mu.Lock()
 				delete(r.failedAt, pod.UID)
-				delete(r.reported, pod.UID)
+				delete(r.handled, pod.UID)
 				r.mu.Unlock()
 				go r.releaseLate(ctx, pod.UID)
 			}
@@ -247,13 +248,13 @@ func (r *Repairer) check(ctx context.Context, key string) {
 	}
 	r.mu.Lock()
 	f, failed := r.failedAt[pod.UID]
-	reported := r.reported[pod.UID]
+	handled := r.handled[pod.UID]
 	r.mu.Unlock()
 	if failed && f.version == pod.ResourceVersion {
 		return
 	}
 	recs := r.records(pod.UID)
-	if len(recs) == 0 && (r.cfg.Mode == ModeLabel && r.cfg.Label.On(pod) || r.cfg.Mode == ModeOff && reported) {
+	if len(recs) == 0 && (r.cfg.Mode == ModeLabel && r.cfg.Label.On(pod) || (r.cfg.Mode == ModeOff || r.cfg.Mode == ModeDelete) && handled) {
 		return
 	}
 	d, err := r.cfg.Policy.Decide(ctx, policy.Pod{Namespace: namespace, Name: name, UID: string(pod.UID)})
