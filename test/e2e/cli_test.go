@@ -76,3 +76,30 @@ func TestCLIStatusExitsNonZeroWhenNotReady(t *testing.T) {
 		t.Errorf("status of a not-ready agent: exit %d\n%s", code, out)
 	}
 }
+
+// Polled calls (CNI STATUS, health checks, `sluice-agent status`) stay out
+// of the info log and show at debug; an ADD logs its decision at info.
+func TestPolledCallsLogAtDebug(t *testing.T) {
+	for _, level := range []string{"info", "debug"} {
+		t.Run(level, func(t *testing.T) {
+			n := newNode(t)
+			n.startAgent("--log-level", level)
+			for range 3 {
+				if _, code := agentCLI(t, n, "status"); code != 0 {
+					t.Fatal("status failed")
+				}
+			}
+			c := n.cni(n.loopbackChain("2s"))
+			if _, err := c.add(rt("quiet1", n.pod("quiet1"))); err != nil {
+				t.Fatal(err)
+			}
+			status := n.agent.logs.lines("msg=call", "/sluice.v1.CNI/Status")
+			if level == "info" && len(status) != 0 || level == "debug" && len(status) < 3 {
+				t.Errorf("at %s, %d STATUS call lines:\n%s", level, len(status), n.agent.logs)
+			}
+			if got := n.agent.logs.lines(`msg="pod enrolled"`, "container_id=quiet1", "mode=sidecar"); len(got) != 1 {
+				t.Errorf("at %s, no decision line for the ADD:\n%s", level, n.agent.logs)
+			}
+		})
+	}
+}
