@@ -2,8 +2,9 @@
 // but are running without it — they started before the agent was ready, or
 // while it was down and the plugin was not in the chain — and does what
 // --repair-mode says: programs their rules late (apply), labels them
-// (label), or deletes them so they are recreated through the plugin
-// (delete). Each action is recorded as an Event on the pod.
+// (label), evicts them so they are recreated through the plugin (delete,
+// through the Eviction API), or only reports them (off). Each action is
+// recorded as an Event on the pod; a failed one is retried after a backoff.
 package repair
 
 import (
