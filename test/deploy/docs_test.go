@@ -26,6 +26,7 @@ var operatorDocs = []string{"README.md", "docs/install.md", "docs/operations.md"
 // Flags of other tools that operator docs mention outside code blocks.
 var foreignFlags = []string{"--set", "--namespace", "--values", "--target",
 	"--bin", "--runs", // hack/readytime
+	"--keep", "--teardown", "--plugins", // hack/demo
 	"--net"} // nsenter
 
 // agentFlags parses `sluice-agent --help`: each flag and the default the
