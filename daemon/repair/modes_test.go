@@ -120,6 +120,10 @@ func TestOffModeReportsOnce(t *testing.T) {
 	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "--repair-mode=off") {
 		t.Errorf("event %s %q: want a Warning naming the mode", ev.Type, ev.Message)
 	}
+	waitChecked(t, checked, ns+"/left")
+	for len(checked) > 0 { // only the check of the update below counts
+		<-checked
+	}
 	patch := []byte(`{"metadata":{"annotations":{"touched":"1"}}}`)
 	if _, err := admin.CoreV1().Pods(ns).Patch(context.Background(), pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
