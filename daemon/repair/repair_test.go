@@ -121,9 +121,8 @@ func TestDeleteEvictsUncapturedPod(t *testing.T) {
 	if ev.Type != corev1.EventTypeWarning {
 		t.Errorf("event type %s, want Warning", ev.Type)
 	}
-	if got := r.Repairs(); got[OutcomeEvicted] != 1 {
-		t.Errorf("Repairs = %v, want one evicted", got)
-	}
+	nstest.Eventually(t, 5*time.Second, func() bool { return r.Repairs()[OutcomeEvicted] == 1 },
+		"Repairs = %v, want one evicted", r.Repairs())
 }
 
 // A running pod policy passes through (not injected) is left alone.
