@@ -123,6 +123,11 @@ func TestDeleteEvictsUncapturedPod(t *testing.T) {
 	}
 	nstest.Eventually(t, 5*time.Second, func() bool { return r.Repairs()[OutcomeEvicted] == 1 },
 		"Repairs = %v, want one evicted", r.Repairs())
+	// The eviction's own pod update (DisruptionTarget) must not evict again.
+	waitCount(t, admin, pod, events.ReasonUncapturedDeleted, 1)
+	if got := r.Repairs(); got[OutcomeEvicted] != 1 {
+		t.Errorf("Repairs = %v, want exactly one evicted", got)
+	}
 }
 
 // A running pod policy passes through (not injected) is left alone.
