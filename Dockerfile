@@ -32,6 +32,16 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 	CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
 		go build -tags grpcnotrace -trimpath -ldflags "$ldflags" -o /out/sluice-agent ./daemon
 
+# The debug variant (`docker build --target debug`, tag <version>-debug,
+# chart value variant: debug): the same binaries on Debian with a shell,
+# nft, ip and ss, for looking at a node from the agent's pod. Defined before
+# the product image so that a plain build still ends with it.
+FROM debian:stable-slim AS debug
+RUN apt-get update && apt-get install -y --no-install-recommends nftables iproute2 procps \
+	&& rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/sluice /out/sluice-agent /usr/local/bin/
+ENTRYPOINT ["/usr/local/bin/sluice-agent"]
+
 # Nothing but the binaries: the agent reads its CA and token from the
 # service account mount and needs no libc, CA bundle, tzdata or shell. It
 # runs as root, which it needs for the host paths it writes.

@@ -120,8 +120,9 @@ fuzz:
 bench:
 	$(GO) run ./hack/bench
 
+# `make demo DEMO_ARGS=--keep` leaves it running and prints how to remove it.
 demo: prereqs build plugins
-	$(GO) run ./hack/demo --bin $(CURDIR)/$(BIN) --plugins $(PLUGINS)
+	$(GO) run ./hack/demo --bin $(CURDIR)/$(BIN) --plugins $(PLUGINS) $(DEMO_ARGS)
 
 clean:
 	rm -rf $(BIN)

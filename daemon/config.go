@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
@@ -48,6 +49,7 @@ type config struct {
 	repairMode   string
 	// istioTakeover adopts sidecar pods istio-cni captured.
 	istioTakeover bool
+	repairLabel   string
 
 	ambient           bool
 	ambientDNSCapture bool
@@ -74,14 +76,16 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs := flag.NewFlagSet("sluice-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice-agent [flags]            run the node agent")
-		fmt.Fprintln(stderr, "       sluice-agent status [--socket]   readiness, version, workload counts")
-		fmt.Fprintln(stderr, "       sluice-agent workloads [--socket] the enrolled pods")
+		fmt.Fprintln(stderr, "usage: sluice-agent [flags]   run the node agent")
+		for _, name := range commandNames() {
+			cmd := commands[name]
+			fmt.Fprintf(stderr, "       %s\n           %s\n", strings.TrimSpace("sluice-agent "+name+" [--socket PATH] "+cmd.usage), cmd.help)
+		}
 		fmt.Fprintln(stderr, "\nflags (each also read from its env var; the command line wins):")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.socket, "socket", "/var/run/sluice/agent.sock", "gRPC unix socket the plugin calls (dir 0700, socket 0600)")
-	fs.StringVar(&c.healthAddr, "health-addr", ":9890", "HTTP address for /healthz and /readyz")
+	fs.StringVar(&c.healthAddr, "health-addr", ":9890", "HTTP address of /healthz, /readyz and /metrics; the chart binds it to the node IP")
 	fs.StringVar(&c.stateDir, "state-dir", "/var/run/sluice/state", "directory of the workload journal; tmpfs is right: pod netns do not survive a reboot either")
 	fs.StringVar(&c.netnsRoots, "netns-roots", "/var/run/netns,/run/netns,/proc", "comma-separated directories a pod netns path may lie under")
 	fs.StringVar(&c.hostProc, "host-proc", "/proc", "the host's /proc as mounted for the agent; /proc/<pid>/ns/net paths are read through it")
@@ -107,8 +111,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.nodeName, "node-name", getenv("NODE_NAME"), "this node's name: only its pods are watched (default $NODE_NAME)")
 	fs.StringVar(&c.podName, "pod-name", getenv("POD_NAME"), "the agent's own pod: to find its DaemonSet on exit, and its name less the random suffix is the prefix of the agent pods never captured (default $POD_NAME)")
 	fs.StringVar(&c.podNamespace, "pod-namespace", getenv("POD_NAMESPACE"), "the agent's own namespace, where its pods (by --pod-name prefix) are never captured (default $POD_NAMESPACE)")
-	fs.StringVar(&c.repairMode, "repair-mode", "apply", "pods found running uncaptured: apply (program their rules), label (sluice.dev/uncaptured=true) or delete (evict)")
+	fs.StringVar(&c.repairMode, "repair-mode", "apply", "pods found running uncaptured: apply (program their rules), label (set --repair-label), delete (evict through the Eviction API, which honours PodDisruptionBudgets) or off (log, Event and metric only)")
 	fs.BoolVar(&c.istioTakeover, "istio-takeover", false, "take over running sidecar pods istio-cni captured: sluice's rules in, Istio's removed (docs/adopt-istio-cni.md); false leaves them to Istio. Ambient pods istio-cni enrolled are always adopted")
+	fs.StringVar(&c.repairLabel, "repair-label", "sluice.dev/uncaptured=true", "KEY=VALUE that --repair-mode=label sets, e.g. istio-cni's cni.istio.io/uninitialized=true")
 	fs.BoolVar(&c.ambient, "ambient", false, "enroll pods labelled istio.io/dataplane-mode=ambient and hand them to ztunnel")
 	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", true, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
 	fs.StringVar(&c.ambientSelectors, "ambient-enablement-selectors", policy.DefaultEnablementSelectors, "which pods are ambient: Istio's enablement selectors (YAML or JSON list of {podSelector, namespaceSelector}, as the istio-cni chart's ambient.enablementSelectors); default Istio's")
@@ -149,9 +154,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		return nil, fmt.Errorf("--uninstall-on-exit %q: want true, false or auto", c.uninstallOnExit)
 	}
 	switch c.repairMode {
-	case "apply", "label", "delete":
+	case "apply", "label", "delete", "off":
 	default:
-		return nil, fmt.Errorf("--repair-mode %q: want apply, label or delete", c.repairMode)
+		return nil, fmt.Errorf("--repair-mode %q: want apply, label, delete or off", c.repairMode)
+	}
+	if _, err := repair.ParseLabel(c.repairLabel); err != nil {
+		return nil, fmt.Errorf("--repair-label: %w", err)
 	}
 	switch c.trigger {
 	case triggerCNI, triggerNRI, triggerBoth:

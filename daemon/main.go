@@ -131,7 +131,13 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	}
 
 	errc := make(chan error, 4)
-	m.ByLabel("workloads_enrolled", "Enrolled workloads by capture mode.", "mode", store.CountByMode)
+	decisions := events.NewDecisions(log.With("component", "cni"))
+	m.ByLabel("gauge", "workloads_enrolled", "Enrolled workloads by capture mode.", "mode",
+		[]string{string(redirect.ModeSidecar), string(redirect.ModeAmbient)}, store.CountByMode)
+	m.ByLabel("counter", "pods_passed_through_total", "ADDs the agent passed through uncaptured, by reason (the log line has the full text).",
+		"reason", events.PassReasons, decisions.PassedThrough)
+	m.Func("counter", "istio_init_pods_total", "Pods seen with istio-init injected (istiod not in CNI mode), once each.",
+		func() float64 { return float64(decisions.IstioInitPods()) })
 	m.Func("counter", "ruleset_reasserts_total", "Rulesets reasserted (re-applied) because the kernel drifted.", func() float64 { return float64(store.Reasserts()) })
 
 	zdsDone := make(chan struct{})
@@ -152,11 +158,9 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 	if kube != nil {
 		go kube.Run(ctx)
 		checks.Add("policy", kube.Synced)
-		m.Func("gauge", "policy_caches_synced", "1 once the pod and namespace informers have synced.", func() float64 {
-			if ok, _ := kube.Synced(); ok {
-				return 1
-			}
-			return 0
+		m.Bool("policy_caches_synced", "1 once the pod and namespace informers have synced.", func() bool {
+			ok, _ := kube.Synced()
+			return ok
 		})
 		var ztunnelReady func() (bool, string)
 		if amb != nil {
@@ -175,14 +179,18 @@ func run(sig context.Context, cfg *config, log *slog.Logger) error {
 		m.Func("counter", "installer_writes_total", "Files the installer wrote (installs and repairs).", func() float64 { return float64(inst.Stats().Writes) })
 		m.Func("counter", "installer_restores_total", "Repairs of a binary or entry someone else removed or changed.", func() float64 { return float64(inst.Stats().Restores) })
 	}
+	m.Bool("ready", "1 when the agent takes pods (what /readyz and CNI STATUS say), else 0.", func() bool {
+		ok, _ := checks.Ready()
+		return ok
+	})
 	cni := &rpc.CNI{Policy: pol, Workloads: store, Ready: checks.Ready, Inflight: rpc.NewInflight(cfg.maxInflight), Events: rec,
-		Redirection: redirection}
+		Redirection: redirection, Decisions: decisions}
 	if cfg.trigger != triggerCNI {
 		startNRI(ctx, cfg, cni, store, checks, log)
 	}
 	auth := rpc.NewAuthorizer(uids, log.With("component", "rpc"))
 	m.Func("counter", "rpc_refused_connections_total", "Connections to the agent socket refused at the handshake (peer uid not allowed).", func() float64 { return float64(auth.Refused()) })
-	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol}, auth, m.Unary, log.With("component", "rpc"))
+	gs, hs := rpc.NewServer(cni, &rpc.Debug{Workloads: store, Policy: pol, ExcludeNamespaces: splitList(cfg.excludeNamespaces)}, auth, m.Unary, log.With("component", "rpc"))
 	lis, err := rpc.Listen(cfg.socket)
 	if err != nil {
 		return err

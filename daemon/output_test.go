@@ -70,7 +70,7 @@ func TestStatusModeCountsSorted(t *testing.T) {
 	var want string
 	for range 20 {
 		var out bytes.Buffer
-		if err := printStatus(c, c, &out); err != nil {
+		if err := printStatus(clients{cni: c, debug: c}, nil, &out); err != nil {
 			t.Fatal(err)
 		}
 		line := out.String()[strings.Index(out.String(), "workloads"):]

@@ -31,8 +31,12 @@ func newEvents(cfg *config, rc *rest.Config, log *slog.Logger) (kubernetes.Inter
 // adoption of istio-cni's ambient pods until a ztunnel has its snapshot.
 func startRepair(ctx context.Context, cfg *config, client kubernetes.Interface, rec *events.Recorder, kube *policy.Kube, store *workloads.Store, m *metrics.Metrics,
 	ztunnelReady func() (bool, string), log *slog.Logger) (*repair.Redirection, error) {
+	label, err := repair.ParseLabel(cfg.repairLabel) // validated by parseConfig
+	if err != nil {
+		return nil, err
+	}
 	rep, err := repair.New(repair.Config{Policy: kube, Store: store, Client: client, Events: rec,
-		HostProc: cfg.hostProc, Mode: cfg.repairMode, NodeName: cfg.nodeName, Log: log.With("component", "repair"),
+		HostProc: cfg.hostProc, Mode: cfg.repairMode, Label: label, NodeName: cfg.nodeName, Log: log.With("component", "repair"),
 		IstioTakeover: cfg.istioTakeover, ZtunnelReady: ztunnelReady})
 	if err != nil {
 		return nil, err
@@ -42,7 +46,8 @@ func startRepair(ctx context.Context, cfg *config, client kubernetes.Interface, 
 			log.Error("repair of uncaptured pods stopped", "err", err)
 		}
 	}()
-	m.ByLabel("uncaptured_pods_repaired", "Pods found running uncaptured, by what --repair-mode did (applied, labelled, deleted, failed), and pods istio-cni captured (istio-captured: left to Istio, istio-adopted: taken over).", "outcome", rep.Repairs)
+	m.ByLabel("counter", "uncaptured_pods_repaired_total", "Pods found running uncaptured, by what --repair-mode did, and pods istio-cni captured (istio-captured: left to Istio, istio-adopted: taken over); failed counts every failed try.",
+		"outcome", repair.Outcomes, rep.Repairs)
 	return rep.Redirection(), nil
 }
 

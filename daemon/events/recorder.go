@@ -206,7 +206,9 @@ func (r *Recorder) run(ctx context.Context) {
 			r.failed.Add(1)
 			r.log.Warn("could not record event", "pod", ev.Namespace+"/"+ev.InvolvedObject.Name,
 				"type", ev.Type, "reason", ev.Reason, "message", ev.Message, "err", err)
+			continue
 		}
+		r.log.Debug("recorded event", "pod", ev.Namespace+"/"+ev.InvolvedObject.Name, "type", ev.Type, "reason", ev.Reason)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,12 @@ func New() *Metrics {
 		ConstLabels: prometheus.Labels{"version": buildinfo.Version, "go_version": runtime.Version()},
 	})
 	build.Set(1)
+	// Every verb's series exist from the start, at 0.
+	for _, verb := range []string{"Add", "Del", "Check", "Status", "GC"} {
+		m.calls.WithLabelValues(verb, "OK")
+		m.latency.WithLabelValues(verb)
+		m.inflight.WithLabelValues(verb)
+	}
 	m.reg.MustRegister(m.calls, m.latency, m.inflight, m.ApplySeconds, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -99,21 +106,46 @@ func (m *Metrics) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 	return resp, err
 }
 
-// ByLabel exports a gauge vector computed at scrape time, e.g. enrolled
-// workloads by mode.
-func (m *Metrics) ByLabel(name, help, label string, f func() map[string]int) {
-	m.reg.MustRegister(&byLabel{desc: prometheus.NewDesc(ns+"_"+name, help, []string{label}, nil), f: f})
+// ByLabel exports a vector computed at scrape time, e.g. enrolled
+// workloads by mode: kind is "counter" or "gauge". Every one of values is
+// exported, at 0 until f reports it, so a series never vanishes and an
+// alert on it never goes blind; a value f reports beyond them is exported
+// too.
+func (m *Metrics) ByLabel(kind, name, help, label string, values []string, f func() map[string]int) {
+	vt := prometheus.GaugeValue
+	if kind == "counter" {
+		vt = prometheus.CounterValue
+	}
+	m.reg.MustRegister(&byLabel{desc: prometheus.NewDesc(ns+"_"+name, help, []string{label}, nil), kind: vt, values: values, f: f})
 }
 
 type byLabel struct {
-	desc *prometheus.Desc
-	f    func() map[string]int
+	desc   *prometheus.Desc
+	kind   prometheus.ValueType
+	values []string
+	f      func() map[string]int
 }
 
 func (b *byLabel) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
 
 func (b *byLabel) Collect(ch chan<- prometheus.Metric) {
-	for v, n := range b.f() {
-		ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, float64(n), v)
+	got := b.f()
+	for _, v := range b.values {
+		ch <- prometheus.MustNewConstMetric(b.desc, b.kind, float64(got[v]), v)
 	}
+	for v, n := range got {
+		if !slices.Contains(b.values, v) {
+			ch <- prometheus.MustNewConstMetric(b.desc, b.kind, float64(n), v)
+		}
+	}
+}
+
+// Bool exports 1 when f is true, else 0.
+func (m *Metrics) Bool(name, help string, f func() bool) {
+	m.Func("gauge", name, help, func() float64 {
+		if f() {
+			return 1
+		}
+		return 0
+	})
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -63,50 +65,75 @@ func (r *Repairer) enrollAt(ctx context.Context, pod *corev1.Pod, d policy.Decis
 // label marks the pod for someone else to act on. The patch carries the
 // pod's uid, so a pod recreated under the same name is never marked.
 func (r *Repairer) label(ctx context.Context, pod *corev1.Pod) (string, error) {
+	l := r.cfg.Label
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":    pod.UID,
-		"labels": map[string]string{LabelUncaptured: "true"},
+		"labels": map[string]string{l.Key: l.Value},
 	}})
 	if err != nil {
 		return "", fmt.Errorf("encode label patch: %w", err)
 	}
 	_, err = r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		return "", fmt.Errorf("label pod %s/%s %s=true: %w", pod.Namespace, pod.Name, LabelUncaptured, err)
+		return "", fmt.Errorf("label pod %s/%s %s: %w", pod.Namespace, pod.Name, l, err)
 	}
-	r.log.Warn("labelled an uncaptured pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "label", LabelUncaptured)
+	r.log.Warn("labelled an uncaptured pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "label", l.String())
 	r.event(pod, corev1.EventTypeWarning, events.ReasonUncaptured,
-		fmt.Sprintf("%s; labelled %s=true (--repair-mode=label); delete the pod to have it recreated with capture", why, LabelUncaptured))
+		fmt.Sprintf("%s; labelled %s (--repair-mode=label); delete the pod to have it recreated with capture", why, l))
 	return OutcomeLabelled, nil
 }
 
-// delete removes the pod so its owner recreates it, and the new sandbox's
-// ADD goes through the plugin. The Event comes first: it is how the owner
-// learns why the pod went.
-func (r *Repairer) delete(ctx context.Context, pod *corev1.Pod) (string, error) {
-	r.event(pod, corev1.EventTypeWarning, events.ReasonUncapturedDeleted,
-		fmt.Sprintf("%s; deleting it so it is recreated with capture (--repair-mode=delete)", why))
+// evict removes the pod through the Eviction API, so its owner recreates
+// it and the new sandbox's ADD goes through the plugin. Eviction honours
+// PodDisruptionBudgets: a budget that allows no disruption now fails the
+// repair, and the retry timer asks again later.
+func (r *Repairer) evict(ctx context.Context, pod *corev1.Pod) (string, error) {
 	uid := pod.UID
-	err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &uid},
+	err := r.cfg.Client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
 	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	switch {
+	case apierrors.IsNotFound(err):
+		return OutcomeEvicted, nil // gone already: nothing runs uncaptured
+	case apierrors.IsTooManyRequests(err):
+		return "", fmt.Errorf("evict pod %s/%s: a PodDisruptionBudget allows no disruption now: %w", pod.Namespace, pod.Name, err)
+	case err != nil:
+		return "", fmt.Errorf("evict pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	r.log.Warn("deleted an uncaptured pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
-	return OutcomeDeleted, nil
+	r.mu.Lock()
+	r.handled[pod.UID] = true
+	r.mu.Unlock()
+	r.log.Warn("evicted an uncaptured pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
+	r.event(pod, corev1.EventTypeWarning, events.ReasonUncapturedDeleted,
+		fmt.Sprintf("%s; evicted it so it is recreated with capture (--repair-mode=delete)", why))
+	return OutcomeEvicted, nil
+}
+
+// report only says so (--repair-mode=off), once per pod.
+func (r *Repairer) report(pod *corev1.Pod) (string, error) {
+	r.mu.Lock()
+	r.handled[pod.UID] = true
+	r.mu.Unlock()
+	r.log.Warn("found a pod running uncaptured; --repair-mode=off leaves it so", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
+	r.event(pod, corev1.EventTypeWarning, events.ReasonUncaptured,
+		fmt.Sprintf("%s; left as it is (--repair-mode=off): delete the pod to have it recreated with capture", why))
+	return OutcomeReported, nil
 }
 
 // failed records a failed repair; the pod is tried again on its next
-// update, not before.
+// update, and by the retry timer after a backoff.
 func (r *Repairer) failed(pod *corev1.Pod, err error) {
 	r.mu.Lock()
-	r.failedAt[pod.UID] = pod.ResourceVersion
+	n := r.failedAt[pod.UID].attempts + 1
+	wait := r.backoff(n)
+	r.failedAt[pod.UID] = failure{version: pod.ResourceVersion, key: pod.Namespace + "/" + pod.Name, attempts: n, due: time.Now().Add(wait)}
 	r.outcomes[OutcomeFailed]++
 	r.mu.Unlock()
-	r.log.Error("repairing an uncaptured pod failed", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "mode", r.cfg.Mode, "err", err)
+	r.log.Error("repairing an uncaptured pod failed", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "mode", r.cfg.Mode,
+		"attempt", n, "retry_in", wait, "err", err)
 	r.event(pod, corev1.EventTypeWarning, events.ReasonCaptureRepairFailed,
-		fmt.Sprintf("%s, and repairing it (--repair-mode=%s) failed; retried on the pod's next update: %v", why, r.cfg.Mode, err))
+		fmt.Sprintf("%s, and repairing it (--repair-mode=%s) failed; retried in %s or on the pod's next update: %v", why, r.cfg.Mode, wait, err))
 }
 
 func (r *Repairer) event(pod *corev1.Pod, eventType, reason, message string) {

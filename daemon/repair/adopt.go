@@ -211,13 +211,15 @@ func (r *Repairer) takeOver(ctx context.Context, pod *corev1.Pod, d policy.Decis
 }
 
 // adoptFailed records a failed adoption; like a failed repair it is tried
-// again on the pod's next update, not before.
+// again on the pod's next update, and by the retry timer after a backoff.
 func (r *Repairer) adoptFailed(pod *corev1.Pod, err error) {
 	r.mu.Lock()
-	r.failedAt[pod.UID] = pod.ResourceVersion
+	n := r.failedAt[pod.UID].attempts + 1
+	wait := r.backoff(n)
+	r.failedAt[pod.UID] = failure{version: pod.ResourceVersion, key: pod.Namespace + "/" + pod.Name, attempts: n, due: time.Now().Add(wait)}
 	r.outcomes[OutcomeFailed]++
 	r.mu.Unlock()
-	r.log.Error("handling a pod istio-cni captured failed", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "err", err)
+	r.log.Error("handling a pod istio-cni captured failed", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "attempt", n, "retry_in", wait, "err", err)
 	r.event(pod, corev1.EventTypeWarning, events.ReasonCaptureRepairFailed,
-		fmt.Sprintf("sluice could not take over the traffic capture istio-cni left on this pod; retried on the pod's next update: %v", err))
+		fmt.Sprintf("sluice could not take over the traffic capture istio-cni left on this pod; retried in %s or on the pod's next update: %v", wait, err))
 }

@@ -61,7 +61,7 @@ func newTakeoverRig(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI) *tak
 		kernel = istioKernel{}
 	}
 	r := &Repairer{cfg: Config{Store: store, HostProc: "/proc", IstioTakeover: true}, log: testLog(t),
-		istioCNI: kernel, opener: opener, failedAt: map[types.UID]string{}, outcomes: map[string]int{},
+		istioCNI: kernel, opener: opener, failedAt: map[types.UID]failure{}, handled: map[types.UID]bool{}, outcomes: map[string]int{},
 		istioLeft: map[types.UID]bool{}, deferred: map[string]bool{}}
 	return &takeoverRig{r: r, store: store, pod: pod, sb: sb, path: path, ns: ns}
 }

@@ -96,8 +96,16 @@ func startAgentParts(t *testing.T) *agentParts {
 // key of every pod it has finished checking.
 func (a *agentParts) runRepair(t *testing.T, mode string) (r *Repairer, checked <-chan string) {
 	t.Helper()
-	r, err := New(Config{Policy: a.policy, Store: a.store, Client: a.client, Events: a.events,
-		HostProc: "/proc", Mode: mode, NodeName: a.node, Log: testLog(t)})
+	return a.runRepairWith(t, func(c *Config) { c.Mode = mode })
+}
+
+// runRepairWith is runRepair with the Config set by set.
+func (a *agentParts) runRepairWith(t *testing.T, set func(*Config)) (r *Repairer, checked <-chan string) {
+	t.Helper()
+	cfg := Config{Policy: a.policy, Store: a.store, Client: a.client, Events: a.events,
+		HostProc: "/proc", NodeName: a.node, Log: testLog(t)}
+	set(&cfg)
+	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,9 @@
 // but are running without it — they started before the agent was ready, or
 // while it was down and the plugin was not in the chain — and does what
 // --repair-mode says: programs their rules late (apply), labels them
-// (label), or deletes them so they are recreated through the plugin
-// (delete). Each action is recorded as an Event on the pod.
+// (label), evicts them so they are recreated through the plugin (delete,
+// through the Eviction API), or only reports them (off). Each action is
+// recorded as an Event on the pod; a failed one is retried after a backoff.
 package repair
 
 import (
@@ -31,20 +32,28 @@ import (
 
 // The repair modes (--repair-mode).
 const (
-	ModeApply  = "apply"
-	ModeLabel  = "label"
+	ModeApply = "apply"
+	ModeLabel = "label"
+	// ModeDelete evicts the pod through the Eviction API, which honours
+	// PodDisruptionBudgets.
 	ModeDelete = "delete"
+	// ModeOff only reports (log, Event, metric).
+	ModeOff = "off"
 )
 
 // The outcomes Repairs counts.
 const (
 	OutcomeApplied  = "applied"
 	OutcomeLabelled = "labelled"
-	OutcomeDeleted  = "deleted"
+	OutcomeEvicted  = "evicted"
+	OutcomeReported = "reported" // --repair-mode=off
 	OutcomeFailed   = "failed"
 	// An ambient pod enrolled live (a label change), not a repair.
 	OutcomeAmbient = "ambient-enrolled"
 )
+
+// Outcomes is every outcome, so the metric shows each at 0 from the start.
+var Outcomes = []string{OutcomeApplied, OutcomeLabelled, OutcomeEvicted, OutcomeReported, OutcomeFailed, OutcomeAmbient, OutcomeIstioCaptured, OutcomeIstioAdopted}
 
 const (
 	// Pods are repaired a few at a time: one slow netns scan or API call
@@ -59,13 +68,16 @@ const (
 type Config struct {
 	Policy *policy.Kube
 	Store  *workloads.Store
-	// Client labels and deletes pods; the identity needs patch and delete
-	// on pods (deploy/rbac/clusterrole.yaml).
+	// Client labels and evicts pods; the identity needs what the mode
+	// uses: patch on pods (label), create on pods/eviction (delete).
 	Client kubernetes.Interface
 	Events *events.Recorder // nil records nothing
 	// HostProc is the host's /proc as the agent sees it (--host-proc).
 	HostProc string
 	Mode     string
+	// Label is what --repair-mode=label sets (--repair-label); empty:
+	// sluice.dev/uncaptured=true.
+	Label    Label
 	NodeName string
 	Log      *slog.Logger
 	// IstioTakeover adopts sidecar pods istio-cni captured
@@ -77,6 +89,9 @@ type Config struct {
 	// ZtunnelReady reports whether a ztunnel holds its snapshot; an ambient
 	// pod istio-cni enrolled is adopted only then. Nil: always.
 	ZtunnelReady func() (bool, string)
+	// RetryAfter is the wait before a failed repair is tried again,
+	// doubling per failure up to maxRetryAfter; 0 means 30s.
+	RetryAfter time.Duration
 }
 
 // Repairer watches this node's pods for uncaptured ones.
@@ -90,9 +105,13 @@ type Repairer struct {
 
 	mu sync.Mutex
 	// failedAt holds, per pod, the resourceVersion whose repair failed: the
-	// same version is not tried again (a replay or resync would loop on
-	// it), a newer one is, once.
-	failedAt map[types.UID]string
+	// same version is not tried again by an event (a replay or resync would
+	// loop on it), a newer one is, once; the retry timer tries it again
+	// after a backoff.
+	failedAt map[types.UID]failure
+	// handled are the pods evicted (delete) or reported (off): an update
+	// that races the eviction, or any later one, must not act again.
+	handled  map[types.UID]bool
 	outcomes map[string]int
 	// istioLeft holds pods left to istio-cni, reported once.
 	istioLeft map[types.UID]bool
@@ -110,9 +129,18 @@ type Repairer struct {
 // New validates cfg.
 func New(cfg Config) (*Repairer, error) {
 	switch cfg.Mode {
-	case ModeApply, ModeLabel, ModeDelete:
+	case ModeApply, ModeLabel, ModeDelete, ModeOff:
 	default:
-		return nil, fmt.Errorf("repair: mode %q: want %s, %s or %s", cfg.Mode, ModeApply, ModeLabel, ModeDelete)
+		return nil, fmt.Errorf("repair: mode %q: want %s, %s, %s or %s", cfg.Mode, ModeApply, ModeLabel, ModeDelete, ModeOff)
+	}
+	if cfg.Label == (Label{}) {
+		cfg.Label = DefaultLabel
+	}
+	if err := cfg.Label.Validate(); err != nil {
+		return nil, fmt.Errorf("repair: %w", err)
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = defaultRetryAfter
 	}
 	switch {
 	case cfg.Policy == nil:
@@ -132,7 +160,8 @@ func New(cfg Config) (*Repairer, error) {
 		log:         cfg.Log,
 		redirection: NewRedirection(cfg.Client, cfg.Log.With("component", "redirection")),
 		istioCNI:    cfg.IstioCNI,
-		failedAt:    map[types.UID]string{},
+		failedAt:    map[types.UID]failure{},
+		handled:     map[types.UID]bool{},
 		outcomes:    map[string]int{},
 		istioLeft:   map[types.UID]bool{},
 		deferred:    map[string]bool{},
@@ -180,6 +209,7 @@ func (r *Repairer) Run(ctx context.Context) error {
 		})
 	}
 	defer func() { q.ShutDown(); wg.Wait() }()
+	go r.retryFailed(ctx, q)
 	r.log.Info("checking pods for missing capture", "mode", r.cfg.Mode, "node", r.cfg.NodeName)
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		return reg.HasSynced(), nil
@@ -213,6 +243,7 @@ func (r *Repairer) handler(ctx context.Context, q workqueue.TypedInterface[strin
 				r.mu.Lock()
 				delete(r.failedAt, pod.UID)
 				delete(r.istioLeft, pod.UID)
+				delete(r.handled, pod.UID)
 				r.mu.Unlock()
 				go r.releaseLate(ctx, pod.UID)
 			}
@@ -232,6 +263,7 @@ func (r *Repairer) next(ctx context.Context, q workqueue.TypedInterface[string])
 	ctx, cancel := context.WithTimeout(ctx, perPod)
 	defer cancel()
 	r.check(ctx, key)
+	r.log.Debug("checked pod for missing capture", "pod", key)
 	if r.onChecked != nil {
 		r.onChecked(key)
 	}
@@ -250,13 +282,14 @@ func (r *Repairer) check(ctx context.Context, key string) {
 		return
 	}
 	r.mu.Lock()
-	failed := r.failedAt[pod.UID] == pod.ResourceVersion
+	f, failed := r.failedAt[pod.UID]
+	handled := r.handled[pod.UID]
 	r.mu.Unlock()
-	if failed {
+	if failed && f.version == pod.ResourceVersion {
 		return
 	}
 	recs := r.records(pod.UID)
-	if len(recs) == 0 && r.cfg.Mode == ModeLabel && pod.Labels[LabelUncaptured] == "true" {
+	if len(recs) == 0 && (r.cfg.Mode == ModeLabel && r.cfg.Label.On(pod) || (r.cfg.Mode == ModeOff || r.cfg.Mode == ModeDelete) && handled) {
 		return
 	}
 	d, err := r.cfg.Policy.Decide(ctx, policy.Pod{Namespace: namespace, Name: name, UID: string(pod.UID)})
@@ -291,7 +324,9 @@ func (r *Repairer) check(ctx context.Context, key string) {
 	case r.cfg.Mode == ModeLabel:
 		outcome, err = r.label(ctx, pod)
 	case r.cfg.Mode == ModeDelete:
-		outcome, err = r.delete(ctx, pod)
+		outcome, err = r.evict(ctx, pod)
+	case r.cfg.Mode == ModeOff:
+		outcome, err = r.report(pod)
 	}
 	if err != nil {
 		r.failed(pod, err)
@@ -319,7 +354,7 @@ func (r *Repairer) records(uid types.UID) []workloads.Record {
 }
 
 // Repairs counts uncaptured pods handled since start, by outcome
-// (applied, labelled, deleted, failed).
+// (Outcomes).
 func (r *Repairer) Repairs() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -103,8 +103,8 @@ func TestLabelMarksUncapturedPod(t *testing.T) {
 	waitCount(t, admin, pod, events.ReasonUncaptured, 1)
 }
 
-// delete mode records why, then deletes the pod (no kubelet runs here, so
-// "deleted" is a deletion timestamp, or gone).
+// delete mode evicts the pod, then records why (no kubelet runs here, so
+// "evicted" is a deletion timestamp, or gone).
 func TestDeleteEvictsUncapturedPod(t *testing.T) {
 	a := startAgentParts(t)
 	_, admin := kube(t)
@@ -121,8 +121,12 @@ func TestDeleteEvictsUncapturedPod(t *testing.T) {
 	if ev.Type != corev1.EventTypeWarning {
 		t.Errorf("event type %s, want Warning", ev.Type)
 	}
-	if got := r.Repairs(); got[OutcomeDeleted] != 1 {
-		t.Errorf("Repairs = %v, want one deleted", got)
+	nstest.Eventually(t, 5*time.Second, func() bool { return r.Repairs()[OutcomeEvicted] == 1 },
+		"Repairs = %v, want one evicted", r.Repairs())
+	// The eviction's own pod update (DisruptionTarget) must not evict again.
+	waitCount(t, admin, pod, events.ReasonUncapturedDeleted, 1)
+	if got := r.Repairs(); got[OutcomeEvicted] != 1 {
+		t.Errorf("Repairs = %v, want exactly one evicted", got)
 	}
 }
 

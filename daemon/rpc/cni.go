@@ -40,6 +40,9 @@ type CNI struct {
 	// (ambient.istio.io/redirection) before the ADD returns; nil in
 	// standalone mode.
 	Redirection Annotator
+	// Decisions logs each ADD's outcome and counts pass-throughs; nil logs
+	// nothing.
+	Decisions *events.Decisions
 }
 
 // Annotator sets ambient.istio.io/redirection on a pod ("" removes it)
@@ -63,9 +66,10 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	defer release()
 	pod := podOf(req.Pod, req.Ips)
 	d, err := s.Policy.Decide(ctx, pod)
+	defer func() { s.Decisions.Added(pod, req.ContainerId, req.RequestId, d, err) }()
 	if err != nil {
 		s.captureFailed(pod, err)
-		return nil, toStatus(err)
+		return nil, withRequestID(toStatus(err), req.RequestId)
 	}
 	if !d.Capture {
 		return &sluicev1.AddResponse{Enrolled: false, Reason: d.Reason}, nil
@@ -84,12 +88,12 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 		rec.IPs = append(rec.IPs, ip.Address)
 	}
 	ambient := d.Spec.Mode == redirect.ModeAmbient
-	if err := s.Workloads.Enroll(ctx, rec); err != nil {
+	if err = s.Workloads.Enroll(ctx, rec); err != nil {
 		s.captureFailed(pod, err)
 		if ambient && errors.Is(err, workloads.ErrZtunnel) {
 			s.annotate(ctx, pod, "pending") // as Istio marks a pod ztunnel refused
 		}
-		return nil, toStatus(err)
+		return nil, withRequestID(toStatus(err), req.RequestId)
 	}
 	if ambient {
 		// Before the ADD returns, as Istio does: istiod sends this pod HBONE
@@ -195,6 +199,17 @@ func podOf(p *sluicev1.PodRef, ips []*sluicev1.IPConfig) policy.Pod {
 		}
 	}
 	return pod
+}
+
+// withRequestID ends a refusal's message with the plugin's request id: the
+// runtime shows the message in the pod's events, and the id finds the
+// agent's log line for the same ADD.
+func withRequestID(err error, id string) error {
+	if id == "" {
+		return err
+	}
+	st := status.Convert(err)
+	return status.Error(st.Code(), st.Message()+" (sluice request_id "+id+")")
 }
 
 func modeOf(m redirect.Mode) sluicev1.Mode {

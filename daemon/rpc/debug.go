@@ -2,6 +2,9 @@ package rpc
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,6 +20,10 @@ type Debug struct {
 	sluicev1.UnimplementedDebugServer
 	Workloads Inventory
 	Policy    Policy
+	// ExcludeNamespaces are never captured (--exclude-namespaces). The
+	// Kubernetes policy applies them itself; the plugin applies them before
+	// it calls the agent, so Explain must say so in standalone mode too.
+	ExcludeNamespaces []string
 }
 
 func (d *Debug) ListWorkloads(context.Context, *sluicev1.ListWorkloadsRequest) (*sluicev1.ListWorkloadsResponse, error) {
@@ -28,9 +35,9 @@ func (d *Debug) ListWorkloads(context.Context, *sluicev1.ListWorkloadsRequest) (
 }
 
 func (d *Debug) GetWorkload(_ context.Context, req *sluicev1.GetWorkloadRequest) (*sluicev1.GetWorkloadResponse, error) {
-	r, ok := d.Workloads.Get(workloads.Attachment{ContainerID: req.ContainerId, IfName: req.IfName})
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "no workload for container %q if_name %q", req.ContainerId, req.IfName)
+	r, err := d.find(req)
+	if err != nil {
+		return nil, err
 	}
 	rs, err := redirect.Build(r.Spec)
 	if err != nil {
@@ -44,6 +51,55 @@ func (d *Debug) GetWorkload(_ context.Context, req *sluicev1.GetWorkloadRequest)
 		resp.Drift = drift
 	}
 	return resp, nil
+}
+
+// find picks the one record a GetWorkloadRequest names: by pod, or by a
+// container id or a prefix of one (what `sluice-agent workloads` prints).
+// Several matches are an error that lists them, never a guess.
+func (d *Debug) find(req *sluicev1.GetWorkloadRequest) (workloads.Record, error) {
+	pod := req.GetPod()
+	byPod := pod.GetName() != "" || pod.GetUid() != ""
+	if byPod == (req.ContainerId != "") {
+		return workloads.Record{}, status.Error(codes.InvalidArgument, "name a workload by container_id (or a prefix of it) or by pod, not both or neither")
+	}
+	var hits []workloads.Record
+	for _, r := range d.Workloads.List() {
+		if req.IfName != "" && r.IfName != req.IfName {
+			continue
+		}
+		if byPod && matchesPod(r, pod) || !byPod && strings.HasPrefix(r.ContainerID, req.ContainerId) {
+			hits = append(hits, r)
+		}
+	}
+	what := fmt.Sprintf("container %q", req.ContainerId)
+	if byPod {
+		what = fmt.Sprintf("pod %s/%s", pod.GetNamespace(), pod.GetName())
+	}
+	if req.IfName != "" {
+		what += fmt.Sprintf(" if_name %q", req.IfName)
+	}
+	switch len(hits) {
+	case 0:
+		return workloads.Record{}, status.Errorf(codes.NotFound, "no workload for %s", what)
+	case 1:
+		return hits[0], nil
+	}
+	var ids []string
+	for _, r := range hits {
+		ids = append(ids, r.Attachment.String())
+	}
+	return workloads.Record{}, status.Errorf(codes.FailedPrecondition, "%s matches %d attachments (%s): give a longer container id or an if_name",
+		what, len(hits), strings.Join(ids, ", "))
+}
+
+func matchesPod(r workloads.Record, p *sluicev1.PodRef) bool {
+	if p.GetUid() != "" && r.PodUID != p.GetUid() {
+		return false
+	}
+	if p.GetName() != "" && (r.PodName != p.GetName() || r.PodNamespace != p.GetNamespace()) {
+		return false
+	}
+	return true
 }
 
 func (d *Debug) Version(context.Context, *sluicev1.VersionRequest) (*sluicev1.VersionResponse, error) {
@@ -69,6 +125,10 @@ func workloadOf(r workloads.Record) *sluicev1.Workload {
 // Explain runs the policy for a pod and renders the ruleset ADD would
 // program, touching nothing.
 func (d *Debug) Explain(ctx context.Context, req *sluicev1.ExplainRequest) (*sluicev1.ExplainResponse, error) {
+	if ns := req.GetPod().GetNamespace(); slices.Contains(d.ExcludeNamespaces, ns) {
+		return &sluicev1.ExplainResponse{Reason: "namespace " + ns + " is excluded: the plugin passes its pods through without asking the agent",
+			Inputs: []string{"--exclude-namespaces: " + ns}}, nil
+	}
 	dec, err := d.Policy.Decide(ctx, podOf(req.Pod, nil))
 	if err != nil {
 		return nil, toStatus(err)

@@ -96,9 +96,12 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 		if w, ok := req.(interface{ GetWarnings() []string }); ok {
 			logWarnings(log, attrs, w.GetWarnings())
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			log.Warn("call failed", append(attrs, "err", err)...)
-		} else {
+		case quiet(info.FullMethod):
+			log.Debug("call", attrs...)
+		default:
 			log.Info("call", attrs...)
 		}
 		return resp, err
@@ -124,4 +127,15 @@ func logWarnings(log *slog.Logger, attrs []any, warnings []string) {
 		}
 		log.Warn("plugin warning", append(slices.Clone(attrs), "warning", warning)...)
 	}
+}
+
+// quiet calls are polled (the kubelet's probes, the runtime's STATUS,
+// `sluice-agent status`, grpcurl): at info they would be most of the log.
+// Only ADD, DEL, CHECK and GC change or report a pod.
+func quiet(method string) bool {
+	switch method {
+	case "/sluice.v1.CNI/Add", "/sluice.v1.CNI/Del", "/sluice.v1.CNI/Check", "/sluice.v1.CNI/GC":
+		return false
+	}
+	return true
 }

@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -34,14 +35,26 @@ import (
 func main() {
 	bin := flag.String("bin", "bin", "directory with sluice and sluice-agent")
 	plugins := flag.String("plugins", "", "directory with the reference bridge, host-local and loopback plugins")
+	keep := flag.Bool("keep", false, "leave the namespaces and the agent running for poking around; prints the command that removes them")
+	teardown := flag.String("teardown", "", "remove what `--keep` left, by the prefix it printed (sluice-demo-<pid>)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fail(errors.New("run as root: the demo creates network namespaces"))
 	}
+	if *teardown != "" {
+		if err := teardownKept(*teardown); err != nil {
+			fail(err)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &demo{bin: abs(*bin), plugins: abs(*plugins), prefix: fmt.Sprintf("sluice-demo-%d", os.Getpid())}
+	d := &demo{bin: abs(*bin), plugins: abs(*plugins), prefix: fmt.Sprintf("sluice-demo-%d", os.Getpid()), keep: *keep}
 	err := d.run(ctx)
+	if err == nil && d.keep {
+		d.printKept()
+		return
+	}
 	d.cleanup()
 	if err != nil {
 		fail(err)
@@ -54,6 +67,7 @@ type demo struct {
 	namespaces           []string
 	agent                *exec.Cmd
 	socket               string
+	keep                 bool
 }
 
 func (d *demo) run(ctx context.Context) error {
@@ -88,6 +102,7 @@ func (d *demo) run(ctx context.Context) error {
 	}
 
 	step("starting sluice-agent (standalone, sidecar mode) in the node netns")
+	note("standalone: no Kubernetes, so every pod gets --default-mode (sidecar), as if istiod had injected an Envoy")
 	if err := d.startAgent(ctx, node); err != nil {
 		return err
 	}
@@ -105,6 +120,9 @@ func (d *demo) run(ctx context.Context) error {
 	ips := map[string]string{}
 	var attached []*libcni.RuntimeConf
 	defer func() {
+		if d.keep {
+			return // --keep: the pods stay; teardown removes their netns
+		}
 		for _, rc := range attached {
 			step("CNI DEL %s", rc.ContainerID)
 			if err := inNetns(node, func() error { return cni.DelNetworkList(context.Background(), conf, rc) }); err != nil {
@@ -138,8 +156,12 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.showRuleset("pod-a"); err != nil {
 		return err
 	}
+	note("what the rules say, as Istio's sidecar mode has it:")
+	note("  outbound TCP from the pod goes to :15001, inbound TCP to :15006 — the ports Envoy listens on")
+	note("  traffic of uid 1337 (Envoy's own) is left alone, or Envoy's own connections would loop back into it")
+	note("  15008/15020/15021/15090 (HBONE, the agent's status and Envoy's metrics ports) pass inbound untouched")
 
-	step("toy proxy in pod-a listening on :15001 (outbound) and :15006 (inbound)")
+	step("toy proxy in pod-a listening on :15001 (outbound) and :15006 (inbound), standing in for Envoy")
 	seen := make(chan string, 4)
 	for _, port := range []string{"15001", "15006"} {
 		l, err := listenIn(podA, ":"+port)
@@ -150,8 +172,8 @@ func (d *demo) run(ctx context.Context) error {
 		go serveProxy(l, port, seen)
 	}
 
-	// pod-b is captured too: its own outbound would land on its own :15001,
-	// so the inbound example comes from the node, as a kubelet probe would.
+	note("nothing listens on 10.96.0.10 (a typical Service IP, not even routed here): pod-a's connection")
+	note("can only succeed if it is captured, and the proxy reports the address the app asked for")
 	for _, c := range []struct{ from, fromName, to string }{
 		{podA, "pod-a", "10.96.0.10:80"},
 		{node, "node", net.JoinHostPort(ips[podA], "8080")},
@@ -169,7 +191,10 @@ func (d *demo) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	return nil
+	if err := d.podB(ctx, podB, net.JoinHostPort(ips[podA], "8080"), seen); err != nil {
+		return err
+	}
+	return d.operatorView(ctx, node)
 }
 
 func (d *demo) netnsAdd(name string) error {
@@ -186,8 +211,21 @@ func (d *demo) startAgent(ctx context.Context, node string) error {
 		"--netns-roots", "/var/run/netns,/run/netns", "--health-addr", "127.0.0.1:9890", "--log-level", "warn",
 		"--cni-bin-dir", d.cniBin(), "--cni-conf-dir", d.confDir(), "--plugin-binary", filepath.Join(d.bin, "sluice"))
 	d.agent.Stdout, d.agent.Stderr = os.Stdout, os.Stderr
+	if d.keep {
+		// It outlives the demo: its log goes to a file, and its own
+		// process group keeps a Ctrl-C in the terminal from reaching it.
+		log, err := os.Create(filepath.Join(d.dir, "agent.log"))
+		if err != nil {
+			return err
+		}
+		d.agent.Stdout, d.agent.Stderr = log, log
+		d.agent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := d.agent.Start(); err != nil {
 		return fmt.Errorf("start sluice-agent: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(d.dir, "agent.pid"), []byte(strconv.Itoa(d.agent.Process.Pid)), 0o644); err != nil {
+		return err
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

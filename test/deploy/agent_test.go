@@ -3,6 +3,7 @@ package deploy
 import (
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,11 +55,25 @@ func checkConfig(t *testing.T, ds *appsv1.DaemonSet) (string, error) {
 	if len(c.Command) == 0 {
 		t.Fatal("container has no command")
 	}
-	args := append(append(slices.Clone(c.Command[1:]), c.Args...), "--check-config")
-	cmd := exec.Command(agentBin, args...)
-	cmd.Env = containerEnv(t, ds, c) // and nothing of the test's own
+	env := containerEnv(t, ds, c)
+	var args []string
+	for _, a := range append(slices.Clone(c.Command[1:]), c.Args...) {
+		args = append(args, expand(a, env))
+	}
+	cmd := exec.Command(agentBin, append(args, "--check-config")...)
+	cmd.Env = env // and nothing of the test's own
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// expand replaces $(NAME) in a container argument with the env var's value,
+// as the kubelet does.
+func expand(arg string, env []string) string {
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		arg = strings.ReplaceAll(arg, "$("+k+")", v)
+	}
+	return arg
 }
 
 // containerEnv resolves the container's env as the kubelet would for a pod
@@ -69,6 +84,7 @@ func containerEnv(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container) []stri
 		"spec.nodeName":      "node-1",
 		"metadata.name":      ds.Name + "-x7k2p",
 		"metadata.namespace": ds.Namespace,
+		"status.hostIP":      "10.0.0.11",
 	}
 	if len(c.EnvFrom) > 0 {
 		t.Fatalf("envFrom %+v: resolve it here before using it", c.EnvFrom)
@@ -84,6 +100,8 @@ func containerEnv(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container) []stri
 				t.Fatalf("env %s: no test value for fieldRef %s", e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}
 			env = append(env, e.Name+"="+v)
+		case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
+			env = append(env, e.Name+"="+strconv.FormatInt(c.Resources.Limits.Memory().Value(), 10))
 		default:
 			t.Fatalf("env %s: cannot resolve %+v", e.Name, e.ValueFrom)
 		}

@@ -50,8 +50,16 @@ var valueSets = []valueSet{
 				t.Errorf("image = %q, want the chart's appVersion as tag", c.Image)
 			}
 			wantArgs(t, c, "--chained=true", "--exclude-namespaces=kube-system", "--repair-mode=apply",
-				"--ambient=false", "--ambient-dns-capture=false", "--log-level=info", "--log-format=text",
-				"--cni-bin-dir=/host/cni/bin", "--cni-conf-dir=/host/cni/net.d")
+				"--repair-label=sluice.dev/uncaptured=true", "--ambient=false", "--ambient-dns-capture=true",
+				"--log-level=info", "--log-format=text", "--cni-bin-dir=/host/cni/bin", "--cni-conf-dir=/host/cni/net.d",
+				"--health-addr=[$(HOST_IP)]:9890")
+			wantHostPath(t, ds, "/var/run/netns", "/var/run/netns")
+			if c.SecurityContext.SeccompProfile == nil || c.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("seccompProfile = %+v, want RuntimeDefault", c.SecurityContext.SeccompProfile)
+			}
+			if envOf(c, "GOMEMLIMIT") != nil {
+				t.Error("GOMEMLIMIT set with no memory limit")
+			}
 			noArg(t, c, "--cni-conf-name", "--ztunnel-socket")
 			wantHostPath(t, ds, "/opt/cni/bin", "/host/cni/bin")
 			wantHostPath(t, ds, "/etc/cni/net.d", "/host/cni/net.d")
@@ -66,11 +74,11 @@ var valueSets = []valueSet{
 		values: `
 ambient:
   enabled: true
-  dnsCapture: true
+  dnsCapture: false
 `,
 		check: func(t *testing.T, ds *appsv1.DaemonSet) {
 			c := ds.Spec.Template.Spec.Containers[0]
-			wantArgs(t, c, "--ambient=true", "--ambient-dns-capture=true", "--ztunnel-socket=/var/run/ztunnel/ztunnel.sock")
+			wantArgs(t, c, "--ambient=true", "--ambient-dns-capture=false", "--ztunnel-socket=/var/run/ztunnel/ztunnel.sock")
 			wantHostPath(t, ds, "/var/run/ztunnel", "/var/run/ztunnel")
 		},
 	},
@@ -198,12 +206,74 @@ extraEnv:
 			if p := c.SecurityContext.AppArmorProfile; p == nil || p.Type != corev1.AppArmorProfileTypeUnconfined {
 				t.Errorf("appArmorProfile = %+v, want Unconfined", p)
 			}
-			wantArgs(t, c, "--max-inflight=128", "--health-addr=:19890")
-			if len(c.Env) != 4 || c.Env[3].Name != "SLUICE_RESYNC_INTERVAL" {
-				t.Errorf("env = %+v, want the downward-API three and SLUICE_RESYNC_INTERVAL", c.Env)
+			wantArgs(t, c, "--max-inflight=128", "--health-addr=[$(HOST_IP)]:19890")
+			if e := envOf(c, "SLUICE_RESYNC_INTERVAL"); e == nil || e.Value != "30s" {
+				t.Errorf("env = %+v, want SLUICE_RESYNC_INTERVAL=30s", c.Env)
+			}
+			if e := envOf(c, "GOMEMLIMIT"); e == nil || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil ||
+				e.ValueFrom.ResourceFieldRef.Resource != "limits.memory" {
+				t.Errorf("GOMEMLIMIT = %+v, want it from limits.memory", e)
 			}
 		},
 	},
+}
+
+// operatorValues are the values an istio-cni operator looks for.
+var operatorValues = valueSet{
+	name:      "operator-values",
+	namespace: "istio-system",
+	values: `
+revision: canary
+variant: debug
+cniNetnsDir: /run/netns
+seLinuxOptions: {type: spc_t}
+seccompProfile: {type: Localhost, localhostProfile: sluice.json}
+appArmorProfile: {type: Localhost, localhostProfile: sluice}
+appArmorAnnotation: true
+daemonSetLabels: {team: mesh}
+env: {SLUICE_MAX_INFLIGHT: "32", SLUICE_DRAIN_TIMEOUT: 5s}
+networkPolicy: {enabled: true}
+healthBind: all
+repair:
+  enabled: false
+  label: cni.istio.io/uninitialized=true
+`,
+	check: func(t *testing.T, ds *appsv1.DaemonSet) {
+		c := ds.Spec.Template.Spec.Containers[0]
+		if ds.Name != "sluice-agent-canary" || ds.Labels["istio.io/rev"] != "canary" || ds.Labels["team"] != "mesh" {
+			t.Errorf("DaemonSet %s labels %v: want the revision in the name and labels, and team=mesh", ds.Name, ds.Labels)
+		}
+		if c.Image != "ghcr.io/sluicemesh/sluice:0.1.0-debug" {
+			t.Errorf("image %q, want the -debug variant", c.Image)
+		}
+		wantHostPath(t, ds, "/run/netns", "/var/run/netns")
+		if o := c.SecurityContext.SELinuxOptions; o == nil || o.Type != "spc_t" {
+			t.Errorf("seLinuxOptions = %+v", o)
+		}
+		if p := c.SecurityContext.SeccompProfile; p == nil || p.Type != corev1.SeccompProfileTypeLocalhost || p.LocalhostProfile == nil {
+			t.Errorf("seccompProfile = %+v", p)
+		}
+		if a := ds.Spec.Template.Annotations["container.apparmor.security.beta.kubernetes.io/sluice-agent"]; a != "localhost/sluice" {
+			t.Errorf("AppArmor annotation %q, want localhost/sluice", a)
+		}
+		for k, v := range map[string]string{"SLUICE_MAX_INFLIGHT": "32", "SLUICE_DRAIN_TIMEOUT": "5s"} {
+			if e := envOf(c, k); e == nil || e.Value != v {
+				t.Errorf("env %s = %+v, want %s", k, e, v)
+			}
+		}
+		wantArgs(t, c, "--repair-mode=off", "--repair-label=cni.istio.io/uninitialized=true", "--health-addr=:9890")
+	},
+}
+
+func init() { valueSets = append(valueSets, operatorValues) }
+
+func envOf(c corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
 }
 
 // rendered is one `helm template`.

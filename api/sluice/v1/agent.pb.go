@@ -1267,11 +1267,16 @@ func (x *ListWorkloadsResponse) GetWorkloads() []*Workload {
 	return nil
 }
 
+// GetWorkloadRequest names one attachment: by container_id (the full id or
+// a prefix that matches one container, as crictl accepts), or by pod
+// (namespace and name; uid optional). Exactly one of the two.
 type GetWorkloadRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	ContainerId string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
-	// Optional: the first attachment of the container when empty.
-	IfName        string `protobuf:"bytes,2,opt,name=if_name,json=ifName,proto3" json:"if_name,omitempty"`
+	// Optional: the container's or pod's only attachment when empty.
+	IfName string `protobuf:"bytes,2,opt,name=if_name,json=ifName,proto3" json:"if_name,omitempty"`
+	// The pod instead of a container id.
+	Pod           *PodRef `protobuf:"bytes,3,opt,name=pod,proto3" json:"pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1318,6 +1323,13 @@ func (x *GetWorkloadRequest) GetIfName() string {
 		return x.IfName
 	}
 	return ""
+}
+
+func (x *GetWorkloadRequest) GetPod() *PodRef {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
 }
 
 type GetWorkloadResponse struct {
@@ -1702,10 +1714,11 @@ const file_sluice_v1_agent_proto_rawDesc = "" +
 	"\renrolled_unix\x18\b \x01(\x03R\fenrolledUnix\"\x16\n" +
 	"\x14ListWorkloadsRequest\"J\n" +
 	"\x15ListWorkloadsResponse\x121\n" +
-	"\tworkloads\x18\x01 \x03(\v2\x13.sluice.v1.WorkloadR\tworkloads\"P\n" +
+	"\tworkloads\x18\x01 \x03(\v2\x13.sluice.v1.WorkloadR\tworkloads\"u\n" +
 	"\x12GetWorkloadRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12\x17\n" +
-	"\aif_name\x18\x02 \x01(\tR\x06ifName\"v\n" +
+	"\aif_name\x18\x02 \x01(\tR\x06ifName\x12#\n" +
+	"\x03pod\x18\x03 \x01(\v2\x11.sluice.v1.PodRefR\x03pod\"v\n" +
 	"\x13GetWorkloadResponse\x12/\n" +
 	"\bworkload\x18\x01 \x01(\v2\x13.sluice.v1.WorkloadR\bworkload\x12\x18\n" +
 	"\aruleset\x18\x02 \x01(\tR\aruleset\x12\x14\n" +
@@ -1809,34 +1822,35 @@ var file_sluice_v1_agent_proto_depIdxs = []int32{
 	1,  // 19: sluice.v1.Workload.mode:type_name -> sluice.v1.Mode
 	3,  // 20: sluice.v1.Workload.ips:type_name -> sluice.v1.IPConfig
 	16, // 21: sluice.v1.ListWorkloadsResponse.workloads:type_name -> sluice.v1.Workload
-	16, // 22: sluice.v1.GetWorkloadResponse.workload:type_name -> sluice.v1.Workload
-	0,  // 23: sluice.v1.VersionResponse.api_version:type_name -> sluice.v1.ApiVersion
-	0,  // 24: sluice.v1.VersionResponse.min_api_version:type_name -> sluice.v1.ApiVersion
-	2,  // 25: sluice.v1.ExplainRequest.pod:type_name -> sluice.v1.PodRef
-	1,  // 26: sluice.v1.ExplainResponse.mode:type_name -> sluice.v1.Mode
-	6,  // 27: sluice.v1.CNI.Add:input_type -> sluice.v1.AddRequest
-	8,  // 28: sluice.v1.CNI.Del:input_type -> sluice.v1.DelRequest
-	10, // 29: sluice.v1.CNI.Check:input_type -> sluice.v1.CheckRequest
-	12, // 30: sluice.v1.CNI.Status:input_type -> sluice.v1.StatusRequest
-	14, // 31: sluice.v1.CNI.GC:input_type -> sluice.v1.GCRequest
-	17, // 32: sluice.v1.Debug.ListWorkloads:input_type -> sluice.v1.ListWorkloadsRequest
-	19, // 33: sluice.v1.Debug.GetWorkload:input_type -> sluice.v1.GetWorkloadRequest
-	21, // 34: sluice.v1.Debug.Version:input_type -> sluice.v1.VersionRequest
-	23, // 35: sluice.v1.Debug.Explain:input_type -> sluice.v1.ExplainRequest
-	7,  // 36: sluice.v1.CNI.Add:output_type -> sluice.v1.AddResponse
-	9,  // 37: sluice.v1.CNI.Del:output_type -> sluice.v1.DelResponse
-	11, // 38: sluice.v1.CNI.Check:output_type -> sluice.v1.CheckResponse
-	13, // 39: sluice.v1.CNI.Status:output_type -> sluice.v1.StatusResponse
-	15, // 40: sluice.v1.CNI.GC:output_type -> sluice.v1.GCResponse
-	18, // 41: sluice.v1.Debug.ListWorkloads:output_type -> sluice.v1.ListWorkloadsResponse
-	20, // 42: sluice.v1.Debug.GetWorkload:output_type -> sluice.v1.GetWorkloadResponse
-	22, // 43: sluice.v1.Debug.Version:output_type -> sluice.v1.VersionResponse
-	24, // 44: sluice.v1.Debug.Explain:output_type -> sluice.v1.ExplainResponse
-	36, // [36:45] is the sub-list for method output_type
-	27, // [27:36] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	2,  // 22: sluice.v1.GetWorkloadRequest.pod:type_name -> sluice.v1.PodRef
+	16, // 23: sluice.v1.GetWorkloadResponse.workload:type_name -> sluice.v1.Workload
+	0,  // 24: sluice.v1.VersionResponse.api_version:type_name -> sluice.v1.ApiVersion
+	0,  // 25: sluice.v1.VersionResponse.min_api_version:type_name -> sluice.v1.ApiVersion
+	2,  // 26: sluice.v1.ExplainRequest.pod:type_name -> sluice.v1.PodRef
+	1,  // 27: sluice.v1.ExplainResponse.mode:type_name -> sluice.v1.Mode
+	6,  // 28: sluice.v1.CNI.Add:input_type -> sluice.v1.AddRequest
+	8,  // 29: sluice.v1.CNI.Del:input_type -> sluice.v1.DelRequest
+	10, // 30: sluice.v1.CNI.Check:input_type -> sluice.v1.CheckRequest
+	12, // 31: sluice.v1.CNI.Status:input_type -> sluice.v1.StatusRequest
+	14, // 32: sluice.v1.CNI.GC:input_type -> sluice.v1.GCRequest
+	17, // 33: sluice.v1.Debug.ListWorkloads:input_type -> sluice.v1.ListWorkloadsRequest
+	19, // 34: sluice.v1.Debug.GetWorkload:input_type -> sluice.v1.GetWorkloadRequest
+	21, // 35: sluice.v1.Debug.Version:input_type -> sluice.v1.VersionRequest
+	23, // 36: sluice.v1.Debug.Explain:input_type -> sluice.v1.ExplainRequest
+	7,  // 37: sluice.v1.CNI.Add:output_type -> sluice.v1.AddResponse
+	9,  // 38: sluice.v1.CNI.Del:output_type -> sluice.v1.DelResponse
+	11, // 39: sluice.v1.CNI.Check:output_type -> sluice.v1.CheckResponse
+	13, // 40: sluice.v1.CNI.Status:output_type -> sluice.v1.StatusResponse
+	15, // 41: sluice.v1.CNI.GC:output_type -> sluice.v1.GCResponse
+	18, // 42: sluice.v1.Debug.ListWorkloads:output_type -> sluice.v1.ListWorkloadsResponse
+	20, // 43: sluice.v1.Debug.GetWorkload:output_type -> sluice.v1.GetWorkloadResponse
+	22, // 44: sluice.v1.Debug.Version:output_type -> sluice.v1.VersionResponse
+	24, // 45: sluice.v1.Debug.Explain:output_type -> sluice.v1.ExplainResponse
+	37, // [37:46] is the sub-list for method output_type
+	28, // [28:37] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_agent_proto_init() }
