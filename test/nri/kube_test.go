@@ -93,7 +93,10 @@ func TestNRIAndCNIDecideAlike(t *testing.T) {
 
 func (n *node) cniAddFor(t *testing.T, containerID string, p *corev1.Pod) *sluicev1.AddResponse {
 	t.Helper()
-	resp, err := n.cniAddPod(containerID, n.holdNetns(), podRef(p))
+	// An IPv4 address, as the bridge gives the NRI sandboxes: policy picks
+	// the families to capture from the pod's addresses (Istio's rule), so
+	// the two triggers see the same pod only when both carry them.
+	resp, err := n.cniAddPod(containerID, n.holdNetns(), podRef(p), "10.250.0.9/24")
 	if err != nil {
 		t.Fatalf("CNI ADD for %s/%s: %v", p.Namespace, p.Name, err)
 	}

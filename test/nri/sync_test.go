@@ -75,7 +75,8 @@ func (n *node) cniAdd(containerID, netns string) (*sluicev1.AddResponse, error) 
 	return n.cniAddPod(containerID, netns, &sluicev1.PodRef{Namespace: "shop", Name: containerID, Uid: "uid-" + containerID})
 }
 
-func (n *node) cniAddPod(containerID, netns string, pod *sluicev1.PodRef) (*sluicev1.AddResponse, error) {
+// ips are prevResult's addresses, as the chain before sluice would pass them.
+func (n *node) cniAddPod(containerID, netns string, pod *sluicev1.PodRef, ips ...string) (*sluicev1.AddResponse, error) {
 	n.t.Helper()
 	conn, err := grpc.NewClient("unix://"+n.path(agentSocket), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -86,5 +87,14 @@ func (n *node) cniAddPod(containerID, netns string, pod *sluicev1.PodRef) (*slui
 		ApiVersion: sluicev1.ApiVersion_API_VERSION_2, ContainerId: containerID, Netns: netns, IfName: "eth0",
 		Pod:    pod,
 		Config: &sluicev1.PluginConfig{NetworkName: "pods"},
+		Ips:    ipConfigs(ips),
 	})
+}
+
+func ipConfigs(ips []string) []*sluicev1.IPConfig {
+	var out []*sluicev1.IPConfig
+	for _, ip := range ips {
+		out = append(out, &sluicev1.IPConfig{Address: ip, Interface: "eth0"})
+	}
+	return out
 }
