@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-
-	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/installer"
 	"github.com/sluicemesh/sluice/internal/pluginconf"
@@ -58,23 +55,4 @@ func (c *config) pluginSettings() pluginconf.Settings {
 		LogLevel:          c.logLevel,
 		ExcludeNamespaces: splitList(c.excludeNamespaces),
 	}
-}
-
-// uninstallOnExit decides whether SIGTERM removes our entry. Standalone,
-// yes. In Kubernetes only when the agent's DaemonSet is going away: an
-// upgrade keeps it, so new pods wait for the new agent instead of starting
-// uncaptured.
-func uninstallOnExit(cfg *config, rc *rest.Config, log *slog.Logger) bool {
-	switch cfg.uninstallOnExit {
-	case "true":
-		return true
-	case "false":
-		return false
-	}
-	if rc == nil {
-		return true
-	}
-	leaving, why := daemonSetLeaving(context.Background(), rc, cfg.podNamespace, cfg.podName)
-	log.Info("conflist entry on exit", "remove", leaving, "why", why)
-	return leaving
 }

@@ -2,6 +2,7 @@ package nodetest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -37,6 +38,22 @@ func TestStopReportsLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stray.Process.Kill(); stray.Wait() })
+	// Start returns once nsenter runs, not once it has joined: wait until
+	// the stray holds the node's netns, or Stop may look before it does.
+	joined := func() error {
+		mine, _ := os.Readlink("/proc/" + itoa(stray.Process.Pid) + "/ns/net")
+		node, _ := os.Readlink("/proc/" + itoa(c.holderPID) + "/ns/net")
+		if mine == "" || mine != node {
+			return fmt.Errorf("stray in %q, node in %q", mine, node)
+		}
+		return nil
+	}
+	jctx, jcancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer jcancel()
+	if err := poll(jctx, nil, "stray joins the node's netns", joined); err != nil {
+		c.Stop()
+		t.Fatal(err)
+	}
 	mnt := c.path("leak")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)

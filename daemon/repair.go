@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/daemon/events"
-	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/workloads"
@@ -29,8 +28,8 @@ func newEvents(cfg *config, rc *rest.Config, log *slog.Logger) (kubernetes.Inter
 // startRepair runs late enrolment (pods found running uncaptured, handled
 // per --repair-mode). ztunnelReady (nil without --ambient) holds back the
 // adoption of istio-cni's ambient pods until a ztunnel has its snapshot.
-func startRepair(ctx context.Context, cfg *config, client kubernetes.Interface, rec *events.Recorder, kube *policy.Kube, store *workloads.Store, m *metrics.Metrics,
-	ztunnelReady func() (bool, string), log *slog.Logger) (*repair.Redirection, error) {
+func startRepair(ctx context.Context, cfg *config, client kubernetes.Interface, rec *events.Recorder, kube *policy.Kube, store *workloads.Store,
+	ztunnelReady func() (bool, string), log *slog.Logger) (*repair.Repairer, error) {
 	label, err := repair.ParseLabel(cfg.repairLabel) // validated by parseConfig
 	if err != nil {
 		return nil, err
@@ -46,9 +45,7 @@ func startRepair(ctx context.Context, cfg *config, client kubernetes.Interface, 
 			log.Error("repair of uncaptured pods stopped", "err", err)
 		}
 	}()
-	m.ByLabel("counter", "uncaptured_pods_repaired_total", "Pods found running uncaptured, by what --repair-mode did, and pods istio-cni captured (istio-captured: left to Istio, istio-adopted: taken over); failed counts every failed try.",
-		"outcome", repair.Outcomes, rep.Repairs)
-	return rep.Redirection(), nil
+	return rep, nil
 }
 
 // flushEvents gives queued Events a few seconds to reach the API server.

@@ -10,50 +10,30 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/sluicemesh/sluice/daemon/policy"
-	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/internal/buildinfo"
 )
 
-// inCluster is the --kubeconfig value for the pod's service account.
-const inCluster = "in-cluster"
+// Is this SIGTERM an uninstall or an upgrade? An uninstall removes the
+// conflist entry (pods on the node start without sluice, as before it was
+// installed); an upgrade or a restart keeps it, so new pods wait for the
+// next agent instead of starting uncaptured.
 
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	var rc *rest.Config
-	var err error
-	if kubeconfig == inCluster {
-		rc, err = rest.InClusterConfig()
-	} else {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+// uninstallOnExit decides whether SIGTERM removes our entry. Standalone,
+// yes. In Kubernetes only when the agent's DaemonSet is going away: an
+// upgrade keeps it, so new pods wait for the new agent instead of starting
+// uncaptured.
+func uninstallOnExit(cfg *config, rc *rest.Config, log *slog.Logger) bool {
+	switch cfg.uninstallOnExit {
+	case "true":
+		return true
+	case "false":
+		return false
 	}
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	if rc == nil {
+		return true
 	}
-	rc.UserAgent = "sluice-agent/" + buildinfo.Version
-	return rc, nil
-}
-
-func newKubePolicy(cfg *config, rc *rest.Config, log *slog.Logger) (*policy.Kube, error) {
-	kc := policy.KubeConfig{
-		Rest:              rc,
-		NodeName:          cfg.nodeName,
-		ExcludeNamespaces: splitList(cfg.excludeNamespaces),
-		// The agent's own pods only, not its namespace: installed into
-		// istio-system, the agent must not exempt istiod's namespace.
-		OwnPods: policy.OwnPods{Namespace: cfg.podNamespace, NamePrefix: policy.AgentPodPrefix(cfg.podName)},
-		Base:    redirect.DefaultSpec(),
-		Log:     log.With("component", "policy"),
-	}
-	if cfg.ambient {
-		sel, err := policy.ParseSelectors(cfg.ambientSelectors)
-		if err != nil {
-			return nil, fmt.Errorf("--ambient-enablement-selectors: %w", err)
-		}
-		kc.Ambient = &policy.AmbientConfig{Base: redirect.DefaultAmbientSpec(), DNSCapture: cfg.ambientDNSCapture, Selectors: sel}
-	}
-	return policy.NewKube(kc)
+	leaving, why := daemonSetLeaving(context.Background(), rc, cfg.podNamespace, cfg.podName)
+	log.Info("conflist entry on exit", "remove", leaving, "why", why)
+	return leaving
 }
 
 // daemonSetLeaving says whether the agent's own DaemonSet is gone or being

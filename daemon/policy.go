@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/rpc"
+	"github.com/sluicemesh/sluice/internal/buildinfo"
+)
+
+// inCluster is the --kubeconfig value for the pod's service account.
+const inCluster = "in-cluster"
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig == inCluster {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	rc.UserAgent = "sluice-agent/" + buildinfo.Version
+	return rc, nil
+}
+
+func newKubePolicy(cfg *config, rc *rest.Config, log *slog.Logger) (*policy.Kube, error) {
+	kc := policy.KubeConfig{
+		Rest:              rc,
+		NodeName:          cfg.nodeName,
+		ExcludeNamespaces: splitList(cfg.excludeNamespaces),
+		// The agent's own pods only, not its namespace: installed into
+		// istio-system, the agent must not exempt istiod's namespace.
+		OwnPods: policy.OwnPods{Namespace: cfg.podNamespace, NamePrefix: policy.AgentPodPrefix(cfg.podName)},
+		Base:    redirect.DefaultSpec(),
+		Log:     log.With("component", "policy"),
+	}
+	if cfg.ambient {
+		sel, err := policy.ParseSelectors(cfg.ambientSelectors)
+		if err != nil {
+			return nil, fmt.Errorf("--ambient-enablement-selectors: %w", err)
+		}
+		kc.Ambient = &policy.AmbientConfig{Base: redirect.DefaultAmbientSpec(), DNSCapture: cfg.ambientDNSCapture, Selectors: sel}
+	}
+	return policy.NewKube(kc)
+}
+
+// staticPolicy is the policy without a kubeconfig: --default-mode for every
+// pod outside --exclude-namespaces.
+func staticPolicy(cfg *config) (rpc.Policy, error) {
+	switch cfg.defaultMode {
+	case string(redirect.ModeSidecar):
+		return policy.NewStatic(redirect.DefaultSpec(), splitList(cfg.excludeNamespaces)...)
+	case string(redirect.ModeAmbient):
+		if !cfg.ambient {
+			return nil, fmt.Errorf("--default-mode ambient needs --ambient")
+		}
+		spec := redirect.DefaultAmbientSpec()
+		spec.CaptureDNS = cfg.ambientDNSCapture
+		return policy.NewStatic(spec, splitList(cfg.excludeNamespaces)...)
+	}
+	return nil, fmt.Errorf("--default-mode %q: want sidecar or ambient", cfg.defaultMode)
+}
