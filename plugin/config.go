@@ -34,6 +34,9 @@ var knownKeys = map[string]bool{
 	"cniVersion": true, "name": true, "type": true, "socket": true, "timeout": true, "logLevel": true,
 	"excludeNamespaces": true, "prevResult": true, "capabilities": true, "runtimeConfig": true,
 	"args": true, "ipam": true, "dns": true, "cni.dev/valid-attachments": true,
+	// libcni's GC also sends the key under the name the spec first gave it
+	// (containernetworking/cni#1101).
+	"cni.dev/attachments": true,
 }
 
 // parseConfig decodes and validates stdin. prevResult, when present, is

@@ -150,3 +150,16 @@ func TestParseConfigWarns(t *testing.T) {
 		t.Errorf("clean config warned: %v %v", c.warnings, err)
 	}
 }
+
+// libcni's GC sends valid attachments under both names; neither is a typo.
+func TestParseConfigGCKeysNoWarning(t *testing.T) {
+	c, err := parseConfig([]byte(`{"cniVersion":"1.1.0","name":"n","type":"sluice","socket":"/x","cni.dev/valid-attachments":[],"cni.dev/attachments":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range c.warnings {
+		if strings.Contains(w, "unknown key") {
+			t.Errorf("GC config warned: %s", w)
+		}
+	}
+}
