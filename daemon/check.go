@@ -30,7 +30,7 @@ func (c *config) check() error {
 			errs = append(errs, fmt.Errorf("--kubeconfig: %w", err))
 		}
 	}
-	if _, err := policy.ParseSelectors(c.ambientSelectors); err != nil {
+	if _, err := policy.ParseSelectors(c.enablementSelectors()); err != nil {
 		errs = append(errs, fmt.Errorf("--ambient-enablement-selectors: %w", err))
 	}
 	// Slices, not maps: the errors come out in the same order every run.

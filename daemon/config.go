@@ -116,7 +116,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.repairLabel, "repair-label", "sluice.dev/uncaptured=true", "KEY=VALUE that --repair-mode=label sets, e.g. istio-cni's cni.istio.io/uninitialized=true")
 	fs.BoolVar(&c.ambient, "ambient", false, "enroll pods labelled istio.io/dataplane-mode=ambient and hand them to ztunnel")
 	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", true, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
-	fs.StringVar(&c.ambientSelectors, "ambient-enablement-selectors", policy.DefaultEnablementSelectors, "which pods are ambient: Istio's enablement selectors (YAML or JSON list of {podSelector, namespaceSelector}, as the istio-cni chart's ambient.enablementSelectors); default Istio's")
+	fs.StringVar(&c.ambientSelectors, "ambient-enablement-selectors", "", "which pods are ambient: Istio's enablement selectors (YAML or JSON list of {podSelector, namespaceSelector}, as the istio-cni chart's ambient.enablementSelectors); empty: Istio's chart default (pod label istio.io/dataplane-mode=ambient, or that namespace label and a pod label other than none)")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
 	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
 	fs.StringVar(&c.trigger, "trigger", triggerCNI, "what enrols a pod: cni (the chained plugin's ADD), nri (the runtime's NRI pod events; no conflist entry is installed) or both (migration)")
@@ -225,4 +225,13 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// enablementSelectors is --ambient-enablement-selectors, or Istio's chart
+// default when it is empty (a multi-line default would not fit --help).
+func (c *config) enablementSelectors() string {
+	if strings.TrimSpace(c.ambientSelectors) == "" {
+		return policy.DefaultEnablementSelectors
+	}
+	return c.ambientSelectors
 }

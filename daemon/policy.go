@@ -43,7 +43,7 @@ func newKubePolicy(cfg *config, rc *rest.Config, log *slog.Logger) (*policy.Kube
 		Log:     log.With("component", "policy"),
 	}
 	if cfg.ambient {
-		sel, err := policy.ParseSelectors(cfg.ambientSelectors)
+		sel, err := policy.ParseSelectors(cfg.enablementSelectors())
 		if err != nil {
 			return nil, fmt.Errorf("--ambient-enablement-selectors: %w", err)
 		}
