@@ -57,7 +57,7 @@ func decideAmbient(pod *corev1.Pod, cfg AmbientConfig) (Decision, error) {
 		*opt.dst = b
 		inputs = append(inputs, fmt.Sprintf("annotation %s: %q", opt.ann, v))
 	}
-	if _, err := redirect.Build(spec); err != nil {
+	if err := spec.Validate(); err != nil {
 		return Decision{}, err
 	}
 	return Decision{Capture: true, Spec: spec, Reason: "istio ambient", Inputs: inputs}, nil

@@ -58,7 +58,7 @@ func NewKube(cfg KubeConfig) (*Kube, error) {
 	if cfg.NodeName == "" {
 		return nil, errors.New("kubernetes policy: node name is empty")
 	}
-	if _, err := redirect.Build(cfg.Base); err != nil {
+	if err := cfg.Base.Validate(); err != nil {
 		return nil, fmt.Errorf("kubernetes policy: base spec: %w", err)
 	}
 	if cfg.LookupWait <= 0 {

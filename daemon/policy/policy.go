@@ -38,7 +38,7 @@ type Static struct {
 // NewStatic validates spec once, so a bad flag fails at start, not at the
 // first pod.
 func NewStatic(spec redirect.Spec) (*Static, error) {
-	if _, err := redirect.Build(spec); err != nil {
+	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("static policy: %w", err)
 	}
 	return &Static{Spec: spec}, nil

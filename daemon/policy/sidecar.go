@@ -97,7 +97,7 @@ func decideSidecar(pod *corev1.Pod, ns *corev1.Namespace, base redirect.Spec) (D
 			inputs = append(inputs, fmt.Sprintf("env %s: %q ignored: not a boolean", envDNSCapture, v))
 		}
 	}
-	if _, err := redirect.Build(spec); err != nil {
+	if err := spec.Validate(); err != nil {
 		return Decision{}, err
 	}
 	return Decision{Capture: true, Spec: spec, Reason: "istio sidecar", Inputs: inputs}, nil

@@ -10,6 +10,11 @@ import (
 // ifNameMax is IFNAMSIZ less the terminating NUL.
 const ifNameMax = 15
 
+// Validate reports what keeps s from becoming a correct ruleset: exactly
+// the check Build makes, without building. policy runs it on every Spec
+// it decides, so the ADD path builds the ruleset once (in workloads).
+func (s Spec) Validate() error { return validate(s) }
+
 // validate rejects a Spec that cannot become a correct ruleset, naming the
 // field at fault. It reports every problem at once so an operator fixes a
 // bad annotation set in one round.
