@@ -25,15 +25,17 @@ import (
 )
 
 type config struct {
-	smoke   bool
-	out     string // the markdown file
-	rules   int    // fresh netns per rule tool
-	pods    int    // pods enrolled in the scale run
-	e2ePods int    // of those, how many make the end-to-end ADD row
-	small   int    // "few pods" for the scale comparison
-	probes  int    // probe ADDs at few and at many pods
-	churn   int    // simultaneous ADDs, then DELs
-	execs   int    // execs per binary for the footprint
+	smoke    bool
+	out      string // the markdown file
+	rules    int    // fresh netns per rule tool
+	pods     int    // pods enrolled in the scale run
+	e2ePods  int    // of those, how many make the end-to-end ADD row
+	small    int    // "few pods" for the scale comparison
+	probes   int    // probe ADDs at few and at many pods
+	churn    int    // simultaneous ADDs, then DELs
+	execs    int    // execs per binary for the footprint
+	kubePods int    // API-server pods ADDed by each plugin in Kubernetes mode
+	resync   time.Duration
 }
 
 func main() {
@@ -41,14 +43,16 @@ func main() {
 	flag.BoolVar(&c.smoke, "smoke", false, "tiny counts, output to a temp dir: checks the harness runs, measures nothing useful")
 	flag.StringVar(&c.out, "out", "", "markdown to write (default docs/benchmarks.md; with -smoke a temp dir)")
 	flag.IntVar(&c.rules, "rules", 100, "fresh netns per rule-programming tool")
-	flag.IntVar(&c.pods, "pods", 1000, "pods (netns) enrolled for the scale run")
-	flag.IntVar(&c.e2ePods, "e2e-pods", 500, "ADDs in the end-to-end comparison with loopback")
-	flag.IntVar(&c.churn, "churn", 200, "simultaneous ADDs, then DELs, in the churn storm")
-	flag.IntVar(&c.execs, "execs", 300, "execs per binary in the footprint run")
+	flag.IntVar(&c.pods, "pods", 5000, "pods (netns) enrolled for the scale run")
+	flag.IntVar(&c.e2ePods, "e2e-pods", 100, "ADDs in the standalone comparison with loopback")
+	flag.IntVar(&c.churn, "churn", 200, "simultaneous ADDs, then DELs, in each storm")
+	flag.IntVar(&c.execs, "execs", 200, "execs per binary in the footprint run")
+	flag.IntVar(&c.kubePods, "kube-pods", 40, "API-server pods each plugin ADDs in the Kubernetes-mode comparison")
+	flag.DurationVar(&c.resync, "resync", time.Minute, "the agent's --resync-interval in the scale run (its default), measured once")
 	flag.Parse()
 	c.small, c.probes = 10, 50
 	if c.smoke {
-		c.rules, c.pods, c.e2ePods, c.small, c.probes, c.churn, c.execs = 3, 12, 8, 4, 3, 8, 10
+		c.rules, c.pods, c.e2ePods, c.small, c.probes, c.churn, c.execs, c.kubePods, c.resync = 3, 12, 4, 4, 3, 8, 5, 2, time.Second
 	}
 	res, err := run(c)
 	if err != nil {
@@ -84,9 +88,11 @@ func (c *cleanups) run() {
 type results struct {
 	out       string
 	rules     []series
-	churn     *churnResult
+	storms    *storms
+	kube      *kubeResult
 	scale     *scaleResult
 	footprint *footprint
+	profile   *profile
 	disk      series
 	started   time.Time
 	took      time.Duration
@@ -163,8 +169,8 @@ func run(c config) (*results, error) {
 		return nil, err
 	}
 
-	step("churn storm")
-	n, err := newNode(nd, filepath.Join(tmp, "node-churn"), b)
+	step("storms: loopback and sluice, quiet and with a CPU hog")
+	n, err := newNode(nd, filepath.Join(tmp, "node-storm"), b)
 	if err != nil {
 		return nil, err
 	}
@@ -173,12 +179,21 @@ func run(c config) (*results, error) {
 	if _, err := n.startAgent(); err != nil {
 		return nil, err
 	}
-	if res.churn, err = n.churn(c.churn); err != nil {
+	if res.storms, err = n.storms(c.churn); err != nil {
+		return nil, err
+	}
+	step("profiles: perf of the agent during a storm, the plugin's CPU, strace")
+	if res.profile, err = n.profile(tmp, c.churn, c.execs); err != nil {
 		return nil, err
 	}
 	n.stopAgent()
 
-	step(fmt.Sprintf("end-to-end ADD and scale to %d pods", c.pods))
+	step("Kubernetes mode: sluice, loopback and istio-cni on API-server pods")
+	if res.kube, err = benchKube(nd, tmp, b, c.kubePods, &cl); err != nil {
+		return nil, err
+	}
+
+	step(fmt.Sprintf("standalone ADD and scale to %d pods", c.pods))
 	nd2, err := newNSDir(filepath.Join(tmp, "netns-scale"))
 	if err != nil {
 		return nil, err
@@ -189,6 +204,7 @@ func run(c config) (*results, error) {
 		return nil, err
 	}
 	onTmpfs(n)
+	n.resync = c.resync
 	cl.add(n.stopAgent)
 	if _, err := n.startAgent(); err != nil {
 		return nil, err
@@ -207,7 +223,7 @@ func run(c config) (*results, error) {
 	if _, err := n.startAgent(); err != nil {
 		return nil, err
 	}
-	if res.disk, err = n.journalBound(min(c.e2ePods, 200)); err != nil {
+	if res.disk, err = n.journalBound(min(c.e2ePods, 50)); err != nil {
 		return nil, err
 	}
 	n.stopAgent()
