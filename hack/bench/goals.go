@@ -33,8 +33,8 @@ func writeGoals(m *md, c config, r *results) {
 	row("ADD p50, standalone ≤ 1.5× loopback", fmt.Sprintf("%.2f× (%s vs %s)", sa, ms(sc.sluiceAdd.p50()), ms(sc.loopback.p50())), sa <= 1.5)
 	ka := ratio(k.sluice.p50(), k.loopback.p50())
 	row("ADD p50, Kubernetes mode ≤ 1.5× loopback", fmt.Sprintf("%.2f× (%s vs %s)", ka, ms(k.sluice.p50()), ms(k.loopback.p50())), ka <= 1.5)
-	extra := k.sluice.p50() - sc.sluiceAdd.p50()
-	row("Kubernetes mode adds ≤ 1 ms over standalone (sections 2 and 3)", fmt.Sprintf("%+.2f ms", float64(extra.Microseconds())/1000), extra <= time.Millisecond)
+	extra := k.sluice.p50() - k.standalone.p50()
+	row("Kubernetes mode adds ≤ 1 ms over standalone (interleaved, section 3)", fmt.Sprintf("%+.2f ms (%s vs %s)", float64(extra.Microseconds())/1000, ms(k.sluice.p50()), ms(k.standalone.p50())), extra <= time.Millisecond)
 	for _, s := range []struct {
 		name string
 		lo   *stormResult
@@ -97,7 +97,7 @@ func writeDetails(m *md, c config, r *results) {
 	m.p("prevResult → gRPC over the unix socket → agent (policy, journal, netlink) → result → libcni. The")
 	m.p("journal is on tmpfs (the default `--state-dir` under /var/run); the disk row puts it on disk (fsyncs).")
 	m.p("")
-	m.table("3. Kubernetes mode: the same API-server pods through each plugin", k.loopback, k.sluice, k.istioNFT, k.istioIPT)
+	m.table("3. Kubernetes mode: the same API-server pods through each plugin", k.loopback, k.standalone, k.sluice, k.istioNFT, k.istioIPT)
 	if k.istioErr != nil {
 		m.p("istio-cni was not measured: `%v`", k.istioErr)
 		m.p("")

@@ -130,15 +130,17 @@ func newIstioCNI(dir, kubeconfig string) (*istioCNI, error) {
 // API-server pods, each in a netns of its own, interleaved pod by pod.
 type kubeResult struct {
 	loopback, sluice, istioIPT, istioNFT series
-	istioErr                             error // istio-cni could not be built or run
+	standalone                           series // a standalone agent, interleaved with the rest
+	istioErr                             error  // istio-cni could not be built or run
 }
 
-func (n *node) kubeMode(c *cluster, ic *istioCNI, count int) (*kubeResult, error) {
+func (n *node) kubeMode(c *cluster, ic *istioCNI, alone *node, count int) (*kubeResult, error) {
 	res := &kubeResult{
-		loopback: series{name: "loopback ADD"},
-		sluice:   series{name: "sluice ADD, Kubernetes mode"},
-		istioIPT: series{name: "istio-cni ADD, iptables"},
-		istioNFT: series{name: "istio-cni ADD, nftables"},
+		loopback:   series{name: "loopback ADD"},
+		standalone: series{name: "sluice ADD, standalone agent"},
+		sluice:     series{name: "sluice ADD, Kubernetes mode"},
+		istioIPT:   series{name: "istio-cni ADD, iptables"},
+		istioNFT:   series{name: "istio-cni ADD, nftables"},
 	}
 	type step struct {
 		s  *series
@@ -146,6 +148,7 @@ func (n *node) kubeMode(c *cluster, ic *istioCNI, count int) (*kubeResult, error
 	}
 	steps := []step{
 		{&res.loopback, func(id, ns string, p podRef) (time.Duration, error) { return n.run(n.loopback, id, ns, p) }},
+		{&res.standalone, func(id, ns string, p podRef) (time.Duration, error) { return alone.run(alone.sluice, id, ns, p) }},
 		{&res.sluice, func(id, ns string, p podRef) (time.Duration, error) { return n.run(n.sluice, id, ns, p) }},
 	}
 	if ic != nil {
@@ -238,6 +241,16 @@ func benchKube(nd *nsDir, tmp string, b bins, count int, cl *cleanups) (*kubeRes
 		return nil, err
 	}
 	defer n.stopAgent()
+	alone, err := newNode(nd, filepath.Join(tmp, "node-kube-standalone"), b)
+	if err != nil {
+		return nil, err
+	}
+	alone.stateDir = filepath.Join(tmp, "node-kube-standalone", "state")
+	cl.add(alone.stopAgent)
+	if _, err := alone.startAgent(); err != nil {
+		return nil, err
+	}
+	defer alone.stopAgent()
 	var ic *istioCNI
 	istioErr := installIstioCNI(b.dir)
 	if istioErr == nil {
@@ -245,7 +258,7 @@ func benchKube(nd *nsDir, tmp string, b bins, count int, cl *cleanups) (*kubeRes
 			return nil, err
 		}
 	}
-	res, err := n.kubeMode(c, ic, count)
+	res, err := n.kubeMode(c, ic, alone, count)
 	if err != nil {
 		return nil, err
 	}
