@@ -32,8 +32,8 @@ func TestReportVerdicts(t *testing.T) {
 	st.quiet.loopback, st.quiet.sluice = fakeStorm(100, 100), fakeStorm(110, 300)
 	st.hogged.loopback, st.hogged.sluice = fakeStorm(200, 200), fakeStorm(210, 210)
 	r := &results{
-		out:   out,
-		rules: []series{fake("sluice", 1), fake("nft -f", 20), fake("iptables-restore", 10)},
+		out:    out,
+		rules:  []series{fake("sluice", 1), fake("nft -f", 20), fake("iptables-restore", 10)},
 		storms: st,
 		kube: &kubeResult{loopback: fake("lo", 4), sluice: fake("sluice", 5), standalone: fake("alone", 5),
 			istioErr: errors.New("no Go module proxy")},
