@@ -269,7 +269,11 @@ func benchKube(nd *nsDir, tmp string, b bins, count int, cl *cleanups) (*kubeRes
 // installIstioCNI builds istio-cni with hack/bench/istio-cni/build.sh (a
 // cached binary after the first time) and copies it beside the plugins.
 func installIstioCNI(binDir string) error {
-	out, err := exec.Command("hack/bench/istio-cni/build.sh").Output()
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	out, err := exec.Command(filepath.Join(root, "hack/bench/istio-cni/build.sh")).Output()
 	if err != nil {
 		var stderr string
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -287,4 +291,23 @@ func installIstioCNI(binDir string) error {
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// moduleRoot is the nearest directory up from here holding go.mod: the
+// repo root under `go run ./hack/bench` and under `go test` alike.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
 }
