@@ -33,10 +33,14 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("storm errors: %d, first %v", r.errors, r.firstErr)
 		}
 	}
-	if k.istioErr == nil {
+	switch {
+	case k.istioErr == nil:
 		all = append(all, k.istioIPT, k.istioNFT)
-	} else {
+	case strings.Contains(k.istioErr.Error(), "exit status 3"):
+		// Not built on this machine yet, and -smoke does not build it.
 		t.Logf("istio-cni not measured: %v", k.istioErr)
+	default:
+		t.Errorf("istio-cni: %v", k.istioErr)
 	}
 	for _, s := range all {
 		if len(s.d) == 0 || s.p50() <= 0 {

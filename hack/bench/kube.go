@@ -222,7 +222,7 @@ func rcPod(id, nsPath string, p podRef) *libcni.RuntimeConf {
 // benchKube starts the API server and an agent watching it, builds
 // istio-cni (cached) and runs the Kubernetes-mode rows. istio-cni that
 // cannot be built leaves its rows empty and says why in the report.
-func benchKube(nd *nsDir, tmp string, b bins, count int, cl *cleanups) (*kubeResult, error) {
+func benchKube(nd *nsDir, tmp string, b bins, count int, smoke bool, cl *cleanups) (*kubeResult, error) {
 	dir := filepath.Join(tmp, "node-kube")
 	c, err := startCluster(filepath.Join(tmp, "cluster"))
 	if err != nil {
@@ -252,7 +252,7 @@ func benchKube(nd *nsDir, tmp string, b bins, count int, cl *cleanups) (*kubeRes
 	}
 	defer alone.stopAgent()
 	var ic *istioCNI
-	istioErr := installIstioCNI(b.dir)
+	istioErr := installIstioCNI(b.dir, smoke)
 	if istioErr == nil {
 		if ic, err = newIstioCNI(dir, c.kubeconfig); err != nil {
 			return nil, err
@@ -268,12 +268,17 @@ func benchKube(nd *nsDir, tmp string, b bins, count int, cl *cleanups) (*kubeRes
 
 // installIstioCNI builds istio-cni with hack/bench/istio-cni/build.sh (a
 // cached binary after the first time) and copies it beside the plugins.
-func installIstioCNI(binDir string) error {
+// cachedOnly (the smoke run) uses a cached build or none.
+func installIstioCNI(binDir string, cachedOnly bool) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
-	out, err := exec.Command(filepath.Join(root, "hack/bench/istio-cni/build.sh")).Output()
+	cmd := exec.Command(filepath.Join(root, "hack/bench/istio-cni/build.sh"))
+	if cachedOnly {
+		cmd.Env = append(os.Environ(), "ISTIO_CNI_CACHED_ONLY=1")
+	}
+	out, err := cmd.Output()
 	if err != nil {
 		var stderr string
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -6,6 +6,8 @@
 # binary is cached.
 #
 # Usage: hack/bench/istio-cni/build.sh [version]   (prints the binary's path)
+# With ISTIO_CNI_CACHED_ONLY=1 it builds nothing and exits 3 when the binary
+# is not cached yet (the bench's -smoke run, which must stay short).
 # Cache: ${SLUICE_CACHE:-$HOME/.cache/sluice}/istio-cni/<version>/istio-cni;
 # a warm run does nothing.
 set -euo pipefail
@@ -21,6 +23,10 @@ flock 9
 if [[ -x "$out/istio-cni" ]]; then
 	echo "$out/istio-cni"
 	exit 0
+fi
+if [[ -n "${ISTIO_CNI_CACHED_ONLY:-}" ]]; then
+	echo "istio-cni $version is not built yet: run $0" >&2
+	exit 3
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
