@@ -96,14 +96,14 @@ func (n *node) startAgent() (time.Duration, error) {
 	for {
 		select {
 		case <-n.agentDone:
-			return 0, fmt.Errorf("agent exited: %v (log %s)", cmd.ProcessState, log.Name())
+			return 0, fmt.Errorf("agent exited: %v; its log ends:\n%s", cmd.ProcessState, tail(readFile(log.Name()), 15))
 		default:
 		}
 		if n.ready() {
 			return time.Since(start), nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("agent not ready after 60s (log %s)", log.Name())
+			return 0, fmt.Errorf("agent not ready after 60s; its log ends:\n%s", tail(readFile(log.Name()), 15))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -44,16 +44,11 @@ func startCluster(dir string) (*cluster, error) {
 	}
 	c := &cluster{env: env, stop: stop, kubeconfig: filepath.Join(dir, "kubeconfig")}
 	cfg := env.AdminConfig()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["bench"] = &clientcmdapi.Cluster{Server: cfg.Host, InsecureSkipTLSVerify: true}
-	kc.AuthInfos["bench"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["bench"] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: "bench"}
-	kc.CurrentContext = "bench"
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		stop()
 		return nil, err
 	}
-	if err := clientcmd.WriteToFile(*kc, c.kubeconfig); err != nil {
+	if err := c.writeKubeconfig(c.kubeconfig, cfg.Host); err != nil {
 		stop()
 		return nil, err
 	}
@@ -69,6 +64,16 @@ func startCluster(dir string) (*cluster, error) {
 		return nil, fmt.Errorf("create namespace: %w", err)
 	}
 	return c, nil
+}
+
+// writeKubeconfig writes an admin kubeconfig for the API server at host.
+func (c *cluster) writeKubeconfig(path, host string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["bench"] = &clientcmdapi.Cluster{Server: host, InsecureSkipTLSVerify: true}
+	kc.AuthInfos["bench"] = &clientcmdapi.AuthInfo{Token: c.env.AdminConfig().BearerToken}
+	kc.Contexts["bench"] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: "bench"}
+	kc.CurrentContext = "bench"
+	return clientcmd.WriteToFile(*kc, path)
 }
 
 // podRef is what the runtime passes in CNI_ARGS.
@@ -166,6 +171,10 @@ func (n *node) kubeMode(c *cluster, ic *istioCNI, alone *node, count int) (*kube
 			if err != nil {
 				return nil, err
 			}
+			if err := addPodInterface(path); err != nil {
+				n.nd.remove(path)
+				return nil, err
+			}
 			// The informer has to have the pod, as on a node where the
 			// kubelet only starts a sandbox for a pod it was told about.
 			if err := n.waitPolicyHas(pod); err != nil {
@@ -235,7 +244,20 @@ func benchKube(nd *nsDir, tmp string, b bins, count int, smoke bool, cl *cleanup
 		return nil, err
 	}
 	n.stateDir = filepath.Join(dir, "state")
-	n.extra = []string{"--kubeconfig", c.kubeconfig, "--node-name", benchNode}
+	// The agent lives in its node netns; the API server on the machine's
+	// loopback. A relay listening inside the node netns joins them (the
+	// informers' traffic only; nothing on the ADD path talks to the API).
+	l, err := listenIn(n.nodeNS)
+	if err != nil {
+		return nil, fmt.Errorf("relay to the API server: %w", err)
+	}
+	defer l.Close()
+	go forward(l, strings.TrimPrefix(c.env.Host(), "https://"))
+	agentKubeconfig := filepath.Join(dir, "agent-kubeconfig")
+	if err := c.writeKubeconfig(agentKubeconfig, "https://"+l.Addr().String()); err != nil {
+		return nil, err
+	}
+	n.extra = []string{"--kubeconfig", agentKubeconfig, "--node-name", benchNode}
 	cl.add(n.stopAgent)
 	if _, err := n.startAgent(); err != nil {
 		return nil, err
