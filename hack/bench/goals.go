@@ -183,8 +183,9 @@ func writeProfile(m *md, pr *profile, fp *footprint) {
 			wall[name] = fp.execs[i].p50()
 		}
 	}
-	for _, name := range []string{"hello", "loopback", "sluice"} {
-		m.p("| %s | %s | %s |", map[string]string{"hello": "Go hello-world", "loopback": "loopback ADD", "sluice": "sluice ADD"}[name], ms(pr.pluginCPU[name]), ms(wall[name]))
+	for _, name := range []string{"hello", "loopback", "sluice", "sluice GOMAXPROCS=1"} {
+		m.p("| %s | %s | %s |", map[string]string{"hello": "Go hello-world", "loopback": "loopback ADD", "sluice": "sluice ADD",
+			"sluice GOMAXPROCS=1": "sluice ADD, GOMAXPROCS=1 in its env"}[name], ms(pr.pluginCPU[name]), ms(wall[name]))
 	}
 	m.p("")
 	m.p("`strace -f -c` of one sluice ADD (the plugin process and its threads):")

@@ -58,16 +58,17 @@ func perfAgent(pid int, dir string, fn func() error) ([]perfLine, error) {
 	time.Sleep(200 * time.Millisecond) // perf attaches asynchronously
 	ferr := fn()
 	_ = rec.Process.Signal(syscall.SIGINT)
-	if err := rec.Wait(); err != nil && ferr == nil {
-		return nil, fmt.Errorf("perf record: %v: %s", err, stderr.String())
-	}
+	werr := rec.Wait() // perf may report the SIGINT it was stopped with
 	if ferr != nil {
 		return nil, ferr
 	}
+	if st, err := os.Stat(data); err != nil || st.Size() == 0 {
+		return nil, fmt.Errorf("perf record: %v: %s", werr, stderr.String())
+	}
 	out, err := exec.Command("perf", "report", "-i", data, "--stdio", "--children", "--sort", "symbol",
-		"-g", "none", "--percent-limit", "0.3").Output()
+		"-g", "none", "--percent-limit", "0.3").CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("perf report: %w", err)
+		return nil, fmt.Errorf("perf report: %w: %s", err, tail(string(out), 5))
 	}
 	var lines []perfLine
 	for _, l := range strings.Split(string(out), "\n") {
@@ -81,7 +82,11 @@ func perfAgent(pid int, dir string, fn func() error) ([]perfLine, error) {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		lines = append(lines, perfLine{children: c, self: s, symbol: strings.Join(f[3:], " ")})
+		// f[2] is [.] or [k]; perf may add IPC columns after the symbol.
+		lines = append(lines, perfLine{children: c, self: s, symbol: f[3]})
+	}
+	if len(lines) == 0 {
+		return nil, fmt.Errorf("perf report: no samples parsed from:\n%s", tail(string(out), 12))
 	}
 	return lines, nil
 }
@@ -106,29 +111,33 @@ func (n *node) pluginCPU(count int) (map[string]time.Duration, error) {
 	}
 	defer n.nd.remove(nsPath)
 	type bin struct {
-		name, conf string
-		del        bool
+		key, name, conf string
+		env             []string
+		del             bool
 	}
+	sluiceConf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"timeout":"2s","prevResult":%s}`, n.socket, prevResult)
 	bins := []bin{
-		{"hello", "{}", false},
-		{"loopback", `{"cniVersion":"1.0.0","name":"bench-lo","type":"loopback"}`, false},
-		{"sluice", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"timeout":"2s","prevResult":%s}`, n.socket, prevResult), true},
+		{"hello", "hello", "{}", nil, false},
+		{"loopback", "loopback", `{"cniVersion":"1.0.0","name":"bench-lo","type":"loopback"}`, nil, false},
+		{"sluice", "sluice", sluiceConf, nil, true},
+		{"sluice GOMAXPROCS=1", "sluice", sluiceConf, []string{"GOMAXPROCS=1"}, true},
 	}
 	samples := map[string]*series{}
 	for _, b := range bins {
-		samples[b.name] = &series{name: b.name}
+		samples[b.key] = &series{name: b.key}
 	}
 	for i := range count {
 		for _, b := range bins {
 			id := fmt.Sprintf("cpu-%d", i)
 			cmd := n.pluginCmd(b.name, "ADD", id, nsPath, b.conf)
+			cmd.Env = append(cmd.Env, b.env...)
 			if out, err := cmd.CombinedOutput(); err != nil {
-				return nil, fmt.Errorf("%s ADD: %v: %s", b.name, err, out)
+				return nil, fmt.Errorf("%s ADD: %v: %s", b.key, err, out)
 			}
-			samples[b.name].add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
+			samples[b.key].add(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
 			if b.del {
 				if out, err := n.pluginCmd(b.name, "DEL", id, nsPath, b.conf).CombinedOutput(); err != nil {
-					return nil, fmt.Errorf("%s DEL: %v: %s", b.name, err, out)
+					return nil, fmt.Errorf("%s DEL: %v: %s", b.key, err, out)
 				}
 			}
 		}
