@@ -37,6 +37,8 @@ type node struct {
 	stateDir  string
 	resync    time.Duration // the agent's --resync-interval
 	extra     []string      // more agent flags (Kubernetes mode)
+	agentBin  string        // the agent binary in bins.dir; "" is sluice-agent
+	env       []string      // more agent environment
 }
 
 // prevResult is what a primary CNI would have handed sluice.
@@ -79,12 +81,17 @@ func (n *node) startAgent() (time.Duration, error) {
 		return 0, err
 	}
 	n.agentLog = log
-	args := []string{"--net=" + n.nodeNS, "--", filepath.Join(n.bins.dir, "sluice-agent"),
+	bin := n.agentBin
+	if bin == "" {
+		bin = "sluice-agent"
+	}
+	args := []string{"--net=" + n.nodeNS, "--", filepath.Join(n.bins.dir, bin),
 		"--socket", n.socket, "--state-dir", n.stateDir, "--netns-roots", n.nd.dir,
 		"--health-addr", "127.0.0.1:9890", "--install=false", "--cni-bin-dir", n.bins.dir,
 		"--cni-conf-dir", filepath.Join(n.dir, "netd"), "--plugin-binary", filepath.Join(n.bins.dir, "sluice"),
 		"--log-level", "warn", "--max-inflight", "256", "--resync-interval", n.resync.String()}
 	cmd := exec.Command("nsenter", append(args, n.extra...)...)
+	cmd.Env = append(os.Environ(), n.env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

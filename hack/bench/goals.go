@@ -146,20 +146,20 @@ func writeProfile(m *md, pr *profile, fp *footprint) {
 	m.p("### 5. Where an ADD's time goes")
 	m.p("")
 	if pr.perfErr != nil {
-		m.p("perf of the agent failed: `%v`", pr.perfErr)
+		m.p("The agent's CPU profile failed: `%v`", pr.perfErr)
 		m.p("")
 	} else {
-		cpu := perADD(pr.agentCPU, pr.adds)
-		m.p("The agent under `perf record -g` during a storm of %d ADDs then DELs; share of all its samples under", pr.adds)
-		m.p("each function (callees included), and that share of the agent's CPU per ADD (%.2f ms, this storm).", cpu)
+		m.p("A pprof CPU profile of the agent (the `sluicebench` build of the same code) over storms of %d", pr.adds)
+		m.p("ADDs and %d DELs in all: CPU under each function, callees included, per call. The agent's CPU per", pr.adds)
+		m.p("ADD over the storms' ADD halves was %.2f ms (/proc).", perADD(pr.agentCPU, pr.adds))
 		m.p("")
-		m.p("| hop | share of agent samples | ≈ ms per ADD |")
+		m.p("| hop | CPU per call | share of the profile |")
 		m.p("|---|---|---|")
 		for _, h := range hops {
-			if v, ok := hopShare(pr.agentTop, h.prefix); ok {
-				m.p("| %s | %.1f %% | %.2f |", h.name, v, cpu*v/100)
+			if l, ok := hop(pr.agentTop, h.prefix); ok {
+				m.p("| %s | %.3f ms | %.1f %% |", h.name, perADD(l.cum, pr.adds), l.children)
 			} else {
-				m.p("| %s | < 0.3 %% | |", h.name)
+				m.p("| %s | too small to show | |", h.name)
 			}
 		}
 		m.p("")
@@ -167,8 +167,7 @@ func writeProfile(m *md, pr *profile, fp *footprint) {
 		m.p("")
 		m.p("| self | symbol |")
 		m.p("|---|---|")
-		top := topSelf(pr.agentTop, 12)
-		for _, l := range top {
+		for _, l := range topSelf(pr.agentTop, 15) {
 			m.p("| %.1f %% | `%s` |", l.self, l.symbol)
 		}
 		m.p("")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,9 +11,8 @@ import (
 	"time"
 )
 
-// profile is where the CPU of an ADD goes: perf's call-graph profile of the
-// agent during a storm (the share of samples under each function, children
-// included), the plugin's CPU per exec (rusage) next to loopback's and a Go
+// profile is where the CPU of an ADD goes: a pprof CPU profile of the
+// agent during a storm (the CPU under each function, callees included), the plugin's CPU per exec (rusage) next to loopback's and a Go
 // hello-world's, and strace -c of one plugin ADD.
 type profile struct {
 	agentTop    []perfLine // sluice's own functions and the runtime's big ones
@@ -26,7 +24,8 @@ type profile struct {
 }
 
 type perfLine struct {
-	children, self float64
+	children, self float64       // % of all samples: under the function, in it
+	cum, flat      time.Duration // the same as CPU time
 	symbol         string
 }
 
@@ -43,60 +42,71 @@ var hops = []struct{ name, prefix string }{
 	{"netlink batch (redirect.Apply)", "github.com/sluicemesh/sluice/daemon/redirect.Apply"},
 	{"  of which marshalling (google/nftables)", "github.com/sluicemesh/sluice/daemon/redirect/nft.marshal"},
 	{"DEL (workloads.Release)", "github.com/sluicemesh/sluice/daemon/workloads.(*Store).Release"},
-	{"garbage collector", "runtime.gcBgMarkWorker"},
+	{"garbage collector (spread over ADDs)", "runtime.gcBgMarkWorker"},
 }
 
-// perfAgent records the agent's call graph while fn runs.
-func perfAgent(pid int, dir string, fn func() error) ([]perfLine, error) {
-	data := filepath.Join(dir, "agent.perf")
-	rec := exec.Command("perf", "record", "-q", "-F", "999", "-g", "-o", data, "-p", strconv.Itoa(pid))
-	var stderr bytes.Buffer
-	rec.Stderr = &stderr
-	if err := rec.Start(); err != nil {
-		return nil, fmt.Errorf("perf record: %w", err)
+// profileAgent restarts n's agent as the sluicebench build with a CPU
+// profile, runs fn, stops the profile (SIGUSR1) and reads it with
+// `go tool pprof -top -cum`. (perf cannot attach to a running process on
+// this VM: it records no samples.)
+func (n *node) profileAgent(dir string, fn func() error) ([]perfLine, error) {
+	n.stopAgent()
+	data := filepath.Join(dir, "agent.pprof")
+	n.agentBin, n.env = "sluice-agent-prof", []string{"SLUICE_BENCH_CPUPROFILE=" + data}
+	defer func() { n.agentBin, n.env = "", nil }()
+	if _, err := n.startAgent(); err != nil {
+		return nil, err
 	}
-	time.Sleep(200 * time.Millisecond) // perf attaches asynchronously
-	ferr := fn()
-	_ = rec.Process.Signal(syscall.SIGINT)
-	werr := rec.Wait() // perf may report the SIGINT it was stopped with
-	if ferr != nil {
-		return nil, ferr
+	if err := fn(); err != nil {
+		return nil, err
 	}
-	if st, err := os.Stat(data); err != nil || st.Size() == 0 {
-		return nil, fmt.Errorf("perf record: %v: %s", werr, stderr.String())
+	if err := n.agent.Process.Signal(syscall.SIGUSR1); err != nil {
+		return nil, err
 	}
-	out, err := exec.Command("perf", "report", "-i", data, "--stdio", "--children", "--sort", "symbol",
-		"-g", "none", "--percent-limit", "0.3").CombinedOutput()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(data + ".done"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the agent wrote no CPU profile in 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=400",
+		filepath.Join(n.bins.dir, "sluice-agent-prof"), data).CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("perf report: %w: %s", err, tail(string(out), 5))
+		return nil, fmt.Errorf("go tool pprof: %w: %s", err, tail(string(out), 5))
 	}
 	var lines []perfLine
 	for _, l := range strings.Split(string(out), "\n") {
-		// "    12.34%     0.56%  [.] symbol"
+		// "     0.01s  0.29%  0.29%      2.50s 73.53%  runtime.goexit"
 		f := strings.Fields(l)
-		if len(f) < 4 || !strings.HasSuffix(f[0], "%") || !strings.HasSuffix(f[1], "%") {
+		if len(f) < 6 || !strings.HasSuffix(f[1], "%") || !strings.HasSuffix(f[4], "%") {
 			continue
 		}
-		c, err1 := strconv.ParseFloat(strings.TrimSuffix(f[0], "%"), 64)
-		s, err2 := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
-		if err1 != nil || err2 != nil {
+		flat, err1 := time.ParseDuration(f[0])
+		cum, err2 := time.ParseDuration(f[3])
+		cp, err3 := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+		fp, err4 := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 			continue
 		}
-		// f[2] is [.] or [k]; perf may add IPC columns after the symbol.
-		lines = append(lines, perfLine{children: c, self: s, symbol: f[3]})
+		lines = append(lines, perfLine{children: cp, self: fp, cum: cum, flat: flat, symbol: strings.Join(f[5:], " ")})
 	}
 	if len(lines) == 0 {
-		return nil, fmt.Errorf("perf report: no samples parsed from:\n%s", tail(string(out), 12))
+		return nil, fmt.Errorf("go tool pprof: nothing parsed from:\n%s", tail(string(out), 12))
 	}
 	return lines, nil
 }
 
-// hopShare is the children share of the first symbol with prefix.
-func hopShare(lines []perfLine, prefix string) (float64, bool) {
-	best, ok := 0.0, false
+// hop is the line with the most CPU under a symbol with prefix.
+func hop(lines []perfLine, prefix string) (perfLine, bool) {
+	var best perfLine
+	ok := false
 	for _, l := range lines {
-		if strings.HasPrefix(l.symbol, prefix) && l.children > best {
-			best, ok = l.children, true
+		if strings.HasPrefix(l.symbol, prefix) && l.cum > best.cum {
+			best, ok = l, true
 		}
 	}
 	return best, ok
@@ -191,19 +201,26 @@ func (n *node) straceADD(dir string) (string, error) {
 // profile runs one more sluice storm under perf, then the plugin's CPU per
 // exec and strace of one ADD, on n's agent.
 func (n *node) profile(dir string, count, execs int) (*profile, error) {
-	pr := &profile{adds: count}
-	pid := n.agent.Process.Pid
-	var sr *stormResult
-	lines, err := perfAgent(pid, dir, func() error {
-		var err error
-		sr, err = n.storm("perf", n.sluice, count, pid)
-		return err
+	// pprof samples at 100 Hz: several storms give it enough samples.
+	rounds := 5
+	if count < 50 {
+		rounds = 1
+	}
+	pr := &profile{adds: count * rounds}
+	lines, err := n.profileAgent(dir, func() error {
+		for range rounds {
+			sr, err := n.storm("prof", n.sluice, count, n.agent.Process.Pid)
+			if err != nil {
+				return err
+			}
+			pr.agentCPU += sr.addCPU.process
+		}
+		return nil
 	})
 	if err != nil {
-		// perf may be missing or not allowed: say so in the report.
 		pr.perfErr = err
 	} else {
-		pr.agentTop, pr.agentCPU = lines, sr.addCPU.process
+		pr.agentTop = lines
 	}
 	if pr.pluginCPU, err = n.pluginCPU(min(execs, 100)); err != nil {
 		return nil, err

@@ -57,7 +57,7 @@ func TestReportVerdicts(t *testing.T) {
 		"| rule programming ≥ 20× faster than `iptables-restore` (v4 + v6) | 10.0× (1.00 ms vs 10.0 ms) | **missed** |",
 		"2 simultaneous DELs, quiet: throughput ≥ 0.8× loopback | 0.33× (7 vs 20 DEL/s) | **missed** |",
 		"not measured: no Go module proxy | **missed** |",
-		"perf of the agent failed: `no perf`",
+		"The agent's CPU profile failed: `no perf`",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
