@@ -29,8 +29,8 @@ func TestSmoke(t *testing.T) {
 	all := []series{sc.loopback, sc.sluiceAdd, sc.chain, sc.addSmall, sc.addLarge, sc.delAll, k.loopback, k.sluice, k.standalone}
 	for _, r := range []*stormResult{st.quiet.loopback, st.quiet.sluice, st.hogged.loopback, st.hogged.sluice} {
 		all = append(all, r.add, r.del)
-		if r.errors != 0 {
-			t.Errorf("storm errors: %d, first %v", r.errors, r.firstErr)
+		if r.errors != 0 || r.leftover != 0 {
+			t.Errorf("storm errors: %d, first %v; %d attachments left after the DELs", r.errors, r.firstErr, r.leftover)
 		}
 	}
 	switch {

@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 )
 
 // stormResult is one storm: count simultaneous ADDs, then count
@@ -21,6 +25,10 @@ type stormResult struct {
 	errors           int
 	firstErr         error
 	addCPU           cpuTimes
+	// leftover is attachments the agent still holds after the DEL storm:
+	// DELs the plugin reported done (a DEL never fails a pod's teardown)
+	// whose agent call ran past the plugin's deadline.
+	leftover int
 }
 
 func (r *stormResult) addRate() float64 { return rate(len(r.add.d), r.addWall) }
@@ -87,7 +95,28 @@ func (n *node) storm(name string, conf *libcni.NetworkConfig, count, agentPID in
 	}
 	res.addCPU = after.sub(before)
 	res.delWall = one(&res.del, n.lib.DelNetwork)
+	if conf == n.sluice {
+		if res.leftover, err = n.enrolled(); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
+}
+
+// enrolled is how many attachments the agent holds (Debug.ListWorkloads).
+func (n *node) enrolled() (int, error) {
+	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := sluicev1.NewDebugClient(conn).ListWorkloads(ctx, &sluicev1.ListWorkloadsRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("list workloads: %w", err)
+	}
+	return len(resp.Workloads), nil
 }
 
 // hog keeps one core busy (a shell loop pinned to CPU 0) until stopped: the
