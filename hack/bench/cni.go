@@ -59,7 +59,7 @@ func newNode(nd *nsDir, dir string, b bins) (*node, error) {
 	}
 	n.lib = libcni.NewCNIConfigWithCacheDir([]string{b.dir}, filepath.Join(dir, "cache"), nil)
 	n.sluice, err = libcni.NetworkPluginConfFromBytes([]byte(fmt.Sprintf(
-		`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"timeout":"2s","prevResult":%s}`, n.socket, prevResult)))
+		`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"prevResult":%s}`, n.socket, prevResult)))
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func newNode(nd *nsDir, dir string, b bins) (*node, error) {
 		return nil, err
 	}
 	n.chain, err = libcni.ConfListFromBytes([]byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench-chain","plugins":[
-		{"type":"loopback"},{"type":"sluice","socket":%q,"timeout":"2s"}]}`, n.socket)))
+		{"type":"loopback"},{"type":"sluice","socket":%q}]}`, n.socket)))
 	return n, err
 }
 
@@ -246,6 +246,7 @@ type scaleResult struct {
 	restart             time.Duration
 	rssAfterRestartKiB  int
 	resyncCPU           time.Duration // the agent's CPU over one resync interval
+	restartTop          []perfLine    // CPU profile from exec to ready
 	resyncInterval      time.Duration
 	sluiceAdd, loopback series // the first e2ePods ADDs of the ramp, and loopback in the same netns
 	chain               series // loopback + sluice as one conflist
@@ -337,7 +338,16 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 	}
 	res.resyncCPU = after.sub(before).process
 	n.stopAgent()
-	if res.restart, err = n.startAgent(); err != nil {
+	// The restart runs the sluicebench build with a CPU profile, which
+	// covers the start-up reconcile: the profile of the restart time.
+	prof := filepath.Join(n.dir, "restart.pprof")
+	n.agentBin, n.env = "sluice-agent-prof", []string{"SLUICE_BENCH_CPUPROFILE=" + prof}
+	res.restart, err = n.startAgent()
+	n.agentBin, n.env = "", nil
+	if err != nil {
+		return nil, err
+	}
+	if res.restartTop, err = n.stopProfile(prof); err != nil {
 		return nil, err
 	}
 	if res.rssAfterRestartKiB, _, err = n.rssKiB(); err != nil {

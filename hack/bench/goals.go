@@ -120,7 +120,7 @@ func writeDetails(m *md, c config, r *results) {
 		name string
 		r    *stormResult
 	}{{"loopback, quiet", st.quiet.loopback}, {"sluice, quiet", st.quiet.sluice}, {"loopback, hog", st.hogged.loopback}, {"sluice, hog", st.hogged.sluice}} {
-		m.p("- %s: ADD %s wall (%.0f/s), DEL %s wall (%.0f/s), errors %d, attachments left after the DELs %d; machine CPU per ADD %.1f ms, agent %.2f ms.",
+		m.p("- %s: ADD %s wall (%.0f/s), DEL %s wall (%.0f/s), errors %d, attachments left after the DELs %d; CPU per ADD of the whole machine (other work on it included) %.1f ms, of the agent %.2f ms.",
 			s.name, ms(s.r.addWall), s.r.addRate(), ms(s.r.delWall), s.r.delRate(), s.r.errors, s.r.leftover,
 			perADD(s.r.addCPU.machine, len(s.r.add.d)), perADD(s.r.addCPU.process, len(s.r.add.d)))
 		if s.r.firstErr != nil {
@@ -138,8 +138,23 @@ func writeDetails(m *md, c config, r *results) {
 	m.p("Agent RSS with %d pods enrolled: %.1f MiB (VmHWM %.1f MiB); after a restart and reconcile: %.1f MiB.",
 		sc.pods, float64(sc.rssKiB)/1024, float64(sc.hwmKiB)/1024, float64(sc.rssAfterRestartKiB)/1024)
 	m.p("Restart (exec of the agent → Status answers ready, journal of %d pods verified against the kernel): %s.", sc.pods, ms(sc.restart))
-	m.p("Resync: %s of agent CPU over one %s interval with %d pods enrolled and no calls.", ms(sc.resyncCPU), sc.resyncInterval, sc.pods)
+	m.p("Resync: %s of agent CPU over one %s interval with %d pods enrolled and no calls (%.2f ms per record).",
+		ms(sc.resyncCPU), sc.resyncInterval, sc.pods, perADD(sc.resyncCPU, sc.pods))
 	m.p("")
+	if len(sc.restartTop) > 0 {
+		m.p("CPU profile of the restart (the `sluicebench` build, exec to ready), per journaled record:")
+		m.p("")
+		m.p("| hop | CPU per record | share of the profile |")
+		m.p("|---|---|---|")
+		for _, h := range restartHops {
+			if l, ok := hop(sc.restartTop, h.prefix); ok {
+				m.p("| %s | %.3f ms | %.1f %% |", h.name, perADD(l.cum, sc.pods), l.children)
+			} else {
+				m.p("| %s | too small to show | |", h.name)
+			}
+		}
+		m.p("")
+	}
 }
 
 // writeProfile is section 5: where an ADD's CPU goes, agent and plugin.
@@ -184,8 +199,12 @@ func writeProfile(m *md, pr *profile, fp *footprint) {
 		}
 	}
 	for _, name := range []string{"hello", "loopback", "sluice", "sluice GOMAXPROCS=1"} {
+		w := "—"
+		if d, ok := wall[name]; ok {
+			w = ms(d)
+		}
 		m.p("| %s | %s | %s |", map[string]string{"hello": "Go hello-world", "loopback": "loopback ADD", "sluice": "sluice ADD",
-			"sluice GOMAXPROCS=1": "sluice ADD, GOMAXPROCS=1 in its env"}[name], ms(pr.pluginCPU[name]), ms(wall[name]))
+			"sluice GOMAXPROCS=1": "sluice ADD, GOMAXPROCS=1 in its env"}[name], ms(pr.pluginCPU[name]), w)
 	}
 	m.p("")
 	m.p("`strace -f -c` of one sluice ADD (the plugin process and its threads):")

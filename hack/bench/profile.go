@@ -60,6 +60,12 @@ func (n *node) profileAgent(dir string, fn func() error) ([]perfLine, error) {
 	if err := fn(); err != nil {
 		return nil, err
 	}
+	return n.stopProfile(data)
+}
+
+// stopProfile has the sluicebench agent write its CPU profile (SIGUSR1)
+// to data and reads it with `go tool pprof -top -cum`.
+func (n *node) stopProfile(data string) ([]perfLine, error) {
 	if err := n.agent.Process.Signal(syscall.SIGUSR1); err != nil {
 		return nil, err
 	}
@@ -100,6 +106,19 @@ func (n *node) profileAgent(dir string, fn func() error) ([]perfLine, error) {
 	return lines, nil
 }
 
+// restartHops are the functions of the start-up reconcile.
+var restartHops = []struct{ name, prefix string }{
+	{"reconcile, all of it", "github.com/sluicemesh/sluice/daemon/workloads.(*Store).reconcileOne"},
+	{"ruleset build per record", "github.com/sluicemesh/sluice/daemon/redirect.Build"},
+	{"redirect.Verify, all of it", "github.com/sluicemesh/sluice/daemon/redirect.Verify"},
+	{"  nft.Verify (google/nftables dumps: tables, sets, chains, rules per chain)", "github.com/sluicemesh/sluice/daemon/redirect/nft.Verify"},
+	{"  policy routes (rtnetlink rule and route dumps)", "github.com/sluicemesh/sluice/daemon/redirect.routeDrift"},
+	{"  lo's addresses", "github.com/sluicemesh/sluice/daemon/redirect.loAddrDrift"},
+	{"  lo's disable_ipv6 (a thread moved into the netns)", "github.com/sluicemesh/sluice/daemon/redirect.loIPv6Disabled"},
+	{"journal load", "github.com/sluicemesh/sluice/daemon/workloads.(*Store).loadJournal"},
+	{"garbage collector", "runtime.gcBgMarkWorker"},
+}
+
 // hop is the line with the most CPU under a symbol with prefix.
 func hop(lines []perfLine, prefix string) (perfLine, bool) {
 	var best perfLine
@@ -125,7 +144,7 @@ func (n *node) pluginCPU(count int) (map[string]time.Duration, error) {
 		env             []string
 		del             bool
 	}
-	sluiceConf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"timeout":"2s","prevResult":%s}`, n.socket, prevResult)
+	sluiceConf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"prevResult":%s}`, n.socket, prevResult)
 	bins := []bin{
 		{"hello", "hello", "{}", nil, false},
 		{"loopback", "loopback", `{"cniVersion":"1.0.0","name":"bench-lo","type":"loopback"}`, nil, false},
@@ -180,7 +199,7 @@ func (n *node) straceADD(dir string) (string, error) {
 	}
 	defer n.nd.remove(nsPath)
 	out := filepath.Join(dir, "plugin.strace")
-	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"timeout":"2s","prevResult":%s}`, n.socket, prevResult)
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"prevResult":%s}`, n.socket, prevResult)
 	cmd := n.pluginCmd("sluice", "ADD", "strace-0", nsPath, conf, "strace", "-f", "-c", "-S", "time", "-o", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("strace sluice ADD: %v: %s", err, b)
