@@ -1,16 +1,18 @@
 // Command bench measures sluice against its peers on this machine, side by
 // side in one run, and writes docs/benchmarks.md with the plots in
-// docs/benchmarks/: rule programming per pod (netlink vs nft -f vs
-// iptables-restore), end-to-end ADD through libcni (vs the reference
-// loopback plugin), a churn storm, scale to 1,000 enrolled pods and the
-// plugin's footprint. `-smoke` runs every part with tiny counts and writes
-// to a temp dir, so the harness is exercised by `go test` without timing
-// anything there.
+// docs/benchmarks/: every goal of issue 16 as a ratio from that run. Rule
+// programming per pod (netlink vs nft -f vs iptables-restore), ADD through
+// libcni vs the reference loopback plugin (standalone, and in Kubernetes
+// mode on a real API server beside Istio's istio-cni), storms of
+// simultaneous ADDs and DELs (quiet and with a CPU hog), CPU profiles of
+// the agent and the plugin, and scale to 5,000 enrolled pods. `-smoke`
+// runs every part with tiny counts and writes to a temp dir, so the
+// harness is exercised by `go test` without timing anything there.
 //
 // It needs root: every network namespace it makes is a bind mount in a
-// temp dir, removed on exit, on failure and on SIGINT/SIGTERM; the agent's
-// health port binds inside a netns of its own. The machine's own network
-// is never touched.
+// temp dir (in a mount namespace of its own under `go run`), removed on
+// exit, on failure and on SIGINT/SIGTERM; each agent's health port binds
+// inside a netns of its own. The machine's own network is never touched.
 package main
 
 import (
