@@ -76,6 +76,9 @@ func writeGoals(m *md, c config, r *results) {
 	row(fmt.Sprintf("resync of %d pods ≤ 10 %% of one core over the interval", sc.pods),
 		fmt.Sprintf("%.1f %% (%s CPU in %s)", share, ms(sc.resyncCPU), sc.resyncInterval), share <= 10)
 	m.p("")
+	m.p("Why each missed goal is missed, with the profiles that show it (sections 5 and 6): see")
+	m.p("[What bounds the goals that are missed](#what-bounds-the-goals-that-are-missed) at the end.")
+	m.p("")
 }
 
 // writeDetails is every row the goals come from, the plots and the
