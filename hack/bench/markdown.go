@@ -81,7 +81,8 @@ func writeReport(c config, r *results) error {
 		m.p("**Smoke run: tiny counts, these numbers mean nothing.**")
 	}
 	m.p("Every figure below comes from that one run, on this machine, with all tools side by side;")
-	m.p("every ratio compares rows measured interleaved in the same section.")
+	m.p("every ratio compares rows measured interleaved in the same section. The machine may be shared with")
+	m.p("other work: the load average below says how busy it was, and the notes at the end give ranges over runs.")
 	m.p("")
 	writeMachine(m, c, r)
 	writeGoals(m, c, r)
