@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 )
@@ -36,7 +37,7 @@ import (
 // and the rest, IPv4 capture and the IPv6 nft rules (which then fail
 // closed), is programmed; an IPv6-only ruleset fails instead.
 func Apply(ns netns.NsHandle, r *Ruleset) error {
-	routes, addrs, err := r.programmable(ns)
+	routes, addrs, err := r.programmableForApply(ns)
 	if err != nil {
 		return err
 	}
@@ -55,7 +56,13 @@ func Apply(ns netns.NsHandle, r *Ruleset) error {
 		}
 	}
 	if addedAddrs, err = ensureLoAddrs(ns, addrs); err != nil {
-		return undo(fmt.Errorf("apply addresses to %s in netns fd %d: %w", loopbackInterface, int(ns), err))
+		if !errors.Is(err, unix.EACCES) || len(addedAddrs) > 0 {
+			return undo(fmt.Errorf("apply addresses to %s in netns fd %d: %w", loopbackInterface, int(ns), err))
+		}
+		// lo has IPv6 disabled (programmableForApply did not ask).
+		if _, addrs, err = r.ipv6Off(ns); err != nil {
+			return undo(err)
+		}
 	}
 	existed, err := nft.Apply(ns, r.table)
 	if err != nil {
@@ -81,13 +88,45 @@ func (r *Ruleset) programmable(ns netns.NsHandle) ([]policyRoute, []netip.Addr, 
 	if !r.needsLoIPv6() {
 		return r.routes, r.loAddrs, nil
 	}
-	off, err := loIPv6Disabled(ns)
+	off, err := loIPv6Off(ns)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !off {
 		return r.routes, r.loAddrs, nil
 	}
+	return r.ipv6Off(ns)
+}
+
+// loIPv6Off says whether lo has IPv6 disabled. lo holds an IPv6 address
+// (::1 at least) only while IPv6 is on, so one address dump answers it;
+// only a lo with none (IPv6 off, or lo down) costs the sysctl read, a
+// thread moved into ns, which profiled as half of a start-up verify.
+func loIPv6Off(ns netns.NsHandle) (bool, error) {
+	_, have, err := loState(ns)
+	if err != nil {
+		return false, err
+	}
+	if len(have) > 0 {
+		return false, nil
+	}
+	return loIPv6Disabled(ns)
+}
+
+// programmableForApply is programmable, but asks the sysctl only when IPv6
+// routes depend on it, as they are programmed before anything else: lo's
+// addresses are simply tried, and the kernel's EACCES for an IPv6 address
+// on a lo without IPv6 leads Apply to ipv6Off. That spares every IPv6
+// sidecar ADD a thread moved into the pod's netns to read /proc/sys.
+func (r *Ruleset) programmableForApply(ns netns.NsHandle) ([]policyRoute, []netip.Addr, error) {
+	if !containsFunc(r.routes, func(rt policyRoute) bool { return rt.fam == nft.IPv6 }) {
+		return r.routes, r.loAddrs, nil
+	}
+	return r.programmable(ns)
+}
+
+// ipv6Off is what ns can hold when lo has IPv6 disabled.
+func (r *Ruleset) ipv6Off(ns netns.NsHandle) ([]policyRoute, []netip.Addr, error) {
 	if !r.ipv4 {
 		return nil, nil, fmt.Errorf("netns fd %d: IPv6-only capture, but %s has IPv6 disabled (disable_ipv6=1)", int(ns), loopbackInterface)
 	}

@@ -10,8 +10,9 @@ import (
 // ifNameMax is IFNAMSIZ less the terminating NUL.
 const ifNameMax = 15
 
-// Validate reports whether Build would accept s, without building it:
-// the check policy runs on every Spec it hands out.
+// Validate reports what keeps s from becoming a correct ruleset: exactly
+// the check Build makes, without building. policy runs it on every Spec
+// it decides, so the ADD path builds the ruleset once (in workloads).
 func (s Spec) Validate() error { return validate(s) }
 
 // validate rejects a Spec that cannot become a correct ruleset, naming the

@@ -40,6 +40,9 @@ const (
 	handshakeWithin = 5 * time.Second
 )
 
+// connBufferBytes sizes each connection's transport read and write buffers.
+const connBufferBytes = 4 << 10
+
 // NewServer builds the gRPC server with every service registered: CNI,
 // Debug, grpc.health.v1 and reflection, all behind auth, which refuses a
 // disallowed peer at the handshake. observe, when non-nil, sees every
@@ -62,6 +65,12 @@ func NewServer(cni *CNI, debug *Debug, auth *Authorizer, observe grpc.UnaryServe
 			MaxConnectionAge:      maxConnAge,
 			MaxConnectionAgeGrace: maxConnAgeGrace,
 		}),
+		// Every plugin exec is a new connection for one small call: 4 KiB
+		// buffers, and a write buffer shared from a pool while idle,
+		// instead of 32 KiB each per connection (docs/benchmarks.md).
+		grpc.ReadBufferSize(connBufferBytes),
+		grpc.WriteBufferSize(connBufferBytes),
+		grpc.SharedWriteBuffer(true),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.StreamInterceptor(auth.stream),
 	)

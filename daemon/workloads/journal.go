@@ -44,7 +44,8 @@ func (e *JournalError) Full() bool {
 func journalErr(op string, err error) error { return &JournalError{Op: op, Err: err} }
 
 func (s *Store) writeRecord(r *Record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+	// Compact: a record is read by the agent, and by people through jq.
+	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode journal record %s: %w", r.Attachment, err)
 	}

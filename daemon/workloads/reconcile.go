@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -13,16 +15,43 @@ import (
 )
 
 // Reconcile brings the kernel in line with the journal: records whose netns
-// is gone are dropped; the rest are verified and re-applied on drift.
+// is gone are dropped; the rest are verified and re-applied on drift. It is
+// what the agent runs before it reports ready, so it uses every core: each
+// record is its own netns and its own lock, and a verify is mostly netlink
+// round trips.
 func (s *Store) Reconcile(ctx context.Context) error {
+	return s.reconcile(ctx, max(4, 2*runtime.NumCPU()))
+}
+
+// reconcile is Reconcile with workers records in flight at once.
+func (s *Store) reconcile(ctx context.Context, workers int) error {
 	errs := []error{s.retryReleased()}
+	var mu sync.Mutex
+	work := make(chan Record)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for r := range work {
+				if err := s.reconcileOne(r); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+feed:
 	for _, r := range s.List() {
-		if err := ctx.Err(); err != nil {
-			return err
+		select {
+		case work <- r:
+		case <-ctx.Done():
+			break feed
 		}
-		if err := s.reconcileOne(r); err != nil {
-			errs = append(errs, err)
-		}
+	}
+	close(work)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	return errors.Join(errs...)
 }
@@ -102,7 +131,9 @@ func (s *Store) Resync(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			// One record at a time: the periodic pass should not take
+			// every core from the ADDs arriving meanwhile.
+			if err := s.reconcile(ctx, 1); err != nil && ctx.Err() == nil {
 				s.log.Warn("resync left errors", "err", err)
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -36,6 +35,10 @@ type node struct {
 	agentDone chan struct{}
 	agentLog  *os.File
 	stateDir  string
+	resync    time.Duration // the agent's --resync-interval
+	extra     []string      // more agent flags (Kubernetes mode)
+	agentBin  string        // the agent binary in bins.dir; "" is sluice-agent
+	env       []string      // more agent environment
 }
 
 // prevResult is what a primary CNI would have handed sluice.
@@ -48,7 +51,7 @@ func newNode(nd *nsDir, dir string, b bins) (*node, error) {
 		return nil, err
 	}
 	n := &node{nd: nd, nodeNS: nodeNS, dir: dir, socket: filepath.Join(dir, "run", "agent.sock"), bins: b,
-		stateDir: filepath.Join(dir, "state")}
+		stateDir: filepath.Join(dir, "state"), resync: time.Minute}
 	for _, d := range []string{filepath.Join(dir, "cache"), filepath.Join(dir, "netd")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -56,7 +59,7 @@ func newNode(nd *nsDir, dir string, b bins) (*node, error) {
 	}
 	n.lib = libcni.NewCNIConfigWithCacheDir([]string{b.dir}, filepath.Join(dir, "cache"), nil)
 	n.sluice, err = libcni.NetworkPluginConfFromBytes([]byte(fmt.Sprintf(
-		`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"timeout":"2s","prevResult":%s}`, n.socket, prevResult)))
+		`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"prevResult":%s}`, n.socket, prevResult)))
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +68,7 @@ func newNode(nd *nsDir, dir string, b bins) (*node, error) {
 		return nil, err
 	}
 	n.chain, err = libcni.ConfListFromBytes([]byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench-chain","plugins":[
-		{"type":"loopback"},{"type":"sluice","socket":%q,"timeout":"2s"}]}`, n.socket)))
+		{"type":"loopback"},{"type":"sluice","socket":%q}]}`, n.socket)))
 	return n, err
 }
 
@@ -78,11 +81,17 @@ func (n *node) startAgent() (time.Duration, error) {
 		return 0, err
 	}
 	n.agentLog = log
-	cmd := exec.Command("nsenter", "--net="+n.nodeNS, "--", filepath.Join(n.bins.dir, "sluice-agent"),
+	bin := n.agentBin
+	if bin == "" {
+		bin = "sluice-agent"
+	}
+	args := []string{"--net=" + n.nodeNS, "--", filepath.Join(n.bins.dir, bin),
 		"--socket", n.socket, "--state-dir", n.stateDir, "--netns-roots", n.nd.dir,
 		"--health-addr", "127.0.0.1:9890", "--install=false", "--cni-bin-dir", n.bins.dir,
 		"--cni-conf-dir", filepath.Join(n.dir, "netd"), "--plugin-binary", filepath.Join(n.bins.dir, "sluice"),
-		"--log-level", "warn", "--max-inflight", "256")
+		"--log-level", "warn", "--max-inflight", "256", "--resync-interval", n.resync.String()}
+	cmd := exec.Command("nsenter", append(args, n.extra...)...)
+	cmd.Env = append(os.Environ(), n.env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -94,14 +103,14 @@ func (n *node) startAgent() (time.Duration, error) {
 	for {
 		select {
 		case <-n.agentDone:
-			return 0, fmt.Errorf("agent exited: %v (log %s)", cmd.ProcessState, log.Name())
+			return 0, fmt.Errorf("agent exited: %v; its log ends:\n%s", cmd.ProcessState, tail(readFile(log.Name()), 15))
 		default:
 		}
 		if n.ready() {
 			return time.Since(start), nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("agent not ready after 60s (log %s)", log.Name())
+			return 0, fmt.Errorf("agent not ready after 60s; its log ends:\n%s", tail(readFile(log.Name()), 15))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -227,66 +236,6 @@ func (n *node) journalBound(count int) (series, error) {
 	return s, nil
 }
 
-// churnResult is one storm: every call's latency, the wall time from the
-// first start to the last finish, and the failures.
-type churnResult struct {
-	add, del         series
-	addWall, delWall time.Duration
-	errors           int
-	firstErr         error
-	// CPU the ADD storm cost: the whole machine's and the agent's.
-	addCPU cpuTimes
-}
-
-// churn starts count ADDs at once, waits for all, then count DELs at once.
-func (n *node) churn(count int) (*churnResult, error) {
-	paths, err := n.pods("churn", count)
-	if err != nil {
-		return nil, err
-	}
-	res := &churnResult{add: series{name: "churn ADD"}, del: series{name: "churn DEL"}}
-	var mu sync.Mutex
-	storm := func(s *series, op func(id, ns string) (time.Duration, error)) time.Duration {
-		var wg sync.WaitGroup
-		gate := make(chan struct{})
-		for i, p := range paths {
-			wg.Go(func() {
-				<-gate
-				d, err := op(fmt.Sprintf("churn-%d", i), p)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					res.errors++
-					if res.firstErr == nil {
-						res.firstErr = err
-					}
-					return
-				}
-				s.add(d)
-			})
-		}
-		start := time.Now()
-		close(gate)
-		wg.Wait()
-		return time.Since(start)
-	}
-	before, err := readCPU(n.agent.Process.Pid)
-	if err != nil {
-		return nil, err
-	}
-	res.addWall = storm(&res.add, n.add)
-	after, err := readCPU(n.agent.Process.Pid)
-	if err != nil {
-		return nil, err
-	}
-	res.addCPU = after.sub(before)
-	res.delWall = storm(&res.del, n.del)
-	for _, p := range paths {
-		n.nd.remove(p)
-	}
-	return res, nil
-}
-
 // scaleResult is the ADD latency with few and with many pods enrolled, the
 // agent's memory and its restart time with every pod journaled.
 type scaleResult struct {
@@ -296,6 +245,9 @@ type scaleResult struct {
 	rssKiB, hwmKiB      int
 	restart             time.Duration
 	rssAfterRestartKiB  int
+	resyncCPU           time.Duration // the agent's CPU over one resync interval
+	restartTop          []perfLine    // CPU profile from exec to ready
+	resyncInterval      time.Duration
 	sluiceAdd, loopback series // the first e2ePods ADDs of the ramp, and loopback in the same netns
 	chain               series // loopback + sluice as one conflist
 	delAll              series
@@ -318,13 +270,6 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 		addLarge:  series{name: fmt.Sprintf("ADD with %d pods enrolled", total)},
 		delAll:    series{name: "DEL"},
 	}
-	for i, p := range paths[:e2ePods] {
-		d, err := n.addLoopback(fmt.Sprintf("lo-%d", i), p)
-		if err != nil {
-			return nil, fmt.Errorf("loopback ADD: %w", err)
-		}
-		res.loopback.add(d)
-	}
 	probeRound := func(s *series, round string) error {
 		for i, p := range probe {
 			id := fmt.Sprintf("probe-%s-%d", round, i)
@@ -344,6 +289,14 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 			if err := probeRound(&res.addSmall, "small"); err != nil {
 				return nil, err
 			}
+		}
+		if i < e2ePods {
+			// Interleaved, pod by pod, so noise falls on both alike.
+			d, err := n.addLoopback(fmt.Sprintf("lo-%d", i), p)
+			if err != nil {
+				return nil, fmt.Errorf("loopback ADD: %w", err)
+			}
+			res.loopback.add(d)
 		}
 		d, err := n.add(fmt.Sprintf("pod-%d", i), p)
 		if err != nil {
@@ -371,8 +324,30 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 	if res.rssKiB, res.hwmKiB, err = n.rssKiB(); err != nil {
 		return nil, err
 	}
+	// One whole resync interval with every pod enrolled and nothing else
+	// to do: what the periodic verify of every netns costs.
+	res.resyncInterval = n.resync
+	before, err := readCPU(n.agent.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(n.resync)
+	after, err := readCPU(n.agent.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	res.resyncCPU = after.sub(before).process
 	n.stopAgent()
-	if res.restart, err = n.startAgent(); err != nil {
+	// The restart runs the sluicebench build with a CPU profile, which
+	// covers the start-up reconcile: the profile of the restart time.
+	prof := filepath.Join(n.dir, "restart.pprof")
+	n.agentBin, n.env = "sluice-agent-prof", []string{"SLUICE_BENCH_CPUPROFILE=" + prof}
+	res.restart, err = n.startAgent()
+	n.agentBin, n.env = "", nil
+	if err != nil {
+		return nil, err
+	}
+	if res.restartTop, err = n.stopProfile(prof); err != nil {
 		return nil, err
 	}
 	if res.rssAfterRestartKiB, _, err = n.rssKiB(); err != nil {

@@ -18,12 +18,17 @@ func buildAll(dir string) (bins, error) {
 	for _, b := range []struct{ out, pkg string }{
 		{"sluice", "github.com/sluicemesh/sluice/plugin"},
 		{"sluice-agent", "github.com/sluicemesh/sluice/daemon"},
+		{"sluice-agent-prof", "github.com/sluicemesh/sluice/daemon"},
 		{"loopback", "github.com/containernetworking/plugins/plugins/main/loopback"},
 		{"hello", "github.com/sluicemesh/sluice/hack/bench/hello"},
 	} {
 		// As `make build` does (Makefile TAGS); the tag changes nothing in
 		// the reference binaries.
-		cmd := exec.Command("go", "build", "-tags", "grpcnotrace", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, b.out), b.pkg)
+		tags := "grpcnotrace"
+		if b.out == "sluice-agent-prof" {
+			tags += ",sluicebench" // daemon/cpuprofile_bench.go: a CPU profile on request
+		}
+		cmd := exec.Command("go", "build", "-tags", tags, "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return bins{}, fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)

@@ -2,11 +2,15 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -96,4 +100,83 @@ func (d *nsDir) cleanupAll() {
 	for _, p := range paths {
 		d.remove(p)
 	}
+}
+
+// listenIn opens a TCP listener on 127.0.0.1 (any port) inside the netns at
+// path: the socket belongs to that netns however the goroutines using it
+// move. The thread that made it is left locked and dies with its goroutine.
+func listenIn(path string) (net.Listener, error) {
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		err = unix.Setns(fd, unix.CLONE_NEWNET)
+		unix.Close(fd)
+		if err != nil {
+			done <- result{err: fmt.Errorf("setns %s: %w", path, err)}
+			return
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		done <- result{l, err}
+	}()
+	r := <-done
+	return r.l, r.err
+}
+
+// forward relays every connection accepted on l to addr (dialled from this
+// process's own netns) until l is closed: how an agent in a node netns
+// reaches the API server listening on the machine's loopback.
+func forward(l net.Listener, addr string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			_, _ = io.Copy(c, up)
+		}()
+	}
+}
+
+// addPodInterface gives the netns at path what a primary CNI would have:
+// eth0 (one end of a veth pair, both ends inside) up with 10.22.0.5/16, the address in prevResult. istio-cni
+// reads the pod's addresses from the netns to pick its IP families.
+func addPodInterface(path string) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0-peer"}
+	if err := h.LinkAdd(link); err != nil {
+		return fmt.Errorf("add eth0: %w", err)
+	}
+	addr, err := netlink.ParseAddr("10.22.0.5/16")
+	if err != nil {
+		return err
+	}
+	if err := h.AddrAdd(link, addr); err != nil {
+		return fmt.Errorf("address eth0: %w", err)
+	}
+	return h.LinkSetUp(link)
 }

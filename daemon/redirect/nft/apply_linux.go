@@ -28,43 +28,56 @@ import (
 // queued release in the kernel (nft_rcv_nl_event flushes the release work),
 // ~10 ms, also for releases other netns queued. The transaction has
 // committed before the kernel acks it, so the socket is closed off the
-// caller's path (closeLater).
+// caller's path (closeLater). The batch asks for one ACK (batch_linux.go).
 //
-// The netlink socket is opened inside ns by google/nftables (through
-// mdlayher/socket), on a locked thread of its own that is moved back before
-// it is released; the caller's thread never changes namespace, so Apply is
-// safe to call from many goroutines at once.
+// The netlink socket is opened inside ns by mdlayher/netlink, on a locked
+// thread of its own that is moved back before it is released; the caller's
+// thread never changes namespace, so Apply is safe to call from many
+// goroutines at once.
 func Apply(ns netns.NsHandle, t *Table) (existed bool, err error) {
-	conn, err := dial(ns, nftables.AsLasting())
+	p := newProgram(t)
+	create, err := marshal(func(c *nftables.Conn) error { return p.build(c, false) })
 	if err != nil {
 		return false, fmt.Errorf("apply table inet %s: %w", t.Name, err)
 	}
-	defer closeLater(conn)
-	p := newProgram(t)
-	exists, err := tableExists(conn, p.table)
+	s, err := open(ns)
+	if err != nil {
+		return false, fmt.Errorf("apply table inet %s: %w", t.Name, err)
+	}
+	defer closeLater(s)
+	exists, err := s.tableExists(t.Name)
 	if err != nil {
 		return false, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
 	}
 	if !exists {
-		err = commit(conn, p, false)
+		err = s.send(create)
 		if !errors.Is(err, unix.EEXIST) {
 			if err != nil {
 				return false, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
 			}
 			return false, nil
 		}
+		// The failed batch's other replies may still be queued on s.
+		if s, err = open(ns); err != nil {
+			return true, fmt.Errorf("apply table inet %s: %w", t.Name, err)
+		}
+		defer closeLater(s)
 	}
-	if err := commit(conn, p, true); err != nil {
+	replace, err := marshal(func(c *nftables.Conn) error { return p.build(c, true) })
+	if err != nil {
+		return true, fmt.Errorf("apply table inet %s: %w", t.Name, err)
+	}
+	if err := s.send(replace); err != nil {
 		return true, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
 	}
 	return true, nil
 }
 
-// commit sends p as one batch. replace deletes whatever table is there
+// build adds p to c as one batch. replace deletes whatever table is there
 // first (add, delete, add: the add makes the delete valid either way);
 // otherwise the table is created exclusively and the batch fails with
 // EEXIST if it already exists.
-func commit(conn *nftables.Conn, p program, replace bool) error {
+func (p program) build(conn *nftables.Conn, replace bool) error {
 	if replace {
 		conn.AddTable(p.table)
 		conn.DelTable(p.table)
@@ -84,31 +97,18 @@ func commit(conn *nftables.Conn, p program, replace bool) error {
 	for _, rl := range p.rules {
 		conn.AddRule(rl)
 	}
-	return conn.Flush()
-}
-
-// tableExists asks the kernel for the table by name.
-func tableExists(conn *nftables.Conn, table *nftables.Table) (bool, error) {
-	_, err := conn.ListTableOfFamily(table.Name, nftables.TableFamilyINet)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, unix.ENOENT):
-		return false, nil
-	}
-	return false, fmt.Errorf("get table: %w", err)
+	return nil
 }
 
 // Remove deletes table inet name from ns. A table that is not there is not
 // an error, and costs one GET and no commit.
 func Remove(ns netns.NsHandle, name string) error {
-	conn, err := dial(ns, nftables.AsLasting())
+	s, err := open(ns)
 	if err != nil {
 		return fmt.Errorf("remove table inet %s: %w", name, err)
 	}
-	defer closeLater(conn)
-	table := nlTable(name)
-	exists, err := tableExists(conn, table)
+	defer closeLater(s)
+	exists, err := s.tableExists(name)
 	if err != nil {
 		return fmt.Errorf("remove table inet %s from netns fd %d: %w", name, int(ns), err)
 	}
@@ -117,9 +117,16 @@ func Remove(ns netns.NsHandle, name string) error {
 	}
 	// Add before delete, so a table someone removed since the GET is not
 	// an error either.
-	conn.AddTable(table)
-	conn.DelTable(table)
-	if err := conn.Flush(); err != nil {
+	table := nlTable(name)
+	batch, err := marshal(func(c *nftables.Conn) error {
+		c.AddTable(table)
+		c.DelTable(table)
+		return nil
+	})
+	if err == nil {
+		err = s.send(batch)
+	}
+	if err != nil {
 		return fmt.Errorf("remove table inet %s from netns fd %d: %w", name, int(ns), err)
 	}
 	return nil
@@ -130,28 +137,29 @@ func Remove(ns netns.NsHandle, name string) error {
 // needs is left to happen; one closer keeps that to one blocked thread. A
 // full queue closes inline, so a storm slows down rather than piles up.
 var (
-	closing     = make(chan *nftables.Conn, 1024)
+	closing     = make(chan *socket, 1024)
 	closerStart sync.Once
 )
 
-func closeLater(conn *nftables.Conn) {
+func closeLater(s *socket) {
 	closerStart.Do(func() {
 		go func() {
-			for c := range closing {
-				_ = c.CloseLasting()
+			for s := range closing {
+				_ = s.nl.Close()
 			}
 		}()
 	})
 	select {
-	case closing <- conn:
+	case closing <- s:
 	default:
-		_ = conn.CloseLasting()
+		_ = s.nl.Close()
 	}
 }
 
-// dial makes a connection bound to ns. google/nftables treats fd 0 as
-// "the calling thread's namespace", so a closed or zero handle would
-// silently program the agent's own netns; refuse it instead.
+// dial makes a google/nftables connection bound to ns, for reading
+// (Verify). google/nftables treats fd 0 as "the calling thread's
+// namespace", so a closed or zero handle would silently read the agent's
+// own netns; refuse it instead.
 func dial(ns netns.NsHandle, opts ...nftables.ConnOption) (*nftables.Conn, error) {
 	if int(ns) <= 0 {
 		return nil, fmt.Errorf("netns handle %d is not an open namespace", int(ns))

@@ -68,7 +68,8 @@ func TestKernelMatchesRender(t *testing.T) {
 
 // TestApplyCreateRace walks the path Apply takes when the table appears
 // between its GET and its batch: the exclusive create fails whole with
-// EEXIST, and the replace that follows on the same socket lands the table.
+// EEXIST (one ACK asked, the error still arrives), and the replace that
+// follows on a fresh socket lands the table.
 func TestApplyCreateRace(t *testing.T) {
 	ns := nstest.New(t, "pod")
 	h := ns.Handle(t)
@@ -76,24 +77,74 @@ func TestApplyCreateRace(t *testing.T) {
 	if _, err := Apply(h, wide); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := dial(h, nftables.AsLasting())
-	if err != nil {
-		t.Fatal(err)
+	send := func(replace bool) error {
+		t.Helper()
+		p := newProgram(plain)
+		batch, err := marshal(func(c *nftables.Conn) error { return p.build(c, replace) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := open(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.nl.Close()
+		return s.send(batch)
 	}
-	defer conn.CloseLasting()
-	if err := commit(conn, newProgram(plain), false); !errors.Is(err, unix.EEXIST) {
+	if err := send(false); !errors.Is(err, unix.EEXIST) {
 		t.Fatalf("exclusive create over an existing table: %v, want EEXIST", err)
 	}
 	if got, want := canonical(listTable(t, ns, wide.Name)), canonical(wide.Render()); got != want {
 		t.Fatalf("failed batch changed the table:\n%s", got)
 	}
-	if err := commit(conn, newProgram(plain), true); err != nil {
-		t.Fatalf("replace after EEXIST on the same socket: %v", err)
+	if err := send(true); err != nil {
+		t.Fatalf("replace after EEXIST: %v", err)
 	}
 	if got, want := canonical(listTable(t, ns, plain.Name)), canonical(plain.Render()); got != want {
 		t.Errorf("after replace, kernel has\n%s\nwant\n%s", got, want)
 	}
-	if exists, err := tableExists(conn, nlTable(plain.Name)); err != nil || !exists {
+	s, err := open(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.nl.Close()
+	if exists, err := s.tableExists(plain.Name); err != nil || !exists {
 		t.Errorf("tableExists = %t, %v", exists, err)
+	}
+	if exists, err := s.tableExists("not-there"); err != nil || exists {
+		t.Errorf("tableExists(not-there) = %t, %v", exists, err)
+	}
+}
+
+// TestBatchErrorInTheMiddle: a batch whose failing message is neither the
+// first nor the one carrying the ACK still fails whole, with the kernel's
+// errno, and changes nothing.
+func TestBatchErrorInTheMiddle(t *testing.T) {
+	ns := nstest.New(t, "pod")
+	h := ns.Handle(t)
+	_, plain := testTables()
+	p := newProgram(plain)
+	batch, err := marshal(func(c *nftables.Conn) error {
+		if err := p.build(c, false); err != nil {
+			return err
+		}
+		// A rule in a chain that does not exist, then a valid one.
+		c.AddRule(&nftables.Rule{Table: p.table, Chain: &nftables.Chain{Name: "no-such-chain", Table: p.table}})
+		c.AddRule(p.rules[0])
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := open(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.nl.Close()
+	if err := s.send(batch); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("batch with a rule in a missing chain: %v, want ENOENT", err)
+	}
+	if out := ns.Run(t, "nft", "list", "tables"); strings.Contains(out, plain.Name) {
+		t.Errorf("a failed batch left a table behind:\n%s", out)
 	}
 }

@@ -1,0 +1,139 @@
+package nft
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// google/nftables (v0.3.0) asks for an ACK and, for rules and sets, an
+// ECHO copy of every message in a batch, and reads them back one by one:
+// for a pod's table that is ~60 replies the kernel builds and ~60 recvmsg
+// calls, a third of Apply's time. nft itself asks for neither; upstream
+// stopped asking after v0.3.0. So the batch is marshalled by google/nftables
+// (every byte of it: its own WithTestDial option hands the finished batch to
+// a function instead of a socket) and sent here with one ACK, on the last
+// message. The kernel reports every failing message whatever its flags, and
+// delivers those errors before that ACK, so a batch has failed exactly when
+// an error arrives before it.
+
+// marshal runs build against a google/nftables Conn that sends nowhere
+// and returns the batch Flush would have sent, BATCH_BEGIN to BATCH_END.
+func marshal(build func(*nftables.Conn) error) ([]netlink.Message, error) {
+	var batch []netlink.Message
+	capture := func(req []netlink.Message) ([]netlink.Message, error) {
+		if req == nil {
+			// Flush reads one reply per message: a plain ACK.
+			return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 4)}}, nil
+		}
+		if batch != nil {
+			return nil, fmt.Errorf("marshal: a second send")
+		}
+		batch = make([]netlink.Message, len(req))
+		copy(batch, req)
+		return nil, nil
+	}
+	c, err := nftables.New(nftables.WithTestDial(capture))
+	if err != nil {
+		return nil, err
+	}
+	if err := build(c); err != nil {
+		return nil, err
+	}
+	if err := c.Flush(); err != nil {
+		return nil, fmt.Errorf("marshal batch: %w", err)
+	}
+	return batch, nil
+}
+
+// socket is one NETLINK_NETFILTER socket opened in a netns.
+type socket struct{ nl *netlink.Conn }
+
+// replyTimeout bounds every wait for the kernel: nothing on the ADD path
+// blocks without a deadline. The kernel answers a batch in microseconds to
+// milliseconds; this is for a kernel that never answers.
+const replyTimeout = 10 * time.Second
+
+// open makes a socket bound to ns. A zero or negative handle would mean
+// "the calling thread's namespace" to the netlink library and silently
+// program the agent's own netns; it is refused instead. The socket is
+// opened inside ns on a locked thread of the netlink library's own, so the
+// caller's thread never changes namespace.
+func open(ns netns.NsHandle) (*socket, error) {
+	if int(ns) <= 0 {
+		return nil, fmt.Errorf("netns handle %d is not an open namespace", int(ns))
+	}
+	nl, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(ns)})
+	if err != nil {
+		return nil, fmt.Errorf("open netlink in netns fd %d: %w", int(ns), err)
+	}
+	return &socket{nl: nl}, nil
+}
+
+// send commits batch (from marshal) as one transaction and waits for its
+// one ACK. After an error the socket may still hold the rest of the
+// batch's replies: use a fresh socket for the next batch.
+func (s *socket) send(batch []netlink.Message) error {
+	if len(batch) <= 2 {
+		return nil // BATCH_BEGIN and BATCH_END only: nothing to do
+	}
+	for i := range batch {
+		h := &batch[i].Header
+		h.Flags &^= netlink.Acknowledge | unix.NLM_F_ECHO
+		h.Sequence, h.PID = 0, 0 // the socket numbers them
+	}
+	batch[len(batch)-2].Header.Flags |= netlink.Acknowledge
+	if err := s.nl.SetReadDeadline(time.Now().Add(replyTimeout)); err != nil {
+		return err
+	}
+	sent, err := s.nl.SendMessages(batch)
+	if err != nil {
+		return err
+	}
+	last := sent[len(sent)-2].Header.Sequence
+	for {
+		// An error for any message of the batch (or for the commit)
+		// comes back as an error here.
+		replies, err := s.nl.Receive()
+		if err != nil {
+			return err
+		}
+		for _, m := range replies {
+			if m.Header.Type == netlink.Error && m.Header.Sequence == last {
+				return nil
+			}
+		}
+	}
+}
+
+// tableExists asks the kernel for table inet name: one GET, no commit,
+// and no ACK asked (the table or an error comes back either way).
+func (s *socket) tableExists(name string) (bool, error) {
+	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{{Type: unix.NFTA_TABLE_NAME, Data: append([]byte(name), 0)}})
+	if err != nil {
+		return false, err
+	}
+	if err := s.nl.SetReadDeadline(time.Now().Add(replyTimeout)); err != nil {
+		return false, err
+	}
+	_, err = s.nl.Execute(netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETTABLE),
+			Flags: netlink.Request,
+		},
+		// nfgenmsg: family, version, resource id (big endian, 0).
+		Data: append([]byte{unix.NFPROTO_INET, unix.NFNETLINK_V0, 0, 0}, attrs...),
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	}
+	return false, fmt.Errorf("get table: %w", err)
+}

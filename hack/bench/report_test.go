@@ -1,0 +1,66 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func fake(name string, ms ...int) series {
+	s := series{name: name}
+	for _, v := range ms {
+		s.add(time.Duration(v) * time.Millisecond)
+	}
+	return s
+}
+
+func fakeStorm(addMs, delMs int) *stormResult {
+	return &stormResult{add: fake("add", addMs, addMs), del: fake("del", delMs, delMs),
+		addWall: time.Duration(addMs) * time.Millisecond, delWall: time.Duration(delMs) * time.Millisecond,
+		addCPU: cpuTimes{machine: time.Second, process: 3 * time.Millisecond}}
+}
+
+// TestReportVerdicts: the report is written from results alone (no root),
+// a goal met says met and one missed says missed, and istio-cni that could
+// not be built is named as not measured rather than dropped.
+func TestReportVerdicts(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "benchmarks.md")
+	st := &storms{}
+	st.quiet.loopback, st.quiet.sluice = fakeStorm(100, 100), fakeStorm(110, 300)
+	st.hogged.loopback, st.hogged.sluice = fakeStorm(200, 200), fakeStorm(210, 210)
+	r := &results{
+		out:    out,
+		rules:  []series{fake("sluice", 1), fake("nft -f", 20), fake("iptables-restore", 10)},
+		storms: st,
+		kube: &kubeResult{loopback: fake("lo", 4), sluice: fake("sluice", 5), standalone: fake("alone", 5),
+			istioErr: errors.New("no Go module proxy")},
+		scale: &scaleResult{pods: 5000, small: 10, addSmall: fake("s", 5), addLarge: fake("l", 5),
+			sluiceAdd: fake("sa", 5), loopback: fake("lo", 4), rssKiB: 30 << 10, restart: time.Second,
+			resyncCPU: time.Second, resyncInterval: time.Minute},
+		footprint: &footprint{sizes: map[string]int64{"sluice": 1}, execs: []series{fake("h", 1), fake("s", 2), fake("l", 1)}},
+		profile:   &profile{perfErr: errors.New("no perf"), pluginCPU: map[string]time.Duration{"sluice": time.Millisecond}},
+	}
+	if err := writeReport(config{churn: 2, pods: 5000}, r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	for _, want := range []string{
+		"| ADD p50, standalone ≤ 1.5× loopback | 1.25× (5.00 ms vs 4.00 ms) | met |",
+		"| rule programming ≥ 10× faster than `nft -f` | 20.0× (1.00 ms vs 20.0 ms) | met |",
+		"| rule programming ≥ 20× faster than `iptables-restore` (v4 + v6) | 10.0× (1.00 ms vs 10.0 ms) | **missed** |",
+		"2 simultaneous DELs, quiet: throughput ≥ 0.8× loopback | 0.33× (7 vs 20 DEL/s) | **missed** |",
+		"not measured: no Go module proxy | **missed** |",
+		"The agent's CPU profile failed: `no perf`",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}

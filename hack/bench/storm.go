@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+)
+
+// stormResult is one storm: count simultaneous ADDs, then count
+// simultaneous DELs of the same pods. Every call's latency, the wall time
+// from the first start to the last finish, the failures, and the CPU the
+// ADD storm cost (the machine's, and the agent's when there is one).
+type stormResult struct {
+	add, del         series
+	addWall, delWall time.Duration
+	errors           int
+	firstErr         error
+	addCPU           cpuTimes
+	// leftover is attachments the agent still holds after the DEL storm:
+	// DELs the plugin reported done (a DEL never fails a pod's teardown)
+	// whose agent call ran past the plugin's deadline.
+	leftover int
+}
+
+func (r *stormResult) addRate() float64 { return rate(len(r.add.d), r.addWall) }
+func (r *stormResult) delRate() float64 { return rate(len(r.del.d), r.delWall) }
+
+func rate(n int, wall time.Duration) float64 {
+	if wall <= 0 {
+		return 0
+	}
+	return float64(n) / wall.Seconds()
+}
+
+// storm runs conf's ADD on count fresh netns at once, then its DEL at once.
+// agentPID, when non-zero, is the process whose CPU the ADD storm charges.
+func (n *node) storm(name string, conf *libcni.NetworkConfig, count, agentPID int) (*stormResult, error) {
+	paths, err := n.pods(name, count)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, p := range paths {
+			n.nd.remove(p)
+		}
+	}()
+	res := &stormResult{add: series{name: name + " ADD"}, del: series{name: name + " DEL"}}
+	var mu sync.Mutex
+	one := func(s *series, op func(ctx context.Context, conf *libcni.NetworkConfig, rt *libcni.RuntimeConf) error) time.Duration {
+		var wg sync.WaitGroup
+		gate := make(chan struct{})
+		for i, p := range paths {
+			wg.Go(func() {
+				<-gate
+				start := time.Now()
+				err := op(context.Background(), conf, rc(fmt.Sprintf("%s-%d", name, i), p))
+				d := time.Since(start)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					res.errors++
+					if res.firstErr == nil {
+						res.firstErr = err
+					}
+					return
+				}
+				s.add(d)
+			})
+		}
+		start := time.Now()
+		close(gate)
+		wg.Wait()
+		return time.Since(start)
+	}
+	before, err := readCPU(agentPID)
+	if err != nil {
+		return nil, err
+	}
+	res.addWall = one(&res.add, func(ctx context.Context, c *libcni.NetworkConfig, rt *libcni.RuntimeConf) error {
+		_, err := n.lib.AddNetwork(ctx, c, rt)
+		return err
+	})
+	after, err := readCPU(agentPID)
+	if err != nil {
+		return nil, err
+	}
+	res.addCPU = after.sub(before)
+	res.delWall = one(&res.del, n.lib.DelNetwork)
+	if conf == n.sluice {
+		if res.leftover, err = n.enrolled(); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// enrolled is how many attachments the agent holds (Debug.ListWorkloads).
+func (n *node) enrolled() (int, error) {
+	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := sluicev1.NewDebugClient(conn).ListWorkloads(ctx, &sluicev1.ListWorkloadsRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("list workloads: %w", err)
+	}
+	return len(resp.Workloads), nil
+}
+
+// hog keeps one core busy (a shell loop pinned to CPU 0) until stopped: the
+// "other work on the machine" the storm is run against a second time.
+type hog struct{ cmd *exec.Cmd }
+
+func startHog() (*hog, error) {
+	cmd := exec.Command("taskset", "-c", "0", "sh", "-c", "while :; do :; done")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start CPU hog: %w", err)
+	}
+	return &hog{cmd: cmd}, nil
+}
+
+func (h *hog) stop() {
+	if h == nil || h.cmd.Process == nil {
+		return
+	}
+	_ = h.cmd.Process.Kill()
+	_ = h.cmd.Wait()
+	h.cmd.Process = nil
+}
+
+// storms is the loopback and sluice storms, on a quiet machine and with
+// the hog, interleaved: loopback, sluice, and again under load.
+type storms struct {
+	quiet, hogged struct{ loopback, sluice *stormResult }
+}
+
+func (n *node) storms(count int) (*storms, error) {
+	out := &storms{}
+	for _, load := range []bool{false, true} {
+		var h *hog
+		if load {
+			var err error
+			if h, err = startHog(); err != nil {
+				return nil, err
+			}
+		}
+		lo, err := n.storm("loopback", n.loopback, count, n.agent.Process.Pid)
+		if err == nil {
+			var sl *stormResult
+			sl, err = n.storm("sluice", n.sluice, count, n.agent.Process.Pid)
+			if load {
+				out.hogged.loopback, out.hogged.sluice = lo, sl
+			} else {
+				out.quiet.loopback, out.quiet.sluice = lo, sl
+			}
+		}
+		h.stop()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
