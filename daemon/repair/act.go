@@ -101,35 +101,32 @@ func (r *Repairer) evict(ctx context.Context, pod *corev1.Pod) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("evict pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	r.mu.Lock()
-	r.handled[pod.UID] = true
-	r.mu.Unlock()
-	r.log.Warn("evicted an uncaptured pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
-	r.event(pod, corev1.EventTypeWarning, events.ReasonUncapturedDeleted,
-		fmt.Sprintf("%s; evicted it so it is recreated with capture (--repair-mode=delete)", why))
+	r.handledOnce(pod, "evicted an uncaptured pod", events.ReasonUncapturedDeleted,
+		why+"; evicted it so it is recreated with capture (--repair-mode=delete)")
 	return OutcomeEvicted, nil
 }
 
 // report only says so (--repair-mode=off), once per pod.
 func (r *Repairer) report(pod *corev1.Pod) (string, error) {
+	r.handledOnce(pod, "found a pod running uncaptured; --repair-mode=off leaves it so", events.ReasonUncaptured,
+		why+"; left as it is (--repair-mode=off): delete the pod to have it recreated with capture")
+	return OutcomeReported, nil
+}
+
+// handledOnce marks a pod evicted or reported, so no later update acts on
+// it again, and says what was done in the log and in a Warning Event.
+func (r *Repairer) handledOnce(pod *corev1.Pod, logMsg, reason, message string) {
 	r.mu.Lock()
 	r.handled[pod.UID] = true
 	r.mu.Unlock()
-	r.log.Warn("found a pod running uncaptured; --repair-mode=off leaves it so", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
-	r.event(pod, corev1.EventTypeWarning, events.ReasonUncaptured,
-		fmt.Sprintf("%s; left as it is (--repair-mode=off): delete the pod to have it recreated with capture", why))
-	return OutcomeReported, nil
+	r.log.Warn(logMsg, "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID)
+	r.event(pod, corev1.EventTypeWarning, reason, message)
 }
 
 // failed records a failed repair; the pod is tried again on its next
 // update, and by the retry timer after a backoff.
 func (r *Repairer) failed(pod *corev1.Pod, err error) {
-	r.mu.Lock()
-	n := r.failedAt[pod.UID].attempts + 1
-	wait := r.backoff(n)
-	r.failedAt[pod.UID] = failure{version: pod.ResourceVersion, key: pod.Namespace + "/" + pod.Name, attempts: n, due: time.Now().Add(wait)}
-	r.outcomes[OutcomeFailed]++
-	r.mu.Unlock()
+	n, wait := r.noteFailure(pod)
 	r.log.Error("repairing an uncaptured pod failed", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "mode", r.cfg.Mode,
 		"attempt", n, "retry_in", wait, "err", err)
 	r.event(pod, corev1.EventTypeWarning, events.ReasonCaptureRepairFailed,
@@ -138,4 +135,17 @@ func (r *Repairer) failed(pod *corev1.Pod, err error) {
 
 func (r *Repairer) event(pod *corev1.Pod, eventType, reason, message string) {
 	r.cfg.Events.Pod(pod.Namespace, pod.Name, pod.UID, eventType, reason, message)
+}
+
+// noteFailure counts a failed repair or adoption and schedules its retry:
+// the same resourceVersion is not tried again by an event, the retry timer
+// tries it after the returned wait.
+func (r *Repairer) noteFailure(pod *corev1.Pod) (attempt int, wait time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	attempt = r.failedAt[pod.UID].attempts + 1
+	wait = r.backoff(attempt)
+	r.failedAt[pod.UID] = failure{version: pod.ResourceVersion, key: pod.Namespace + "/" + pod.Name, attempts: attempt, due: time.Now().Add(wait)}
+	r.outcomes[OutcomeFailed]++
+	return attempt, wait
 }

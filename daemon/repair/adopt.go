@@ -213,12 +213,7 @@ func (r *Repairer) takeOver(ctx context.Context, pod *corev1.Pod, d policy.Decis
 // adoptFailed records a failed adoption; like a failed repair it is tried
 // again on the pod's next update, and by the retry timer after a backoff.
 func (r *Repairer) adoptFailed(pod *corev1.Pod, err error) {
-	r.mu.Lock()
-	n := r.failedAt[pod.UID].attempts + 1
-	wait := r.backoff(n)
-	r.failedAt[pod.UID] = failure{version: pod.ResourceVersion, key: pod.Namespace + "/" + pod.Name, attempts: n, due: time.Now().Add(wait)}
-	r.outcomes[OutcomeFailed]++
-	r.mu.Unlock()
+	n, wait := r.noteFailure(pod)
 	r.log.Error("handling a pod istio-cni captured failed", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "attempt", n, "retry_in", wait, "err", err)
 	r.event(pod, corev1.EventTypeWarning, events.ReasonCaptureRepairFailed,
 		fmt.Sprintf("sluice could not take over the traffic capture istio-cni left on this pod; retried in %s or on the pod's next update: %v", wait, err))

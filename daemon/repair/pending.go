@@ -42,10 +42,7 @@ func NewPendingAmbient(kube *policy.Kube, records func() []workloads.Record, hos
 		AddFunc:    p.update,
 		UpdateFunc: func(_, obj any) { p.update(obj) },
 		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod, ok := deletedPod(obj); ok {
 				p.mu.Lock()
 				delete(p.pods, pod.UID)
 				p.mu.Unlock()

@@ -236,10 +236,7 @@ func (r *Repairer) handler(ctx context.Context, q workqueue.TypedInterface[strin
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
 		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod, ok := deletedPod(obj); ok {
 				r.mu.Lock()
 				delete(r.failedAt, pod.UID)
 				delete(r.istioLeft, pod.UID)
@@ -359,4 +356,14 @@ func (r *Repairer) Repairs() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.outcomes)
+}
+
+// deletedPod is the pod of an informer's delete notification, which may
+// come as a tombstone when the watch missed the delete itself.
+func deletedPod(obj any) (*corev1.Pod, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return pod, ok
 }
