@@ -84,6 +84,31 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		fmt.Fprintln(stderr, "\nflags (each also read from its env var; the command line wins):")
 		fs.PrintDefaults()
 	}
+	c.nodeFlags(fs)
+	c.policyFlags(fs, getenv)
+	if err := envDefaults(fs, getenv); err != nil {
+		return nil, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if err := c.validateValues(); err != nil {
+		return nil, err
+	}
+	// One validation, on every path: the agent that starts is the one
+	// --check-config approved.
+	if err := c.check(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return c, nil
+}
+
+// nodeFlags are the agent's own: its socket, state, health, logs, and what
+// it installs on the node.
+func (c *config) nodeFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.socket, "socket", "/var/run/sluice/agent.sock", "gRPC unix socket the plugin calls (dir 0700, socket 0600)")
 	fs.StringVar(&c.healthAddr, "health-addr", ":9890", "HTTP address of /healthz, /readyz and /metrics; the chart binds it to the node IP")
 	fs.StringVar(&c.stateDir, "state-dir", "/var/run/sluice/state", "directory of the workload journal; tmpfs is right: pod netns do not survive a reboot either")
@@ -107,6 +132,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.BoolVar(&c.removeIstioCNI, "remove-istio-cni-entry", false, "remove a leftover istio-cni entry from the primary conflist (migration from istio-cni); false only warns")
 	fs.StringVar(&c.pluginBinary, "plugin-binary", "", "the sluice plugin to install; empty: 'sluice' next to this executable")
 	fs.DurationVar(&c.pluginTimeout, "plugin-timeout", pluginconf.DefaultTimeout, "the plugin's deadline for each call, written into the conflist entry")
+}
+
+// policyFlags decide which pods are captured and how, and the agent's
+// identity in Kubernetes.
+func (c *config) policyFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.excludeNamespaces, "exclude-namespaces", "kube-system", "comma-separated namespaces never captured; the plugin skips them even while the agent is down")
 	fs.StringVar(&c.nodeName, "node-name", getenv("NODE_NAME"), "this node's name: only its pods are watched (default $NODE_NAME)")
 	fs.StringVar(&c.podName, "pod-name", getenv("POD_NAME"), "the agent's own pod: to find its DaemonSet on exit, and its name less the random suffix is the prefix of the agent pods never captured (default $POD_NAME)")
@@ -122,7 +152,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.trigger, "trigger", triggerCNI, "what enrols a pod: cni (the chained plugin's ADD), nri (the runtime's NRI pod events; no conflist entry is installed) or both (migration)")
 	fs.StringVar(&c.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket, with --trigger nri or both")
 	fs.BoolVar(&c.checkConfig, "check-config", false, "validate flags and env without touching the node (the same checks every start runs), print 'config ok' and exit 0; invalid: exit 2")
+}
 
+// envDefaults reads every flag's env var (SLUICE_...) before the command
+// line, which wins; each flag's usage names its variable.
+func envDefaults(fs *flag.FlagSet, getenv func(string) string) error {
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := envName(f.Name)
@@ -133,51 +167,43 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 			}
 		}
 	})
-	if envErr != nil {
-		return nil, envErr
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
+	return envErr
+}
+
+// validateValues checks what a flag's own type cannot: enumerations and
+// bounds. check, which parseConfig runs next, checks the rest.
+func (c *config) validateValues() error {
 	if c.resync <= 0 {
-		return nil, fmt.Errorf("--resync-interval must be positive")
+		return fmt.Errorf("--resync-interval must be positive")
 	}
 	if c.maxInflight <= 0 {
-		return nil, fmt.Errorf("--max-inflight must be positive")
+		return fmt.Errorf("--max-inflight must be positive")
 	}
 	switch c.uninstallOnExit {
 	case "auto", "true", "false":
 	default:
-		return nil, fmt.Errorf("--uninstall-on-exit %q: want true, false or auto", c.uninstallOnExit)
+		return fmt.Errorf("--uninstall-on-exit %q: want true, false or auto", c.uninstallOnExit)
 	}
 	switch c.repairMode {
 	case "apply", "label", "delete", "off":
 	default:
-		return nil, fmt.Errorf("--repair-mode %q: want apply, label, delete or off", c.repairMode)
+		return fmt.Errorf("--repair-mode %q: want apply, label, delete or off", c.repairMode)
 	}
 	if _, err := repair.ParseLabel(c.repairLabel); err != nil {
-		return nil, fmt.Errorf("--repair-label: %w", err)
+		return fmt.Errorf("--repair-label: %w", err)
 	}
 	switch c.trigger {
 	case triggerCNI, triggerNRI, triggerBoth:
 	default:
-		return nil, fmt.Errorf("--trigger %q: want cni, nri or both", c.trigger)
+		return fmt.Errorf("--trigger %q: want cni, nri or both", c.trigger)
 	}
 	if c.trigger != triggerCNI && !strings.HasPrefix(c.nriSocket, "/") {
-		return nil, fmt.Errorf("--nri-socket %q: not an absolute path", c.nriSocket)
+		return fmt.Errorf("--nri-socket %q: not an absolute path", c.nriSocket)
 	}
 	if c.kubeconfig != "" && c.nodeName == "" {
-		return nil, fmt.Errorf("--node-name (or $NODE_NAME) is required with --kubeconfig")
+		return fmt.Errorf("--node-name (or $NODE_NAME) is required with --kubeconfig")
 	}
-	// One validation, on every path: the agent that starts is the one
-	// --check-config approved.
-	if err := c.check(); err != nil {
-		return nil, fmt.Errorf("invalid configuration: %w", err)
-	}
-	return c, nil
+	return nil
 }
 
 // installs is whether the installer runs: with --trigger nri no conflist

@@ -75,8 +75,17 @@ func decideSidecar(pod *corev1.Pod, ns *corev1.Namespace, base redirect.Spec, ip
 	if err := proxyIDs(&spec, proxy, &d); err != nil {
 		return Decision{}, err
 	}
-	// istio-cni reads these as booleans; a value that does not parse is
-	// logged and counts as false.
+	proxyEnvFlags(&spec, proxy, &d)
+	if err := spec.Validate(); err != nil {
+		return Decision{}, err
+	}
+	d.Capture, d.Spec, d.Reason = true, spec, "istio sidecar"
+	return d, nil
+}
+
+// proxyEnvFlags reads istio-proxy's boolean env vars as istio-cni does: a
+// value that does not parse is logged and counts as false.
+func proxyEnvFlags(spec *redirect.Spec, proxy *corev1.Container, d *Decision) {
 	for _, e := range []struct {
 		name string
 		dst  *bool
@@ -93,11 +102,6 @@ func decideSidecar(pod *corev1.Pod, ns *corev1.Namespace, base redirect.Spec, ip
 		}
 		*e.dst = b
 	}
-	if err := spec.Validate(); err != nil {
-		return Decision{}, err
-	}
-	d.Capture, d.Spec, d.Reason = true, spec, "istio sidecar"
-	return d, nil
 }
 
 // proxyIDs are istio-proxy's runAsUser and runAsGroup. istio-cni treats an

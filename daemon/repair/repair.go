@@ -312,24 +312,30 @@ func (r *Repairer) check(ctx context.Context, key string) {
 	if r.istioHandled(ctx, pod, d) {
 		return
 	}
-	var outcome string
-	switch {
-	case d.Spec.Mode == redirect.ModeAmbient:
-		outcome, err = OutcomeAmbient, r.enrollAmbient(ctx, pod, d)
-	case r.cfg.Mode == ModeApply:
-		outcome, err = r.apply(ctx, pod, d)
-	case r.cfg.Mode == ModeLabel:
-		outcome, err = r.label(ctx, pod)
-	case r.cfg.Mode == ModeDelete:
-		outcome, err = r.evict(ctx, pod)
-	case r.cfg.Mode == ModeOff:
-		outcome, err = r.report(pod)
-	}
+	outcome, err := r.act(ctx, pod, d)
 	if err != nil {
 		r.failed(pod, err)
 		return
 	}
 	r.succeeded(pod, outcome)
+}
+
+// act does to a pod running uncaptured what --repair-mode says; an ambient
+// pod is enrolled whatever the mode (a live label change, not a repair).
+func (r *Repairer) act(ctx context.Context, pod *corev1.Pod, d policy.Decision) (string, error) {
+	switch {
+	case d.Spec.Mode == redirect.ModeAmbient:
+		return OutcomeAmbient, r.enrollAmbient(ctx, pod, d)
+	case r.cfg.Mode == ModeApply:
+		return r.apply(ctx, pod, d)
+	case r.cfg.Mode == ModeLabel:
+		return r.label(ctx, pod)
+	case r.cfg.Mode == ModeDelete:
+		return r.evict(ctx, pod)
+	case r.cfg.Mode == ModeOff:
+		return r.report(pod)
+	}
+	return "", fmt.Errorf("--repair-mode %q: unknown", r.cfg.Mode)
 }
 
 func (r *Repairer) succeeded(pod *corev1.Pod, outcome string) {

@@ -37,15 +37,25 @@ func Verify(ns netns.NsHandle, t *Table) ([]string, error) {
 	if !slices.ContainsFunc(tables, func(nt *nftables.Table) bool { return nt.Name == t.Name }) {
 		return []string{fmt.Sprintf("table inet %s is missing", t.Name)}, nil
 	}
-
 	want := newProgram(t)
-	table := want.table
-	var drift []string
-	driftf := func(format string, args ...any) { drift = append(drift, fmt.Sprintf(format, args...)) }
-
-	gotSets, err := conn.GetSets(table)
+	sets, what, err := setDrift(conn, want)
 	if err != nil {
-		return fail("list sets", err)
+		return fail(what, err)
+	}
+	chains, what, err := chainDrift(conn, t, want)
+	if err != nil {
+		return fail(what, err)
+	}
+	return append(sets, chains...), nil
+}
+
+// setDrift compares the table's sets and their elements with want's; on an
+// error, what says which read failed.
+func setDrift(conn *nftables.Conn, want program) (drift []string, what string, err error) {
+	driftf := func(format string, args ...any) { drift = append(drift, fmt.Sprintf(format, args...)) }
+	gotSets, err := conn.GetSets(want.table)
+	if err != nil {
+		return nil, "list sets", err
 	}
 	for i, ws := range want.sets {
 		gs := findSet(gotSets, ws.Name)
@@ -59,7 +69,7 @@ func Verify(ns netns.NsHandle, t *Table) ([]string, error) {
 		}
 		elems, err := conn.GetSetElements(gs)
 		if err != nil {
-			return fail("list elements of set "+ws.Name, err)
+			return nil, "list elements of set " + ws.Name, err
 		}
 		if !sameElements(elems, want.elems[i]) {
 			driftf("set %s elements differ: %d in the kernel, want %d", ws.Name, len(elems), len(want.elems[i]))
@@ -70,10 +80,15 @@ func Verify(ns netns.NsHandle, t *Table) ([]string, error) {
 			driftf("set %s is not part of the ruleset", gs.Name)
 		}
 	}
+	return drift, "", nil
+}
 
+// chainDrift compares the table's chains, their hooks and their rules with
+// want's; on an error, what says which read failed.
+func chainDrift(conn *nftables.Conn, t *Table, want program) (drift []string, what string, err error) {
 	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
-		return fail("list chains", err)
+		return nil, "list chains", err
 	}
 	gotChains := map[string]*nftables.Chain{}
 	for _, c := range chains {
@@ -84,24 +99,24 @@ func Verify(ns netns.NsHandle, t *Table) ([]string, error) {
 	for i, wc := range want.chains {
 		gc := gotChains[wc.Name]
 		if gc == nil {
-			driftf("chain %s is missing", wc.Name)
+			drift = append(drift, fmt.Sprintf("chain %s is missing", wc.Name))
 			continue
 		}
 		delete(gotChains, wc.Name)
 		if d := chainHookDrift(gc, wc); d != "" {
-			driftf("chain %s: %s", wc.Name, d)
+			drift = append(drift, fmt.Sprintf("chain %s: %s", wc.Name, d))
 		}
-		got, err := conn.GetRules(table, gc)
+		got, err := conn.GetRules(want.table, gc)
 		if err != nil {
-			return fail("list rules of chain "+wc.Name, err)
+			return nil, "list rules of chain " + wc.Name, err
 		}
 		drift = append(drift, ruleDrift(wc.Name, t.Chains[i].Rules, wantRules(want, wc), got)...)
 	}
 	// Sorted: map order is random and reports should be stable.
 	for _, name := range slices.Sorted(maps.Keys(gotChains)) {
-		driftf("chain %s is not part of the ruleset", name)
+		drift = append(drift, fmt.Sprintf("chain %s is not part of the ruleset", name))
 	}
-	return drift, nil
+	return drift, "", nil
 }
 
 func findSet(sets []*nftables.Set, name string) *nftables.Set {
