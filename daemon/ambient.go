@@ -40,7 +40,7 @@ func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Wor
 	if err != nil {
 		return nil, fmt.Errorf("--host-netns %s: %w", path, err)
 	}
-	if err := redirect.EnsureHostTable(host, redirect.DefaultHostConfig()); err != nil {
+	if err := redirect.EnsureHostTable(host, cfg.hostConfig()); err != nil {
 		host.Close()
 		return nil, fmt.Errorf("host probe table in %s: %w", path, err)
 	}

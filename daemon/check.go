@@ -30,6 +30,9 @@ func (c *config) check() error {
 			errs = append(errs, fmt.Errorf("--kubeconfig: %w", err))
 		}
 	}
+	if _, _, err := c.probeSNAT(); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := policy.ParseSelectors(c.enablementSelectors()); err != nil {
 		errs = append(errs, fmt.Errorf("--ambient-enablement-selectors: %w", err))
 	}

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
@@ -55,6 +57,8 @@ type config struct {
 	ambientDNSCapture bool
 	ambientSelectors  string
 	ztunnelSocket     string
+	probeSNATIPv4     string
+	probeSNATIPv6     string
 	hostNetns         string
 
 	trigger   string
@@ -147,6 +151,8 @@ func (c *config) policyFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.BoolVar(&c.ambient, "ambient", false, "enroll pods labelled istio.io/dataplane-mode=ambient and hand them to ztunnel")
 	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", true, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
 	fs.StringVar(&c.ambientSelectors, "ambient-enablement-selectors", "", "which pods are ambient: Istio's enablement selectors (YAML or JSON list of {podSelector, namespaceSelector}, as the istio-cni chart's ambient.enablementSelectors); empty: Istio's chart default (pod label istio.io/dataplane-mode=ambient, or that namespace label and a pod label other than none)")
+	fs.StringVar(&c.probeSNATIPv4, "probe-snat-ipv4", redirect.DefaultProbeSNATIPv4.String(), "source address kubelet probes to ambient pods are SNATed to, which their in-pod rules let past ztunnel (istio-cni's HOST_PROBE_SNAT_ADDRESS)")
+	fs.StringVar(&c.probeSNATIPv6, "probe-snat-ipv6", redirect.DefaultProbeSNATIPv6.String(), "the same for IPv6 (istio-cni's HOST_PROBE_V6_SNAT_ADDRESS)")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
 	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
 	fs.StringVar(&c.trigger, "trigger", triggerCNI, "what enrols a pod: cni (the chained plugin's ADD), nri (the runtime's NRI pod events; no conflist entry is installed) or both (migration)")
@@ -260,4 +266,34 @@ func (c *config) enablementSelectors() string {
 		return policy.DefaultEnablementSelectors
 	}
 	return c.ambientSelectors
+}
+
+// probeSNAT is --probe-snat-ipv4 and --probe-snat-ipv6, each checked to be
+// an address of its family.
+func (c *config) probeSNAT() (v4, v6 netip.Addr, err error) {
+	v4, err = netip.ParseAddr(c.probeSNATIPv4)
+	if err != nil || !v4.Is4() {
+		return v4, v6, fmt.Errorf("--probe-snat-ipv4 %q: not an IPv4 address", c.probeSNATIPv4)
+	}
+	v6, err = netip.ParseAddr(c.probeSNATIPv6)
+	if err != nil || !v6.Is6() || v6.Is4In6() {
+		return v4, v6, fmt.Errorf("--probe-snat-ipv6 %q: not an IPv6 address", c.probeSNATIPv6)
+	}
+	return v4, v6, nil
+}
+
+// ambientBase is the in-pod ambient Spec every ambient pod starts from; its
+// probe addresses must be the host table's (hostConfig), or probes reach
+// ztunnel instead of the app.
+func (c *config) ambientBase() redirect.Spec {
+	spec := redirect.DefaultAmbientSpec()
+	spec.ProbeSNATIPv4, spec.ProbeSNATIPv6, _ = c.probeSNAT() // checked by check
+	return spec
+}
+
+// hostConfig is the host-side probe table's configuration.
+func (c *config) hostConfig() redirect.HostConfig {
+	hc := redirect.DefaultHostConfig()
+	hc.ProbeSNATIPv4, hc.ProbeSNATIPv6, _ = c.probeSNAT() // checked by check
+	return hc
 }

@@ -178,3 +178,36 @@ func TestIstioTakeoverFlag(t *testing.T) {
 		t.Fatal("--istio-takeover=maybe accepted")
 	}
 }
+
+// The probe SNAT addresses reach both sides, the host table and every
+// ambient pod's rules (standalone and Kubernetes policy take ambientBase);
+// an address of the wrong family stops the start.
+func TestProbeSNATFlags(t *testing.T) {
+	env := map[string]string{"SLUICE_PROBE_SNAT_IPV6": "fd00:9::9"}
+	c, err := parseConfig([]string{"--probe-snat-ipv4", "169.254.9.9"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, hc := c.ambientBase(), c.hostConfig()
+	if spec.ProbeSNATIPv4.String() != "169.254.9.9" || hc.ProbeSNATIPv4 != spec.ProbeSNATIPv4 {
+		t.Errorf("v4: spec %v, host %v", spec.ProbeSNATIPv4, hc.ProbeSNATIPv4)
+	}
+	if spec.ProbeSNATIPv6.String() != "fd00:9::9" || hc.ProbeSNATIPv6 != spec.ProbeSNATIPv6 {
+		t.Errorf("v6: spec %v, host %v", spec.ProbeSNATIPv6, hc.ProbeSNATIPv6)
+	}
+	d, err := parseConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.ambientBase(); got.ProbeSNATIPv4.String() != "169.254.7.127" {
+		t.Errorf("default v4 %v, want Istio's 169.254.7.127", got.ProbeSNATIPv4)
+	}
+	for _, args := range [][]string{
+		{"--probe-snat-ipv4", "fd00::1"}, {"--probe-snat-ipv4", "nope"},
+		{"--probe-snat-ipv6", "169.254.9.9"}, {"--probe-snat-ipv6", "::ffff:169.254.9.9"},
+	} {
+		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "probe-snat") {
+			t.Errorf("%v: err %v, want a probe-snat error", args, err)
+		}
+	}
+}

@@ -47,7 +47,7 @@ func newKubePolicy(cfg *config, rc *rest.Config, log *slog.Logger) (*policy.Kube
 		if err != nil {
 			return nil, fmt.Errorf("--ambient-enablement-selectors: %w", err)
 		}
-		kc.Ambient = &policy.AmbientConfig{Base: redirect.DefaultAmbientSpec(), DNSCapture: cfg.ambientDNSCapture, Selectors: sel}
+		kc.Ambient = &policy.AmbientConfig{Base: cfg.ambientBase(), DNSCapture: cfg.ambientDNSCapture, Selectors: sel}
 	}
 	return policy.NewKube(kc)
 }
@@ -62,7 +62,7 @@ func staticPolicy(cfg *config) (rpc.Policy, error) {
 		if !cfg.ambient {
 			return nil, fmt.Errorf("--default-mode ambient needs --ambient")
 		}
-		spec := redirect.DefaultAmbientSpec()
+		spec := cfg.ambientBase()
 		spec.CaptureDNS = cfg.ambientDNSCapture
 		return policy.NewStatic(spec, splitList(cfg.excludeNamespaces)...)
 	}

@@ -88,3 +88,36 @@ func TestHostProbeToAmbientPod(t *testing.T) {
 	expect(t, "probe v4", dialFrom(t, tp.node, "tcp", podV4+":8080"), "pod-8080")
 	expect(t, "probe v6", dialFrom(t, tp.node, "tcp", "["+podV6+"]:8080"), "pod-8080")
 }
+
+// The probe addresses are configuration (--probe-snat-ipv4/-ipv6): with
+// other addresses on both sides the probe still reaches the app; with the
+// host SNATing to an address the pod's rules do not know, it is captured
+// (ztunnel sees it), so the two sides must agree.
+func TestHostProbeCustomSNAT(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("169.254.9.9"), netip.MustParseAddr("fd00:9::9")
+	for _, tc := range []struct {
+		name     string
+		podKnows bool
+		want     string
+	}{{"both sides", true, "pod-8080"}, {"host only", false, "ztunnel-in " + podV4 + ":8080 app=pod-8080"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := newAmbientTopology(t)
+			node := tp.node.Handle(t)
+			spec := DefaultAmbientSpec()
+			if tc.podKnows {
+				spec.ProbeSNATIPv4, spec.ProbeSNATIPv6 = v4, v6
+			}
+			mustApply(t, tp, spec)
+			hc := DefaultHostConfig()
+			hc.ProbeSNATIPv4, hc.ProbeSNATIPv6 = v4, v6
+			if err := EnsureHostTable(node, hc); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { RemoveHostTable(node) })
+			if err := AddHostIPs(node, netip.MustParseAddr(podV4), netip.MustParseAddr(podV6)); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, "probe v4", dialFrom(t, tp.node, "tcp", podV4+":8080"), tc.want)
+		})
+	}
+}
