@@ -70,9 +70,6 @@ func parseConfig(stdin []byte) (*NetConf, error) {
 			conf.warnings = append(conf.warnings, fmt.Sprintf("unknown key %q in the sluice conflist entry", k))
 		}
 	}
-	if r, ok := conf.PrevResult.(*current.Result); ok && len(r.IPs) == 0 {
-		conf.warnings = append(conf.warnings, "prevResult has no IPs: the primary CNI assigned none")
-	}
 	// The agent wants the plugin's settings, not a copy of the previous
 	// plugin's output.
 	delete(m, "prevResult")

@@ -36,10 +36,25 @@ func newCall(args *skel.CmdArgs, verb string) (*call, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: conf.parsed.LogLevel})).With(
 		"verb", verb, "request_id", id, "container_id", args.ContainerID,
 		"pod", pod.Namespace+"/"+pod.Name)
+	conf.warnings = append(conf.warnings, verbWarnings(verb, conf)...)
 	for _, w := range conf.warnings {
 		log.Warn(w)
 	}
 	return &call{conf: conf, pod: pod, log: log, id: id}, nil
+}
+
+// verbWarnings are what is worth saying only for some verbs. A prevResult
+// with no IPs matters to ADD and CHECK (the agent picks IP families from
+// them); on DEL, libcni passes the plugin's own cached result, which is
+// empty when sluice runs as a network of its own (Multus).
+func verbWarnings(verb string, conf *NetConf) []string {
+	if verb != "ADD" && verb != "CHECK" {
+		return nil
+	}
+	if r, ok := conf.PrevResult.(*current.Result); ok && len(r.IPs) == 0 {
+		return []string{"prevResult has no IPs: the primary CNI assigned none"}
+	}
+	return nil
 }
 
 func (c *call) context() (context.Context, context.CancelFunc) {
