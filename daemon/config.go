@@ -127,7 +127,7 @@ func (c *config) nodeFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.resync, "resync-interval", 60*time.Second, "how often every enrolled netns is verified and its ruleset reasserted on drift")
 	fs.IntVar(&c.maxInflight, "max-inflight", 64, "concurrent ADDs; more wait for a slot until their deadline")
 	fs.BoolVar(&c.install, "install", true, "install the plugin binary and its conflist entry, and keep them in place")
-	fs.StringVar(&c.uninstallOnExit, "uninstall-on-exit", "auto", "remove the conflist entry on SIGTERM: true, false, or auto (true standalone; in Kubernetes only when the agent's DaemonSet is being deleted)")
+	fs.StringVar(&c.uninstallOnExit, "uninstall-on-exit", "auto", "remove the conflist entry on SIGTERM: true, false, or auto (true standalone; in Kubernetes only when the agent's DaemonSet is being deleted or no longer selects this node)")
 	fs.StringVar(&c.cniBinDirs, "cni-bin-dir", "/opt/cni/bin", "comma-separated directories the plugin binary is installed into")
 	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "directory of the CNI configs the runtime reads")
 	fs.StringVar(&c.cniConfName, "cni-conf-name", "", "primary config file to chain into; empty: the lexically first valid one")

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
 // Is this SIGTERM an uninstall or an upgrade? An uninstall removes the
@@ -31,15 +33,16 @@ func uninstallOnExit(cfg *config, rc *rest.Config, log *slog.Logger) bool {
 	if rc == nil {
 		return true
 	}
-	leaving, why := daemonSetLeaving(context.Background(), rc, cfg.podNamespace, cfg.podName)
+	leaving, why := daemonSetLeaving(context.Background(), rc, cfg.podNamespace, cfg.podName, cfg.nodeName)
 	log.Info("conflist entry on exit", "remove", leaving, "why", why)
 	return leaving
 }
 
-// daemonSetLeaving says whether the agent's own DaemonSet is gone or being
-// deleted (an uninstall), as opposed to rolling (an upgrade or a restart),
-// where the conflist entry must stay so new pods wait for the new agent.
-func daemonSetLeaving(ctx context.Context, rc *rest.Config, namespace, pod string) (bool, string) {
+// daemonSetLeaving says whether the agent's own DaemonSet is gone, being
+// deleted or no longer meant for this node (an uninstall here), as opposed
+// to rolling (an upgrade or a restart), where the conflist entry must stay
+// so new pods wait for the new agent.
+func daemonSetLeaving(ctx context.Context, rc *rest.Config, namespace, pod, node string) (bool, string) {
 	if namespace == "" || pod == "" {
 		return false, "own pod unknown (--pod-name/--pod-namespace); keeping the entry"
 	}
@@ -49,6 +52,11 @@ func daemonSetLeaving(ctx context.Context, rc *rest.Config, namespace, pod strin
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	return leaving(ctx, client, namespace, pod, node)
+}
+
+// leaving is daemonSetLeaving's decision, given a client.
+func leaving(ctx context.Context, client kubernetes.Interface, namespace, pod, node string) (bool, string) {
 	p, err := client.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
 	switch {
 	case apierrors.IsUnauthorized(err), apierrors.IsForbidden(err):
@@ -74,7 +82,31 @@ func daemonSetLeaving(ctx context.Context, rc *rest.Config, namespace, pod strin
 		case ds.UID != ref.UID:
 			return true, "DaemonSet " + ref.Name + " was replaced"
 		}
+		if gone, why := leftNode(ctx, client, ds, node); gone {
+			return true, why
+		}
 		return false, "DaemonSet " + ref.Name + " stays (upgrade or restart)"
 	}
 	return false, "own pod has no DaemonSet owner; keeping the entry"
+}
+
+// leftNode says whether ds no longer selects node (its nodeSelector or
+// required node affinity changed): the DaemonSet stays but will run no
+// agent here again, so keeping the entry would hold every new pod on the
+// node in ContainerCreating for good. Istio's agent decides the same. When
+// the node cannot be read, the entry stays (fail closed).
+func leftNode(ctx context.Context, client kubernetes.Interface, ds *appsv1.DaemonSet, node string) (bool, string) {
+	if node == "" {
+		return false, ""
+	}
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false, ""
+	}
+	tmpl := ds.Spec.Template.Spec
+	match, err := nodeaffinity.NewRequiredNodeAffinity(tmpl.NodeSelector, tmpl.Affinity).Match(n)
+	if err != nil || match {
+		return false, ""
+	}
+	return true, "DaemonSet " + ds.Name + " no longer selects node " + node
 }

@@ -334,7 +334,7 @@ func TestServiceAccountPermissions(t *testing.T) {
 		{"", "events", "", "create", "", true}, {"events.k8s.io", "events", "", "patch", "", true},
 		{"apps", "daemonsets", "", "get", "sluice-agent", true}, {"apps", "daemonsets", "", "get", "calico-node", false},
 		{"", "pods", "", "create", "", false}, {"", "secrets", "", "get", "", false}, {"", "namespaces", "", "get", "", false},
-		{"", "configmaps", "", "list", "", false}, {"apps", "daemonsets", "", "list", "", false}, {"", "nodes", "", "get", "", false},
+		{"", "configmaps", "", "list", "", false}, {"apps", "daemonsets", "", "list", "", false}, {"", "nodes", "", "get", "", true}, {"", "nodes", "", "list", "", false},
 	}
 	// The authorizer learns new roles and bindings from its own watch, a
 	// moment after they are created: wait until it answers as the role says.
