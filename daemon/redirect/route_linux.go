@@ -30,6 +30,21 @@ func routeHandle(ns netns.NsHandle) (*netlink.Handle, error) {
 	return h, nil
 }
 
+// openRoutes is routeHandle plus the rules and routes of ours it holds
+// now; the caller closes the handle.
+func openRoutes(ns netns.NsHandle) (*netlink.Handle, routeState, error) {
+	h, err := routeHandle(ns)
+	if err != nil {
+		return nil, routeState{}, err
+	}
+	st, err := readRoutes(h)
+	if err != nil {
+		h.Close()
+		return nil, routeState{}, err
+	}
+	return h, st, nil
+}
+
 func (r policyRoute) nlFamily() int {
 	if r.fam == nft.IPv6 {
 		return netlink.FAMILY_V6
@@ -114,15 +129,11 @@ func isDefault(n *net.IPNet) bool {
 // It returns what it added, also on failure, so the caller can take back
 // exactly that (undoRoutes) when the rest of the Apply fails.
 func ensureRoutes(ns netns.NsHandle, want []policyRoute) (added []policyRoute, err error) {
-	h, err := routeHandle(ns)
+	h, st, err := openRoutes(ns)
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	st, err := readRoutes(h)
-	if err != nil {
-		return nil, err
-	}
 	lo, err := h.LinkByName(loopbackInterface)
 	if err != nil {
 		return nil, fmt.Errorf("find %s: %w", loopbackInterface, err)
@@ -182,15 +193,11 @@ func undoRoutes(ns netns.NsHandle, added []policyRoute) error {
 // pruneRoutes deletes every rule and route of ours that keep does not
 // name: what a previous Spec needed and this one does not.
 func pruneRoutes(ns netns.NsHandle, keep []policyRoute) error {
-	h, err := routeHandle(ns)
+	h, st, err := openRoutes(ns)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	st, err := readRoutes(h)
-	if err != nil {
-		return err
-	}
 	// Rules first: a rule pointing at a table with no route would let
 	// marked packets fall through to the main table.
 	for _, rl := range st.rules {
@@ -213,15 +220,11 @@ func pruneRoutes(ns netns.NsHandle, keep []policyRoute) error {
 // routeDrift names each wanted rule or route that is missing, and each of
 // ours that is not wanted.
 func routeDrift(ns netns.NsHandle, want []policyRoute) ([]string, error) {
-	h, err := routeHandle(ns)
+	h, st, err := openRoutes(ns)
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	st, err := readRoutes(h)
-	if err != nil {
-		return nil, err
-	}
 	var drift []string
 	for _, w := range want {
 		if !containsFunc(st.rules, w.isRule) {

@@ -121,22 +121,8 @@ func nlChain(table *nftables.Table, c Chain) *nftables.Chain {
 		prio := nftables.ChainPriority(c.Priority)
 		nc.Priority = &prio
 		nc.Policy = &accept
-		switch c.Type {
-		case TypeNAT:
-			nc.Type = nftables.ChainTypeNAT
-		case TypeFilter:
-			nc.Type = nftables.ChainTypeFilter
-		case TypeRoute:
-			nc.Type = nftables.ChainTypeRoute
-		}
-		switch c.Hook {
-		case HookPrerouting:
-			nc.Hooknum = nftables.ChainHookPrerouting
-		case HookOutput:
-			nc.Hooknum = nftables.ChainHookOutput
-		case HookPostrouting:
-			nc.Hooknum = nftables.ChainHookPostrouting
-		}
+		nc.Type = chainTypes[c.Type]
+		nc.Hooknum = chainHooks[c.Hook]
 	}
 	return nc
 }
@@ -363,3 +349,14 @@ func cmp(neg bool, data []byte) expr.Any {
 func lookup(set string, setIDs map[string]uint32) expr.Any {
 	return &expr.Lookup{SourceRegister: reg, SetName: set, SetID: setIDs[set]}
 }
+
+// chainTypes and chainHooks map the model's base-chain kinds to the
+// kernel's; a kind missing here is one the model never builds.
+var (
+	chainTypes = map[ChainType]nftables.ChainType{
+		TypeNAT: nftables.ChainTypeNAT, TypeFilter: nftables.ChainTypeFilter, TypeRoute: nftables.ChainTypeRoute,
+	}
+	chainHooks = map[Hook]*nftables.ChainHook{
+		HookPrerouting: nftables.ChainHookPrerouting, HookOutput: nftables.ChainHookOutput, HookPostrouting: nftables.ChainHookPostrouting,
+	}
+)
