@@ -3,9 +3,11 @@ package nft
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/google/nftables"
+	"github.com/mdlayher/netlink/nltest"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -30,8 +32,8 @@ import (
 // committed before the kernel acks it, so the socket is closed off the
 // caller's path (closeLater). The batch asks for one ACK (batch_linux.go).
 //
-// The netlink socket is opened inside ns by mdlayher/netlink, on a locked
-// thread of its own that is moved back before it is released; the caller's
+// The netlink socket is opened inside ns on a locked thread of its own
+// that is moved back before it is released (sock_linux.go); the caller's
 // thread never changes namespace, so Apply is safe to call from many
 // goroutines at once.
 func Apply(ns netns.NsHandle, t *Table) (existed bool, err error) {
@@ -137,38 +139,41 @@ func Remove(ns netns.NsHandle, name string) error {
 // needs is left to happen; one closer keeps that to one blocked thread. A
 // full queue closes inline, so a storm slows down rather than piles up.
 var (
-	closing     = make(chan *socket, 1024)
+	closing     = make(chan io.Closer, 1024)
 	closerStart sync.Once
 )
 
-func closeLater(s *socket) {
+func closeLater(s io.Closer) {
 	closerStart.Do(func() {
 		go func() {
 			for s := range closing {
-				_ = s.nl.Close()
+				_ = s.Close()
 			}
 		}()
 	})
 	select {
 	case closing <- s:
 	default:
-		_ = s.nl.Close()
+		_ = s.Close()
 	}
 }
 
-// dial makes a google/nftables connection bound to ns, for reading
-// (Verify). google/nftables treats fd 0 as "the calling thread's
-// namespace", so a closed or zero handle would silently read the agent's
-// own netns; refuse it instead.
-func dial(ns netns.NsHandle, opts ...nftables.ConnOption) (*nftables.Conn, error) {
-	if int(ns) <= 0 {
-		return nil, fmt.Errorf("netns handle %d is not an open namespace", int(ns))
-	}
-	conn, err := nftables.New(append([]nftables.ConnOption{nftables.WithNetNSFd(int(ns))}, opts...)...)
+// dial makes a google/nftables connection that reads ns (Verify) over
+// a sock (sock_linux.go), handed to google/nftables as its transport with
+// WithTestDial, the one seam v0.3.0 has for one. The sock is returned to be
+// closed with closeLater.
+func dial(ns netns.NsHandle) (*nftables.Conn, *sock, error) {
+	s, err := openSock(ns)
 	if err != nil {
-		return nil, fmt.Errorf("open netlink in netns fd %d: %w", int(ns), err)
+		return nil, nil, err
 	}
-	return conn, nil
+	s.as = nltest.PID
+	conn, err := nftables.New(nftables.WithTestDial(s.exchange), nftables.AsLasting())
+	if err != nil {
+		s.Close()
+		return nil, nil, fmt.Errorf("netlink in netns fd %d: %w", int(ns), err)
+	}
+	return conn, s, nil
 }
 
 // program is a Table as google/nftables values, in the order they are

@@ -54,25 +54,20 @@ func marshal(build func(*nftables.Conn) error) ([]netlink.Message, error) {
 // socket is one NETLINK_NETFILTER socket opened in a netns.
 type socket struct{ nl *netlink.Conn }
 
+func (s *socket) Close() error { return s.nl.Close() }
+
 // replyTimeout bounds every wait for the kernel: nothing on the ADD path
 // blocks without a deadline. The kernel answers a batch in microseconds to
 // milliseconds; this is for a kernel that never answers.
 const replyTimeout = 10 * time.Second
 
-// open makes a socket bound to ns. A zero or negative handle would mean
-// "the calling thread's namespace" to the netlink library and silently
-// program the agent's own netns; it is refused instead. The socket is
-// opened inside ns on a locked thread of the netlink library's own, so the
-// caller's thread never changes namespace.
+// open makes a socket bound to ns (sock_linux.go).
 func open(ns netns.NsHandle) (*socket, error) {
-	if int(ns) <= 0 {
-		return nil, fmt.Errorf("netns handle %d is not an open namespace", int(ns))
-	}
-	nl, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(ns)})
+	s, err := openSock(ns)
 	if err != nil {
-		return nil, fmt.Errorf("open netlink in netns fd %d: %w", int(ns), err)
+		return nil, err
 	}
-	return &socket{nl: nl}, nil
+	return &socket{nl: s.conn()}, nil
 }
 
 // send commits batch (from marshal) as one transaction and waits for its
@@ -88,9 +83,6 @@ func (s *socket) send(batch []netlink.Message) error {
 		h.Sequence, h.PID = 0, 0 // the socket numbers them
 	}
 	batch[len(batch)-2].Header.Flags |= netlink.Acknowledge
-	if err := s.nl.SetReadDeadline(time.Now().Add(replyTimeout)); err != nil {
-		return err
-	}
 	sent, err := s.nl.SendMessages(batch)
 	if err != nil {
 		return err
@@ -116,9 +108,6 @@ func (s *socket) send(batch []netlink.Message) error {
 func (s *socket) tableExists(name string) (bool, error) {
 	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{{Type: unix.NFTA_TABLE_NAME, Data: append([]byte(name), 0)}})
 	if err != nil {
-		return false, err
-	}
-	if err := s.nl.SetReadDeadline(time.Now().Add(replyTimeout)); err != nil {
 		return false, err
 	}
 	_, err = s.nl.Execute(netlink.Message{

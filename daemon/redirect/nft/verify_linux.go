@@ -21,11 +21,11 @@ import (
 // went missing and one someone added are each named. Like Apply it never
 // moves the caller's thread into ns.
 func Verify(ns netns.NsHandle, t *Table) ([]string, error) {
-	conn, err := dial(ns, nftables.AsLasting())
+	conn, s, err := dial(ns)
 	if err != nil {
 		return nil, fmt.Errorf("verify table inet %s: %w", t.Name, err)
 	}
-	defer conn.CloseLasting()
+	defer closeLater(s)
 	fail := func(what string, err error) ([]string, error) {
 		return nil, fmt.Errorf("verify table inet %s in netns fd %d: %s: %w", t.Name, int(ns), what, err)
 	}

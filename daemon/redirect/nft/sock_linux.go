@@ -1,0 +1,222 @@
+package nft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/mdlayher/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// sock is a blocking NETLINK_NETFILTER socket opened in a pod's netns: a
+// netlink.Socket for mdlayher/netlink's NewConn, the transport both the
+// batch (batch_linux.go) and google/nftables' reads (Verify) use.
+//
+// Why not netlink.Dial: mdlayher/socket (v0.6.1) starts a goroutine for
+// every send and every receive to watch a context that, from netlink.Conn,
+// is always context.Background; each one wakes an idle P through a futex.
+// A verify is ~20 of them, a third of its CPU (docs/benchmarks.md). The
+// kernel answers a netfilter request before sendmsg returns or within
+// microseconds, so a blocking fd with a receive timeout loses nothing.
+type sock struct {
+	fd  int
+	pid uint32 // the port id the kernel bound it to
+	// as is the port id the Conn on top expects in replies: google/nftables'
+	// reads go through nltest.Dial, whose Conn believes it is nltest.PID and
+	// validates replies against that.
+	as uint32
+}
+
+// bufs holds receive buffers: a netlink dump reply is at most 32 KiB
+// (the kernel caps its dump skbs there), so 64 KiB never truncates.
+var bufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// openSock opens a netfilter socket inside ns. A zero or negative handle
+// would mean "the calling thread's namespace" and silently program the
+// agent's own netns; it is refused instead.
+func openSock(ns netns.NsHandle) (*sock, error) {
+	if int(ns) <= 0 {
+		return nil, fmt.Errorf("netns handle %d is not an open namespace", int(ns))
+	}
+	fd, err := socketIn(ns)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink in netns fd %d: %w", int(ns), err)
+	}
+	s := &sock{fd: fd}
+	if err := s.setup(); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open netlink in netns fd %d: %w", int(ns), err)
+	}
+	s.as = s.pid
+	return s, nil
+}
+
+func (s *sock) setup() error {
+	tv := unix.NsecToTimeval(replyTimeout.Nanoseconds())
+	for _, opt := range []int{unix.SO_RCVTIMEO, unix.SO_SNDTIMEO} {
+		if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, opt, &tv); err != nil {
+			return fmt.Errorf("set socket timeout: %w", err)
+		}
+	}
+	if err := unix.Bind(s.fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("bind: %w", err)
+	}
+	sa, err := unix.Getsockname(s.fd)
+	if err != nil {
+		return fmt.Errorf("getsockname: %w", err)
+	}
+	nl, ok := sa.(*unix.SockaddrNetlink)
+	if !ok {
+		return fmt.Errorf("getsockname: not a netlink address: %T", sa)
+	}
+	s.pid = nl.Pid
+	return nil
+}
+
+// socketIn creates the socket on a locked thread moved into ns and back.
+// It runs in a goroutine of its own: if the thread cannot be moved back it
+// stays locked, and Go ends it with the goroutine instead of running
+// anything else in the pod's netns.
+func socketIn(ns netns.NsHandle) (int, error) {
+	type result struct {
+		fd  int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		fd, restored, err := socketOnThread(ns)
+		if restored {
+			runtime.UnlockOSThread()
+		}
+		done <- result{fd, err}
+	}()
+	r := <-done
+	return r.fd, r.err
+}
+
+func socketOnThread(ns netns.NsHandle) (fd int, restored bool, err error) {
+	home, err := netns.Get()
+	if err != nil {
+		return -1, true, fmt.Errorf("this thread's netns: %w", err)
+	}
+	defer home.Close()
+	if err := netns.Set(ns); err != nil {
+		return -1, true, fmt.Errorf("setns: %w", err)
+	}
+	fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if rerr := netns.Set(home); rerr != nil {
+		if err == nil {
+			unix.Close(fd)
+		}
+		return -1, false, fmt.Errorf("move the thread back from the pod's netns: %w", rerr)
+	}
+	if err != nil {
+		return -1, true, fmt.Errorf("socket: %w", err)
+	}
+	return fd, true, nil
+}
+
+// conn is a netlink.Conn over s, as the batch uses it.
+func (s *sock) conn() *netlink.Conn { return netlink.NewConn(s, s.pid) }
+
+func (s *sock) Close() error { return unix.Close(s.fd) }
+
+func (s *sock) Send(m netlink.Message) error { return s.SendMessages([]netlink.Message{m}) }
+
+// SendMessages writes msgs in one sendmsg, as netlink.Conn does: a batch
+// must reach the kernel in one datagram to be one transaction.
+func (s *sock) SendMessages(msgs []netlink.Message) error {
+	var b []byte
+	for _, m := range msgs {
+		mb, err := m.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		b = append(b, mb...)
+	}
+	for {
+		err := unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+func (s *sock) Receive() ([]netlink.Message, error) {
+	var out []netlink.Message
+	for m, err := range s.ReceiveIter() {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// ReceiveIter reads one datagram and yields its messages. They are parsed
+// from a copy, so nothing aliases the pooled buffer.
+func (s *sock) ReceiveIter() iter.Seq2[netlink.Message, error] {
+	return func(yield func(netlink.Message, error) bool) {
+		data, err := s.recv()
+		if err != nil {
+			yield(netlink.Message{}, err)
+			return
+		}
+		for len(data) >= unix.NLMSG_HDRLEN {
+			n := int(binary.NativeEndian.Uint32(data))
+			an := (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1)
+			if n < unix.NLMSG_HDRLEN || an > len(data) {
+				yield(netlink.Message{}, fmt.Errorf("netlink: malformed reply (length %d of %d bytes)", n, len(data)))
+				return
+			}
+			var m netlink.Message
+			if err := m.UnmarshalBinary(data[:an]); err != nil {
+				yield(netlink.Message{}, err)
+				return
+			}
+			if m.Header.PID == s.pid {
+				m.Header.PID = s.as
+			}
+			if !yield(m, nil) {
+				return
+			}
+			data = data[an:]
+		}
+	}
+}
+
+func (s *sock) recv() ([]byte, error) {
+	bp := bufs.Get().(*[]byte)
+	defer bufs.Put(bp)
+	for {
+		n, _, flags, _, err := unix.Recvmsg(s.fd, *bp, nil, 0)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return nil, fmt.Errorf("recvmsg: no reply from the kernel within %s", replyTimeout)
+		case err != nil:
+			return nil, fmt.Errorf("recvmsg: %w", err)
+		case flags&unix.MSG_TRUNC != 0:
+			return nil, fmt.Errorf("recvmsg: reply larger than %d bytes", len(*bp))
+		}
+		return slices.Clone((*bp)[:n]), nil
+	}
+}
+
+// exchange is s as an nltest.Func, the transport google/nftables takes
+// through WithTestDial: a request is sent and its replies are left for the
+// next receive (req nil), which reads one datagram.
+func (s *sock) exchange(req []netlink.Message) ([]netlink.Message, error) {
+	if req != nil {
+		return nil, s.SendMessages(req)
+	}
+	return s.Receive()
+}
