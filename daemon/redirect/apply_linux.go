@@ -41,17 +41,31 @@ func Apply(ns netns.NsHandle, r *Ruleset) error {
 	if err != nil {
 		return err
 	}
+	// One rtnetlink handle and one read of our routes for the whole Apply,
+	// opened only when routes are wanted or may need pruning.
+	var ours *ourRoutes
+	defer func() {
+		if ours != nil {
+			ours.close()
+		}
+	}()
 	var added []policyRoute
 	var addedAddrs []netip.Addr
 	undo := func(err error) error {
-		uerr := errors.Join(undoRoutes(ns, added), undoLoAddrs(ns, addedAddrs))
-		if uerr != nil {
+		var uerr error
+		if len(added) > 0 {
+			uerr = ours.undo(added)
+		}
+		if uerr = errors.Join(uerr, undoLoAddrs(ns, addedAddrs)); uerr != nil {
 			return errors.Join(err, fmt.Errorf("after the failed apply, in netns fd %d: %w", int(ns), uerr))
 		}
 		return err
 	}
 	if len(routes) > 0 {
-		if added, err = ensureRoutes(ns, routes); err != nil {
+		if ours, err = openRoutes(ns); err != nil {
+			return fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err)
+		}
+		if added, err = ours.ensure(routes); err != nil {
 			return undo(fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err))
 		}
 	}
@@ -68,8 +82,23 @@ func Apply(ns netns.NsHandle, r *Ruleset) error {
 	if err != nil {
 		return undo(err)
 	}
-	if existed || len(routes) > 0 {
-		if err := pruneRoutes(ns, routes); err != nil {
+	return pruneAfterApply(ns, ours, existed, routes, addrs)
+}
+
+// pruneAfterApply removes the routes and lo addresses of ours a previous
+// ruleset needed and this one does not. A fresh table without routes or
+// addresses wanted means a new pod (or one Remove cleaned up): nothing to
+// read.
+func pruneAfterApply(ns netns.NsHandle, ours *ourRoutes, existed bool, routes []policyRoute, addrs []netip.Addr) error {
+	if ours == nil && existed {
+		var err error
+		if ours, err = openRoutes(ns); err != nil {
+			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
+		}
+		defer ours.close()
+	}
+	if ours != nil {
+		if err := ours.prune(routes); err != nil {
 			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
 		}
 	}
@@ -152,7 +181,12 @@ func Remove(ns netns.NsHandle) error {
 	if err := nft.Remove(ns, TableName); err != nil {
 		return err
 	}
-	if err := pruneRoutes(ns, nil); err != nil {
+	ours, err := openRoutes(ns)
+	if err != nil {
+		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
+	}
+	defer ours.close()
+	if err := ours.prune(nil); err != nil {
 		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
 	}
 	if err := pruneLoAddrs(ns, nil); err != nil {

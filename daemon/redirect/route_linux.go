@@ -30,20 +30,30 @@ func routeHandle(ns netns.NsHandle) (*netlink.Handle, error) {
 	return h, nil
 }
 
+// ourRoutes is one rtnetlink handle in a netns and the rules and routes of
+// ours it read when opened. An Apply ensures, takes back and prunes with
+// the same one: one socket and one read, not one each.
+type ourRoutes struct {
+	h  *netlink.Handle
+	st routeState
+}
+
 // openRoutes is routeHandle plus the rules and routes of ours it holds
-// now; the caller closes the handle.
-func openRoutes(ns netns.NsHandle) (*netlink.Handle, routeState, error) {
+// now; the caller closes it.
+func openRoutes(ns netns.NsHandle) (*ourRoutes, error) {
 	h, err := routeHandle(ns)
 	if err != nil {
-		return nil, routeState{}, err
+		return nil, err
 	}
 	st, err := readRoutes(h)
 	if err != nil {
 		h.Close()
-		return nil, routeState{}, err
+		return nil, err
 	}
-	return h, st, nil
+	return &ourRoutes{h: h, st: st}, nil
 }
+
+func (o *ourRoutes) close() { o.h.Close() }
 
 func (r policyRoute) nlFamily() int {
 	if r.fam == nft.IPv6 {
@@ -124,16 +134,12 @@ func isDefault(n *net.IPNet) bool {
 	return ones == 0
 }
 
-// ensureRoutes adds each wanted rule and route that is missing; present
+// ensure adds each wanted rule and route that is missing; present
 // ones are left as they are, so re-applying leaves exactly one of each.
 // It returns what it added, also on failure, so the caller can take back
-// exactly that (undoRoutes) when the rest of the Apply fails.
-func ensureRoutes(ns netns.NsHandle, want []policyRoute) (added []policyRoute, err error) {
-	h, st, err := openRoutes(ns)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
+// exactly that (undo) when the rest of the Apply fails.
+func (o *ourRoutes) ensure(want []policyRoute) (added []policyRoute, err error) {
+	h, st := o.h, o.st
 	lo, err := h.LinkByName(loopbackInterface)
 	if err != nil {
 		return nil, fmt.Errorf("find %s: %w", loopbackInterface, err)
@@ -161,17 +167,10 @@ func ensureRoutes(ns netns.NsHandle, want []policyRoute) (added []policyRoute, e
 	return added, nil
 }
 
-// undoRoutes deletes what ensureRoutes added, rules before routes (see
-// pruneRoutes): an Apply that fails leaves the routes as it found them.
-func undoRoutes(ns netns.NsHandle, added []policyRoute) error {
-	if len(added) == 0 {
-		return nil
-	}
-	h, err := routeHandle(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
+// undo deletes what ensure added, rules before routes (see prune): an
+// Apply that fails leaves the routes as it found them.
+func (o *ourRoutes) undo(added []policyRoute) error {
+	h := o.h
 	var errs []error
 	for _, pass := range []bool{true, false} {
 		for _, a := range added {
@@ -190,14 +189,11 @@ func undoRoutes(ns netns.NsHandle, added []policyRoute) error {
 	return errors.Join(errs...)
 }
 
-// pruneRoutes deletes every rule and route of ours that keep does not
-// name: what a previous Spec needed and this one does not.
-func pruneRoutes(ns netns.NsHandle, keep []policyRoute) error {
-	h, st, err := openRoutes(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
+// prune deletes every rule and route of ours that keep does not name:
+// what a previous Spec needed and this one does not. It works from what
+// was read when o was opened; what ensure added since is in keep.
+func (o *ourRoutes) prune(keep []policyRoute) error {
+	h, st := o.h, o.st
 	// Rules first: a rule pointing at a table with no route would let
 	// marked packets fall through to the main table.
 	for _, rl := range st.rules {
@@ -220,11 +216,12 @@ func pruneRoutes(ns netns.NsHandle, keep []policyRoute) error {
 // routeDrift names each wanted rule or route that is missing, and each of
 // ours that is not wanted.
 func routeDrift(ns netns.NsHandle, want []policyRoute) ([]string, error) {
-	h, st, err := openRoutes(ns)
+	o, err := openRoutes(ns)
 	if err != nil {
 		return nil, err
 	}
-	defer h.Close()
+	defer o.close()
+	st := o.st
 	var drift []string
 	for _, w := range want {
 		if !containsFunc(st.rules, w.isRule) {
