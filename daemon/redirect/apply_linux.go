@@ -86,9 +86,12 @@ func Apply(ns netns.NsHandle, r *Ruleset) error {
 }
 
 // pruneAfterApply removes the routes and lo addresses of ours a previous
-// ruleset needed and this one does not. A fresh table without routes or
-// addresses wanted means a new pod (or one Remove cleaned up): nothing to
-// read.
+// ruleset needed and this one does not. A fresh table means a new pod (or
+// one Remove cleaned up): its routes are pruned only when this Apply read
+// them anyway, and lo's addresses not at all, which spared every IPv6
+// sidecar ADD a socket and an address dump. Should a Remove have died
+// between the table and the addresses, Verify names the address left over
+// and the reassert, which finds the table, prunes it.
 func pruneAfterApply(ns netns.NsHandle, ours *ourRoutes, existed bool, routes []policyRoute, addrs []netip.Addr) error {
 	if ours == nil && existed {
 		var err error
@@ -102,7 +105,7 @@ func pruneAfterApply(ns netns.NsHandle, ours *ourRoutes, existed bool, routes []
 			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
 		}
 	}
-	if existed || len(addrs) > 0 {
+	if existed {
 		if err := pruneLoAddrs(ns, addrs); err != nil {
 			return fmt.Errorf("prune addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
 		}
