@@ -159,6 +159,9 @@ func (s *Store) loadJournal() ([]*Record, error) {
 			os.Rename(path, path+".corrupt")
 			continue
 		}
+		if len(r.skippedIPs) > 0 {
+			s.log.Warn("journal record holds IPs that do not parse; loaded without them", "file", name, "ips", r.skippedIPs)
+		}
 		recs = append(recs, r)
 	}
 	return recs, nil
