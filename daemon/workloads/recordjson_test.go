@@ -13,9 +13,10 @@ import (
 	"testing"
 )
 
-// testdata/0ld:eth0.json was journaled by an agent before IPs were parsed
+// testdata/old-record.json (0ld:eth0.json in a state dir; no ":" in a
+// module's file names) was journaled by an agent before IPs were parsed
 // at the boundary: bare addresses, prefixes, and a value that is neither.
-const oldRecord = "testdata/0ld:eth0.json"
+const oldRecord = "testdata/old-record.json"
 
 var oldRecordIPs = []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32"), netip.MustParsePrefix("10.0.0.6/24"),
 	netip.MustParsePrefix("fd00::5/128"), netip.MustParsePrefix("fd00::6/64")}
