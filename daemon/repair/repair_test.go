@@ -37,7 +37,7 @@ func TestApplyRepairsPodsRunningAtStart(t *testing.T) {
 			r, _ := a.runRepair(t, ModeApply)
 			rec := waitEnrolled(t, a, pod)
 			if rec.ContainerID != LateContainerID(string(pod.UID)) || rec.IfName != "eth0" ||
-				!strings.HasPrefix(rec.Netns, "/proc/") || len(rec.IPs) != 1 || rec.IPs[0] != ip.String()+"/32" {
+				!strings.HasPrefix(rec.Netns, "/proc/") || len(rec.IPs) != 1 || rec.IPs[0].String() != ip.String()+"/32" {
 				t.Errorf("late record %+v: want container %s, eth0, a /proc netns, IPs [%s/32]", rec, LateContainerID(string(pod.UID)), ip)
 			}
 			if out := sb.Run(t, "nft", "list", "table", "inet", "sluice"); !strings.Contains(out, "15001") {

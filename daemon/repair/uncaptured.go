@@ -56,10 +56,10 @@ func podIPs(pod *corev1.Pod) []netip.Addr {
 // hostPrefixes writes IPs the way the journal holds them (CIDR, as CNI
 // results give them); a pod's status has no prefix length, so each is a
 // host route.
-func hostPrefixes(ips []netip.Addr) []string {
-	out := make([]string, 0, len(ips))
+func hostPrefixes(ips []netip.Addr) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ips))
 	for _, a := range ips {
-		out = append(out, netip.PrefixFrom(a, a.BitLen()).String())
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
 	}
 	return out
 }

@@ -38,7 +38,7 @@ func TestSettled(t *testing.T) {
 		}
 	}
 	got := hostPrefixes(podIPs(running(nil)))
-	if want := []string{"10.1.0.5/32", "fd00::5/128"}; !reflect.DeepEqual(got, want) {
+	if want := []netip.Prefix{netip.MustParsePrefix("10.1.0.5/32"), netip.MustParsePrefix("fd00::5/128")}; !reflect.DeepEqual(got, want) {
 		t.Errorf("journal IPs %v, want %v", got, want)
 	}
 	if ips := podIPs(running(nil)); !reflect.DeepEqual(ips, []netip.Addr{netip.MustParseAddr("10.1.0.5"), netip.MustParseAddr("fd00::5")}) {

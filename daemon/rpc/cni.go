@@ -59,12 +59,16 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	ips, err := parseIPs(req.Ips)
+	if err != nil {
+		return nil, withRequestID(status.Error(codes.InvalidArgument, err.Error()), req.RequestId)
+	}
 	release, err := s.Inflight.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	pod := podOf(req.Pod, req.Ips)
+	pod := podOf(req.Pod, ips)
 	d, err := s.Policy.Decide(ctx, pod)
 	defer func() { s.Decisions.Added(pod, req.ContainerId, req.RequestId, d, err) }()
 	if err != nil {
@@ -83,9 +87,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 		Netns:          req.Netns,
 		Spec:           d.Spec,
 		ServiceAccount: d.ServiceAccount,
-	}
-	for _, ip := range req.Ips {
-		rec.IPs = append(rec.IPs, ip.Address)
+		IPs:            ips,
 	}
 	ambient := d.Spec.Mode == redirect.ModeAmbient
 	if err = s.Workloads.Enroll(ctx, rec); err != nil {
@@ -125,7 +127,11 @@ func (s *CNI) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluicev1.
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	d, err := s.Policy.Decide(ctx, podOf(req.Pod, req.Ips))
+	ips, err := parseIPs(req.Ips)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	d, err := s.Policy.Decide(ctx, podOf(req.Pod, ips))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -187,16 +193,11 @@ func (s *CNI) annotate(ctx context.Context, pod policy.Pod, value string) {
 }
 
 // podOf is the pod the runtime named, with the addresses prevResult gave
-// it (policy decides the IP families from them, as Istio does); an
-// address that does not parse is left out.
-func podOf(p *sluicev1.PodRef, ips []*sluicev1.IPConfig) policy.Pod {
+// it (policy decides the IP families from them, as Istio does).
+func podOf(p *sluicev1.PodRef, ips []netip.Prefix) policy.Pod {
 	pod := policy.Pod{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()}
 	for _, ip := range ips {
-		if pfx, err := netip.ParsePrefix(ip.GetAddress()); err == nil {
-			pod.IPs = append(pod.IPs, pfx.Addr())
-		} else if a, err := netip.ParseAddr(ip.GetAddress()); err == nil {
-			pod.IPs = append(pod.IPs, a)
-		}
+		pod.IPs = append(pod.IPs, ip.Addr())
 	}
 	return pod
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"testing"
@@ -97,7 +98,7 @@ func TestUnitAddEnrolls(t *testing.T) {
 		t.Fatalf("ADD: %v %v", resp, err)
 	}
 	got := u.store.List()
-	if len(got) != 1 || got[0].Network != "net-a" || got[0].PodUID != "uid-c1" || !slices.Equal(got[0].IPs, []string{"10.1.0.2/24"}) {
+	if len(got) != 1 || got[0].Network != "net-a" || got[0].PodUID != "uid-c1" || !slices.Equal(got[0].IPs, []netip.Prefix{netip.MustParsePrefix("10.1.0.2/24")}) {
 		t.Fatalf("record %+v", got)
 	}
 	if !u.hasTable(ino) {

@@ -117,7 +117,7 @@ func workloadOf(r workloads.Record) *sluicev1.Workload {
 		EnrolledUnix: r.EnrolledAt.Unix(),
 	}
 	for _, ip := range r.IPs {
-		w.Ips = append(w.Ips, &sluicev1.IPConfig{Address: ip})
+		w.Ips = append(w.Ips, &sluicev1.IPConfig{Address: ip.String()})
 	}
 	return w
 }

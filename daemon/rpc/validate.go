@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
@@ -71,4 +72,21 @@ func checkAttachment(containerID, ifName string) (workloads.Attachment, error) {
 		return workloads.Attachment{}, err
 	}
 	return workloads.Attachment{ContainerID: containerID, IfName: ifName}, nil
+}
+
+// parseIPs parses the addresses the caller gave, once: a CNI result's
+// prefixes ("10.1.0.2/24") or bare addresses (NRI gives those), each kept
+// as a prefix. One that parses as neither refuses the call, naming it: left
+// out, the pod would lose its family's capture decision and, in ambient
+// mode, its kubelet probes' exemption.
+func parseIPs(ips []*sluicev1.IPConfig) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, ip := range ips {
+		p, err := workloads.ParseIP(ip.GetAddress())
+		if err != nil {
+			return nil, fmt.Errorf("ips[%d].address: %w", i, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }

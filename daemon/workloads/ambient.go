@@ -122,13 +122,9 @@ func ztunnelWorkload(r *Record) ztunnel.Workload {
 
 // podAddrs are the record's IPs without their prefix lengths.
 func podAddrs(r *Record) []netip.Addr {
-	var out []netip.Addr
-	for _, ip := range r.IPs {
-		if p, err := netip.ParsePrefix(ip); err == nil {
-			out = append(out, p.Addr())
-		} else if a, err := netip.ParseAddr(ip); err == nil {
-			out = append(out, a)
-		}
+	out := make([]netip.Addr, 0, len(r.IPs))
+	for _, p := range r.IPs {
+		out = append(out, p.Addr())
 	}
 	return out
 }

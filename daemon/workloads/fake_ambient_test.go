@@ -32,7 +32,7 @@ func newAmbientUnit(t *testing.T) (*unit, *fakeZtunnel) {
 
 func ambientUnitRecord(id, uid, ip string) Record {
 	return Record{Attachment: Attachment{ContainerID: id, IfName: "eth0"}, PodUID: uid, PodName: "p-" + uid,
-		PodNamespace: "default", Netns: "/netns/" + id, IPs: []string{ip}, Spec: redirect.DefaultAmbientSpec()}
+		PodNamespace: "default", Netns: "/netns/" + id, IPs: []netip.Prefix{netip.MustParsePrefix(ip)}, Spec: redirect.DefaultAmbientSpec()}
 }
 
 func (u *unit) hostHas(ip string) bool {

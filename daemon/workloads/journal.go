@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/internal/atomicfile"
 )
 
 // The journal is one JSON file per attachment in the state dir, written
@@ -29,7 +31,7 @@ const maxRecordBytes = 1 << 20
 // JournalError is a failure of the agent's own state dir, never the
 // caller's: rpc answers it with a try-again or internal code.
 type JournalError struct {
-	Op  string // "write", "remove", "sync"
+	Op  string // "write", "remove", "sync" (the state dir, after a removal)
 	Err error
 }
 
@@ -50,36 +52,27 @@ func (s *Store) writeRecord(r *Record) error {
 		return fmt.Errorf("encode journal record %s: %w", r.Attachment, err)
 	}
 	path := filepath.Join(s.dir, journalName(r.Attachment))
-	tmp, err := os.CreateTemp(s.dir, ".tmp-")
+	err = atomicfile.Write(path, atomicfile.Bytes(b), journalFile)
 	if errors.Is(err, os.ErrNotExist) {
 		// Someone removed the state dir (it is on tmpfs, and cleanup
 		// scripts exist): recreate it rather than fail every ADD. The
 		// records it held are written again by the next Reconcile.
 		s.log.Warn("state dir missing; recreating it", "dir", s.dir)
 		if err = os.MkdirAll(s.dir, 0o700); err == nil {
-			tmp, err = os.CreateTemp(s.dir, ".tmp-")
+			err = atomicfile.Write(path, atomicfile.Bytes(b), journalFile)
 		}
 	}
 	if err != nil {
 		return journalErr("write", fmt.Errorf("record %s: %w", r.Attachment, err))
 	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return journalErr("write", fmt.Errorf("record %s: %w", r.Attachment, err))
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return journalErr("sync", fmt.Errorf("record %s: %w", r.Attachment, err))
-	}
-	if err := tmp.Close(); err != nil {
-		return journalErr("write", fmt.Errorf("close record %s: %w", r.Attachment, err))
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return journalErr("write", fmt.Errorf("commit record %s: %w", r.Attachment, err))
-	}
-	return s.syncDir()
+	return nil
 }
+
+// journalFile is how a record is written: loadJournal removes the temp
+// files a crashed write leaves (".tmp-" names, never ".json").
+var journalFile = atomicfile.Options{TempPattern: journalTempPrefix + "*", Perm: 0o600}
+
+const journalTempPrefix = ".tmp-"
 
 func (s *Store) deleteRecord(a Attachment) error {
 	err := os.Remove(filepath.Join(s.dir, journalName(a)))
@@ -103,13 +96,8 @@ func (s *Store) hasRecord(a Attachment) bool {
 }
 
 func (s *Store) syncDir() error {
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return journalErr("sync", fmt.Errorf("state dir: %w", err))
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return journalErr("sync", fmt.Errorf("state dir %s: %w", s.dir, err))
+	if err := atomicfile.SyncDir(s.dir); err != nil {
+		return journalErr("sync", err)
 	}
 	return nil
 }
@@ -152,7 +140,7 @@ func (s *Store) loadJournal() ([]*Record, error) {
 		name := e.Name()
 		path := filepath.Join(s.dir, name)
 		switch {
-		case strings.HasPrefix(name, ".tmp-"):
+		case strings.HasPrefix(name, journalTempPrefix):
 			os.Remove(path)
 			continue
 		case !strings.HasSuffix(name, journalExt) || !e.Type().IsRegular():
@@ -170,6 +158,9 @@ func (s *Store) loadJournal() ([]*Record, error) {
 			s.log.Warn("journal record unreadable; moved aside", "file", name, "err", err)
 			os.Rename(path, path+".corrupt")
 			continue
+		}
+		if len(r.skippedIPs) > 0 {
+			s.log.Warn("journal record holds IPs that do not parse; loaded without them", "file", name, "ips", r.skippedIPs)
 		}
 		recs = append(recs, r)
 	}

@@ -2,6 +2,7 @@ package workloads
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -311,7 +312,7 @@ func newAmbientFixture(t *testing.T) *ambientFixture {
 
 func ambientRecord(id, ifName, uid, ip string, ns *nstest.NS) Record {
 	return Record{Attachment: Attachment{ContainerID: id, IfName: ifName}, PodUID: uid, PodName: "p-" + uid,
-		PodNamespace: "default", Netns: ns.Path, IPs: []string{ip}, Spec: redirect.DefaultAmbientSpec()}
+		PodNamespace: "default", Netns: ns.Path, IPs: []netip.Prefix{netip.MustParsePrefix(ip)}, Spec: redirect.DefaultAmbientSpec()}
 }
 
 func (f *ambientFixture) hostHas(t *testing.T, ip string) bool {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,12 +42,15 @@ type Record struct {
 	// GC is scoped to it. Empty in records of agents before it was kept.
 	Network string `json:"network,omitempty"`
 	// ServiceAccount is the pod's, for ztunnel (ambient).
-	ServiceAccount string        `json:"serviceAccount,omitempty"`
-	Netns          string        `json:"netns"`
-	IPs            []string      `json:"ips,omitempty"`
-	Spec           redirect.Spec `json:"spec"`
-	RulesetHash    string        `json:"rulesetHash"`
-	EnrolledAt     time.Time     `json:"enrolledAt"`
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	Netns          string `json:"netns"`
+	// IPs are the attachment's addresses with their prefix lengths, as
+	// the CNI result gives them (a host prefix when only an address was
+	// known). The journal holds them as text ("10.1.0.5/24").
+	IPs         []netip.Prefix `json:"ips,omitempty"`
+	Spec        redirect.Spec  `json:"spec"`
+	RulesetHash string         `json:"rulesetHash"`
+	EnrolledAt  time.Time      `json:"enrolledAt"`
 	// NetnsInode identifies the namespace enrolled: a path can come to name
 	// another one (a /proc/<pid> path after pid reuse), which must then be
 	// treated as this one gone, never touched.
@@ -55,6 +59,10 @@ type Record struct {
 	// uncaptured, not a CNI ADD: the runtime never lists it as a valid
 	// attachment, so GC leaves it to the reconciler.
 	Late bool `json:"late,omitempty"`
+
+	// skippedIPs are values an old journal record held that are no
+	// address (recordjson.go); loadJournal warns about them.
+	skippedIPs []string
 }
 
 // Store holds the enrolled workloads. Everything it works with is handed

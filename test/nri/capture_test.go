@@ -31,7 +31,7 @@ func TestNRICapturesPod(t *testing.T) {
 	}
 	var ips []string
 	for _, ip := range w.Ips {
-		ips = append(ips, ip.Address)
+		ips = append(ips, strings.Split(ip.Address, "/")[0]) // the agent answers in CIDR notation
 	}
 	if !slices.Contains(ips, s.IP) {
 		t.Fatalf("workload IPs %v lack the pod's %s", ips, s.IP)

@@ -203,7 +203,10 @@ func (x *PodRef) GetUid() string {
 // IPConfig is one address from the previous plugin's result.
 type IPConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// CIDR notation, e.g. "10.22.0.5/16" or "fd00::5/64".
+	// CIDR notation, e.g. "10.22.0.5/16" or "fd00::5/64". A bare address
+	// ("10.22.0.5", as NRI gives it) is taken as a host prefix (/32, /128); a
+	// value that is neither refuses the call (INVALID_ARGUMENT). The agent's
+	// Debug service answers in CIDR notation.
 	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
 	Gateway string `protobuf:"bytes,2,opt,name=gateway,proto3" json:"gateway,omitempty"`
 	// The interface name the address is on, when the previous result says.
