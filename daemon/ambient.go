@@ -26,10 +26,10 @@ type ambientNode struct {
 // the journal is loaded: ztunnel drops every workload its first snapshot
 // leaves out.
 //
-// With Kubernetes (informers non-nil), each snapshot also lists the ambient pods
-// istio-cni enrolled that the repairer has not adopted yet (records says
-// which pods sluice holds), so ztunnel keeps their proxies while the node
-// moves from istio-cni to sluice.
+// With Kubernetes (informers non-nil), each snapshot also lists the
+// ambient pods istio-cni enrolled that the repairer has not adopted yet
+// (records says which pods sluice holds), so ztunnel keeps their proxies
+// while the node moves from istio-cni to sluice.
 func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Workload, records func() []workloads.Record, informers *kubecache.Cache, log *slog.Logger) (*ambientNode, error) {
 	path := cfg.hostNetns
 	if path == "" {
