@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/health"
+	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
@@ -45,8 +46,9 @@ type agent struct {
 	closers        []func() // undone in reverse by close
 	errc           chan error
 
-	rc        *rest.Config // nil: standalone
-	kube      *policy.Kube // nil: standalone
+	rc        *rest.Config     // nil: standalone
+	informers *kubecache.Cache // nil: standalone
+	kube      *policy.Kube     // nil: standalone
 	pol       rpc.Policy
 	opener    *podns.Opener
 	metrics   *metrics.Metrics
@@ -90,7 +92,12 @@ func (a *agent) buildPolicy() (err error) {
 	if a.rc, err = restConfig(a.cfg.kubeconfig); err != nil {
 		return err
 	}
-	if a.kube, err = newKubePolicy(a.cfg, a.rc, a.log); err != nil {
+	client, informers, err := newInformers(a.cfg, a.rc, a.log)
+	if err != nil {
+		return err
+	}
+	a.informers = informers
+	if a.kube, err = newKubePolicy(a.cfg, client, informers, a.log); err != nil {
 		return err
 	}
 	a.pol = a.kube
@@ -132,7 +139,7 @@ func (a *agent) buildAmbient() (err error) {
 	// ZDS reads the store only once it serves, after buildStore.
 	snapshot := func() []ztunnel.Workload { return a.store.ZtunnelSnapshot() }
 	records := func() []workloads.Record { return a.store.List() }
-	a.amb, err = newAmbient(a.cfg, a.opener, snapshot, records, a.kube, a.log)
+	a.amb, err = newAmbient(a.cfg, a.opener, snapshot, records, a.informers, a.log)
 	return err
 }
 
@@ -198,15 +205,11 @@ func (a *agent) startBackground() error {
 	if a.kube == nil {
 		return nil
 	}
-	go a.kube.Run(a.ctx)
+	// Every handler is registered by now but repair's, which waits for
+	// the caches to sync and is then sent what they hold.
+	go a.informers.Run(a.ctx)
 	a.checks.Add("policy", a.kube.Synced)
-	var ztunnelReady func() (bool, string)
-	if a.amb != nil {
-		ztunnelReady = a.amb.zds.Ready
-	}
-	rep, err := startRepair(a.ctx, a.cfg, a.client, a.rec, a.kube, a.store, ztunnelReady, a.log)
-	a.rep = rep
-	return err
+	return a.startRepair()
 }
 
 // serve builds the gRPC services over the store and starts the socket and

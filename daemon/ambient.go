@@ -6,8 +6,8 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/podns"
-	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/workloads"
@@ -26,11 +26,11 @@ type ambientNode struct {
 // the journal is loaded: ztunnel drops every workload its first snapshot
 // leaves out.
 //
-// With Kubernetes (kube non-nil), each snapshot also lists the ambient pods
-// istio-cni enrolled that the repairer has not adopted yet (records says
-// which pods sluice holds), so ztunnel keeps their proxies while the node
-// moves from istio-cni to sluice.
-func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Workload, records func() []workloads.Record, kube *policy.Kube, log *slog.Logger) (*ambientNode, error) {
+// With Kubernetes (informers non-nil), each snapshot also lists the
+// ambient pods istio-cni enrolled that the repairer has not adopted yet
+// (records says which pods sluice holds), so ztunnel keeps their proxies
+// while the node moves from istio-cni to sluice.
+func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Workload, records func() []workloads.Record, informers *kubecache.Cache, log *slog.Logger) (*ambientNode, error) {
 	path := cfg.hostNetns
 	if path == "" {
 		// Nothing has moved a thread yet, so /proc/self is still ours.
@@ -50,8 +50,8 @@ func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Wor
 		Open:     opener.Open,
 		Logger:   log.With("component", "ztunnel"),
 	}
-	if kube != nil {
-		pending, err := repair.NewPendingAmbient(kube, records, cfg.hostProc, log.With("component", "adopt"))
+	if informers != nil {
+		pending, err := repair.NewPendingAmbient(informers.Pods, records, cfg.hostProc, log.With("component", "adopt"))
 		if err != nil {
 			host.Close()
 			return nil, err

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"log/slog"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/rpc"
@@ -31,9 +33,25 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return rc, nil
 }
 
-func newKubePolicy(cfg *config, rc *rest.Config, log *slog.Logger) (*policy.Kube, error) {
+// newInformers builds the agent's one set of informers (this node's pods,
+// every namespace), shared by policy and repair, and the client that reads
+// pods: the informers' watches and the policy's direct gets. Writes
+// (Events, labels, evictions, annotations) have their own client
+// (newEvents), so a burst of them never throttles an ADD's lookup.
+func newInformers(cfg *config, rc *rest.Config, log *slog.Logger) (kubernetes.Interface, *kubecache.Cache, error) {
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+	}
+	c, err := kubecache.New(client, cfg.nodeName, log.With("component", "informers", "host", rc.Host))
+	return client, c, err
+}
+
+func newKubePolicy(cfg *config, client kubernetes.Interface, cache *kubecache.Cache, log *slog.Logger) (*policy.Kube, error) {
 	kc := policy.KubeConfig{
-		Rest:              rc,
+		Client:            client,
+		Pods:              cache.Pods,
+		Namespaces:        cache.Namespaces,
 		NodeName:          cfg.nodeName,
 		ExcludeNamespaces: splitList(cfg.excludeNamespaces),
 		// The agent's own pods only, not its namespace: installed into

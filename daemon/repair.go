@@ -10,9 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/daemon/events"
-	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/repair"
-	"github.com/sluicemesh/sluice/daemon/workloads"
 )
 
 // newEvents builds the Kubernetes client and the Event recorder the agent
@@ -26,26 +24,29 @@ func newEvents(cfg *config, rc *rest.Config, log *slog.Logger) (kubernetes.Inter
 }
 
 // startRepair runs late enrolment (pods found running uncaptured, handled
-// per --repair-mode). ztunnelReady (nil without --ambient) holds back the
-// adoption of istio-cni's ambient pods until a ztunnel has its snapshot.
-func startRepair(ctx context.Context, cfg *config, client kubernetes.Interface, rec *events.Recorder, kube *policy.Kube, store *workloads.Store,
-	ztunnelReady func() (bool, string), log *slog.Logger) (*repair.Repairer, error) {
-	label, err := repair.ParseLabel(cfg.repairLabel) // validated by parseConfig
+// per --repair-mode) on the shared informers. With --ambient, the adoption
+// of istio-cni's ambient pods waits until a ztunnel has its snapshot.
+func (a *agent) startRepair() error {
+	label, err := repair.ParseLabel(a.cfg.repairLabel) // validated by parseConfig
 	if err != nil {
-		return nil, err
+		return err
 	}
-	rep, err := repair.New(repair.Config{Policy: kube, Store: store, Client: client, Events: rec,
-		HostProc: cfg.hostProc, Mode: cfg.repairMode, Label: label, NodeName: cfg.nodeName, Log: log.With("component", "repair"),
-		IstioTakeover: cfg.istioTakeover, ZtunnelReady: ztunnelReady})
+	var ztunnelReady func() (bool, string)
+	if a.amb != nil {
+		ztunnelReady = a.amb.zds.Ready
+	}
+	a.rep, err = repair.New(repair.Config{Policy: a.kube, Pods: a.informers.Pods, Namespaces: a.informers.Namespaces,
+		Store: a.store, Client: a.client, Events: a.rec, HostProc: a.cfg.hostProc, Mode: a.cfg.repairMode, Label: label,
+		NodeName: a.cfg.nodeName, Log: a.log.With("component", "repair"), IstioTakeover: a.cfg.istioTakeover, ZtunnelReady: ztunnelReady})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	go func() {
-		if err := rep.Run(ctx); err != nil && ctx.Err() == nil {
-			log.Error("repair of uncaptured pods stopped", "err", err)
+		if err := a.rep.Run(a.ctx); err != nil && a.ctx.Err() == nil {
+			a.log.Error("repair of uncaptured pods stopped", "err", err)
 		}
 	}()
-	return rep, nil
+	return nil
 }
 
 // flushEvents gives queued Events a few seconds to reach the API server.

@@ -8,12 +8,9 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
@@ -21,10 +18,16 @@ import (
 
 // KubeConfig configures the Kubernetes policy.
 type KubeConfig struct {
-	// Rest reaches the API server; the identity needs list/watch on pods
-	// and namespaces and get on pods (deploy/rbac/clusterrole.yaml).
-	Rest *rest.Config
-	// NodeName is this node: only its pods are cached.
+	// Client asks the API server for a pod the cache does not have yet;
+	// the identity needs get on pods (deploy/rbac/clusterrole.yaml).
+	Client kubernetes.Interface
+	// Pods and Namespaces are the agent's shared informers
+	// (daemon/kubecache): this node's pods, every namespace. The policy
+	// reads through their listers, reports their sync, and registers on
+	// Pods the handler that wakes lookups waiting for a new pod.
+	Pods       coreinformers.PodInformer
+	Namespaces coreinformers.NamespaceInformer
+	// NodeName is this node, named in errors.
 	NodeName string
 	// Pods in these namespaces are passed through without asking the API
 	// server (kube-system by default).
@@ -47,20 +50,24 @@ type KubeConfig struct {
 
 // Kube decides from pod and namespace metadata, the way istio-cni does.
 type Kube struct {
-	cfg        KubeConfig
-	client     kubernetes.Interface
-	pods       cache.SharedIndexInformer
-	namespaces cache.SharedIndexInformer
-	arrivals   *arrivals
-	log        *slog.Logger
+	cfg              KubeConfig
+	pods             corev1listers.PodLister
+	namespaces       corev1listers.NamespaceLister
+	podsSynced       cache.InformerSynced
+	namespacesSynced cache.InformerSynced
+	arrivals         *arrivals
+	log              *slog.Logger
 }
 
-// NewKube validates cfg and sets up the informers; Run starts them.
+// NewKube validates cfg and registers the policy on the pod informer; the
+// agent runs the informers.
 func NewKube(cfg KubeConfig) (*Kube, error) {
-	if cfg.Rest == nil {
-		return nil, errors.New("kubernetes policy: no API server config")
-	}
-	if cfg.NodeName == "" {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("kubernetes policy: no API server client")
+	case cfg.Pods == nil || cfg.Namespaces == nil:
+		return nil, errors.New("kubernetes policy: no pod or namespace informer")
+	case cfg.NodeName == "":
 		return nil, errors.New("kubernetes policy: node name is empty")
 	}
 	if err := cfg.Base.Validate(); err != nil {
@@ -72,34 +79,15 @@ func NewKube(cfg KubeConfig) (*Kube, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	client, err := kubernetes.NewForConfig(cfg.Rest)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes policy: client for %s: %w", cfg.Rest.Host, err)
-	}
-	k := &Kube{cfg: cfg, client: client, arrivals: newArrivals(), log: cfg.Log}
-
-	onNode := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-	k.pods = coreinformers.NewFilteredPodInformer(client, metav1.NamespaceAll, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.FieldSelector = onNode })
-	k.namespaces = coreinformers.NewNamespaceInformer(client, 0, cache.Indexers{})
-	for name, inf := range map[string]cache.SharedIndexInformer{"pods": k.pods, "namespaces": k.namespaces} {
-		// Managed fields are most of a pod's bytes and none of our input.
-		if err := inf.SetTransform(stripManagedFields); err != nil {
-			return nil, fmt.Errorf("kubernetes policy: %s informer: %w", name, err)
-		}
-		log := k.log.With("informer", name)
-		if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
-			log.Warn("watch failed; retrying", "err", err)
-		}); err != nil {
-			return nil, fmt.Errorf("kubernetes policy: %s informer: %w", name, err)
-		}
-	}
+	pods, namespaces := cfg.Pods.Informer(), cfg.Namespaces.Informer()
+	k := &Kube{cfg: cfg, pods: cfg.Pods.Lister(), namespaces: cfg.Namespaces.Lister(),
+		podsSynced: pods.HasSynced, namespacesSynced: namespaces.HasSynced, arrivals: newArrivals(), log: cfg.Log}
 	wake := func(obj any) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 			k.arrivals.arrived(key)
 		}
 	}
-	if _, err := k.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    wake,
 		UpdateFunc: func(_, obj any) { wake(obj) },
 	}); err != nil {
@@ -108,33 +96,15 @@ func NewKube(cfg KubeConfig) (*Kube, error) {
 	return k, nil
 }
 
-func stripManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
-// Run runs the informers until ctx ends.
-func (k *Kube) Run(ctx context.Context) {
-	k.log.Info("starting pod and namespace informers", "node", k.cfg.NodeName, "host", k.cfg.Rest.Host)
-	done := make(chan struct{}, 2)
-	for _, inf := range []cache.SharedIndexInformer{k.pods, k.namespaces} {
-		go func() { inf.Run(ctx.Done()); done <- struct{}{} }()
-	}
-	<-done
-	<-done
-}
-
 // Synced is the policy's part of /readyz: false until both caches have
 // listed once, so the agent takes no pods it would have to look up one by
 // one.
 func (k *Kube) Synced() (bool, string) {
 	var missing []string
-	if !k.pods.HasSynced() {
+	if !k.podsSynced() {
 		missing = append(missing, "pods")
 	}
-	if !k.namespaces.HasSynced() {
+	if !k.namespacesSynced() {
 		missing = append(missing, "namespaces")
 	}
 	if len(missing) > 0 {
@@ -161,10 +131,8 @@ func (k *Kube) Decide(ctx context.Context, p Pod) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	var ns *corev1.Namespace
-	if obj, ok, _ := k.namespaces.GetStore().GetByKey(p.Namespace); ok {
-		ns = obj.(*corev1.Namespace)
-	}
+	// A namespace not cached (yet) is nil: the pod's own labels decide.
+	ns, _ := k.namespaces.Get(p.Namespace)
 	d, err := Rules{Sidecar: k.cfg.Base, Ambient: k.cfg.Ambient}.Decide(pod, ns, p.IPs)
 	if err != nil {
 		return Decision{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)

@@ -23,7 +23,7 @@ var ErrPodNotFound = errors.New("pod not found")
 func (k *Kube) lookup(ctx context.Context, p Pod) (*corev1.Pod, error) {
 	key := p.Namespace + "/" + p.Name
 	wait, cancel := context.WithTimeout(ctx, k.cfg.LookupWait)
-	pod, ok := k.waitCached(wait, key, p.UID)
+	pod, ok := k.waitCached(wait, p)
 	cancel()
 	if ok {
 		return pod, nil
@@ -32,7 +32,7 @@ func (k *Kube) lookup(ctx context.Context, p Pod) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("look up pod %s on node %s: %w", key, k.cfg.NodeName, err)
 	}
 
-	pod, err := k.client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	pod, err := k.cfg.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("pod %s (uid %q) on node %s: not in the cache after %v, and the API server does not have it: %w",
@@ -52,10 +52,10 @@ func (k *Kube) lookup(ctx context.Context, p Pod) (*corev1.Pod, error) {
 
 // waitCached returns the pod once the cache has it, or false when ctx ends
 // first. It sleeps on the informer's events, never on a timer.
-func (k *Kube) waitCached(ctx context.Context, key, uid string) (*corev1.Pod, bool) {
+func (k *Kube) waitCached(ctx context.Context, p Pod) (*corev1.Pod, bool) {
 	for {
-		arrived, forget := k.arrivals.watch(key)
-		if pod, ok := k.cached(key, uid); ok {
+		arrived, forget := k.arrivals.watch(p.Namespace + "/" + p.Name)
+		if pod, ok := k.cached(p); ok {
 			forget()
 			return pod, true
 		}
@@ -71,13 +71,12 @@ func (k *Kube) waitCached(ctx context.Context, key, uid string) (*corev1.Pod, bo
 
 // cached is the pod from the informer cache when its UID matches what the
 // runtime says (or the runtime gave none, as cnitool does).
-func (k *Kube) cached(key, uid string) (*corev1.Pod, bool) {
-	obj, ok, err := k.pods.GetStore().GetByKey(key)
-	if err != nil || !ok {
+func (k *Kube) cached(p Pod) (*corev1.Pod, bool) {
+	pod, err := k.pods.Pods(p.Namespace).Get(p.Name)
+	if err != nil {
 		return nil, false
 	}
-	pod := obj.(*corev1.Pod)
-	if uid != "" && string(pod.UID) != uid {
+	if p.UID != "" && string(pod.UID) != p.UID {
 		return nil, false
 	}
 	return pod, true

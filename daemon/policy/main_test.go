@@ -12,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
@@ -51,26 +53,41 @@ func kube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
 func startPolicy(t *testing.T, lookupWait time.Duration) *Kube {
 	t.Helper()
 	e, _ := kube(t)
-	k, err := NewKube(KubeConfig{
-		Rest:              e.Config(agent),
-		NodeName:          node,
+	k, c := newKube(t, e.Config(agent), KubeConfig{
 		ExcludeNamespaces: []string{"kube-system", agentNS},
-		Base:              redirect.DefaultSpec(),
 		LookupWait:        lookupWait,
 		Log:               slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if ok, _ := k.Synced(); ok {
-		t.Fatal("Synced before Run")
+		t.Fatal("Synced before the informers run")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { k.Run(ctx); close(done) }()
+	go func() { c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	nstest.Eventually(t, 30*time.Second, func() bool { ok, _ := k.Synced(); return ok }, "policy caches to sync")
 	return k
+}
+
+// newKube builds a Kube policy for node over the agent's informers (not
+// running) as the agent wires it; cfg's client, informers, node and base
+// are filled in.
+func newKube(t *testing.T, rc *rest.Config, cfg KubeConfig) (*Kube, *kubecache.Cache) {
+	t.Helper()
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubecache.New(client, node, cfg.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Client, cfg.Pods, cfg.Namespaces, cfg.NodeName, cfg.Base = client, c.Pods, c.Namespaces, node, redirect.DefaultSpec()
+	k, err := NewKube(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, c
 }
 
 type testWriter struct{ t *testing.T }

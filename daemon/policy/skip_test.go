@@ -8,26 +8,18 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-
-	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
 // A Kube policy whose API server does not answer: what it decides without
 // a lookup is all it can decide.
 func unreachableKube(t *testing.T) *Kube {
 	t.Helper()
-	k, err := NewKube(KubeConfig{
-		Rest:              &rest.Config{Host: "http://127.0.0.1:1", Timeout: 200 * time.Millisecond},
-		NodeName:          node,
+	k, _ := newKube(t, &rest.Config{Host: "http://127.0.0.1:1", Timeout: 200 * time.Millisecond}, KubeConfig{
 		ExcludeNamespaces: []string{"kube-system"},
 		OwnPods:           OwnPods{Namespace: "istio-system", NamePrefix: AgentPodPrefix("sluice-agent-7xk2p")},
-		Base:              redirect.DefaultSpec(),
 		LookupWait:        10 * time.Millisecond,
 		Log:               slog.New(slog.DiscardHandler),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return k
 }
 

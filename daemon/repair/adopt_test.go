@@ -166,7 +166,7 @@ func (r *racingIstio) Remove(ns netns.NsHandle, c istioadopt.Capture) error {
 // runAdopting runs a Repairer with the adoption settings until t ends.
 func (a *agentParts) runAdopting(t *testing.T, mode string, takeover bool, kernel IstioCNI) *Repairer {
 	t.Helper()
-	r, err := New(Config{Policy: a.policy, Store: a.store, Client: a.client, Events: a.events,
+	r, err := New(Config{Policy: a.policy, Pods: a.cache.Pods, Namespaces: a.cache.Namespaces, Store: a.store, Client: a.client, Events: a.events,
 		HostProc: "/proc", Mode: mode, NodeName: a.node, Log: testLog(t), IstioTakeover: takeover, IstioCNI: kernel})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -43,8 +44,9 @@ func (r *Repairer) namespaceHandler(q workqueue.TypedInterface[string]) cache.Re
 			if !ok1 || !ok2 || maps.Equal(o.Labels, n.Labels) {
 				return
 			}
-			for _, key := range r.cfg.Policy.CachedPodKeys(n.Name) {
-				q.Add(key)
+			pods, _ := r.pods.Pods(n.Name).List(labels.Everything()) // the cache holds only pods: no error
+			for _, pod := range pods {
+				q.Add(pod.Namespace + "/" + pod.Name)
 			}
 		},
 	}

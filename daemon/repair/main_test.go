@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
@@ -53,6 +54,7 @@ func kube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
 // agentParts is what the agent wires together around a Repairer.
 type agentParts struct {
 	node   string // unique per test: a Repairer sees only its own test's pods
+	cache  *kubecache.Cache
 	policy *policy.Kube
 	store  *workloads.Store
 	events *events.Recorder
@@ -66,16 +68,10 @@ func startAgentParts(t *testing.T) *agentParts {
 	e, _ := kube(t)
 	log := testLog(t)
 	node := "node-" + strconv.FormatInt(nodeSeq.Add(1), 10)
-	k, err := policy.NewKube(policy.KubeConfig{
-		Rest: e.Config(agent), NodeName: node, ExcludeNamespaces: []string{"kube-system"},
-		Base: redirect.DefaultSpec(), Log: log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, k := newKube(t, node, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { k.Run(ctx); close(done) }()
+	go func() { c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 
 	opener, err := podns.NewOpener([]string{t.TempDir(), "/proc"}, "/proc")
@@ -89,7 +85,25 @@ func startAgentParts(t *testing.T) *agentParts {
 	client := kubernetes.NewForConfigOrDie(e.Config(agent))
 	rec := events.New(events.Config{Client: client, NodeName: node, Log: log})
 	t.Cleanup(func() { rec.Shutdown(context.Background()) })
-	return &agentParts{node: node, policy: k, store: store, events: rec, client: client}
+	return &agentParts{node: node, cache: c, policy: k, store: store, events: rec, client: client}
+}
+
+// newKube builds the agent's informers for node (not running) and a Kube
+// policy over them, as the agent's user.
+func newKube(t *testing.T, node string, log *slog.Logger) (*kubecache.Cache, *policy.Kube) {
+	t.Helper()
+	e, _ := kube(t)
+	client := kubernetes.NewForConfigOrDie(e.Config(agent))
+	c, err := kubecache.New(client, node, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := policy.NewKube(policy.KubeConfig{Client: client, Pods: c.Pods, Namespaces: c.Namespaces,
+		NodeName: node, ExcludeNamespaces: []string{"kube-system"}, Base: redirect.DefaultSpec(), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, k
 }
 
 // runRepair runs a Repairer in mode until t ends. checked receives the
@@ -102,7 +116,7 @@ func (a *agentParts) runRepair(t *testing.T, mode string) (r *Repairer, checked 
 // runRepairWith is runRepair with the Config set by set.
 func (a *agentParts) runRepairWith(t *testing.T, set func(*Config)) (r *Repairer, checked <-chan string) {
 	t.Helper()
-	cfg := Config{Policy: a.policy, Store: a.store, Client: a.client, Events: a.events,
+	cfg := Config{Policy: a.policy, Pods: a.cache.Pods, Namespaces: a.cache.Namespaces, Store: a.store, Client: a.client, Events: a.events,
 		HostProc: "/proc", NodeName: a.node, Log: testLog(t)}
 	set(&cfg)
 	r, err := New(cfg)

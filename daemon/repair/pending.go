@@ -10,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sluicemesh/sluice/daemon/podns"
-	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
@@ -34,11 +34,12 @@ type PendingAmbient struct {
 	pods map[types.UID]*corev1.Pod
 }
 
-// NewPendingAmbient watches kube's pods; it may be called before kube runs.
-// records lists what sluice holds; it is called only from List.
-func NewPendingAmbient(kube *policy.Kube, records func() []workloads.Record, hostProc string, log *slog.Logger) (*PendingAmbient, error) {
+// NewPendingAmbient watches pods, the agent's shared pod informer; it may
+// be called before the informer runs. records lists what sluice holds; it
+// is called only from List.
+func NewPendingAmbient(pods coreinformers.PodInformer, records func() []workloads.Record, hostProc string, log *slog.Logger) (*PendingAmbient, error) {
 	p := &PendingAmbient{records: records, hostProc: hostProc, log: log, pods: map[types.UID]*corev1.Pod{}}
-	reg, err := kube.AddPodHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.update,
 		UpdateFunc: func(_, obj any) { p.update(obj) },
 		DeleteFunc: func(obj any) {

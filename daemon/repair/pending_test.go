@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluicemesh/sluice/daemon/podns"
-	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
 	"github.com/sluicemesh/sluice/daemon/workloads"
@@ -25,7 +24,7 @@ func TestPendingAmbientListsIstioEnrolledPods(t *testing.T) {
 	a := startAgentParts(t)
 	_, admin := kube(t)
 	ns := namespace(t, admin)
-	p, err := NewPendingAmbient(a.policy, a.store.List, "/proc", testLog(t))
+	p, err := NewPendingAmbient(a.cache.Pods, a.store.List, "/proc", testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,16 +76,12 @@ func TestPendingAmbientListsIstioEnrolledPods(t *testing.T) {
 
 // Until the pod cache has listed once, the list is unknown, not empty.
 func TestPendingAmbientWaitsForTheCache(t *testing.T) {
-	e, _ := kube(t)
-	k, err := policy.NewKube(policy.KubeConfig{Rest: e.Config(agent), NodeName: "never-run", Base: redirect.DefaultSpec(), Log: testLog(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := newKube(t, "never-run", testLog(t))
 	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: redirecttest.NewNamespaces(t), Kernel: redirecttest.NewFake(), Log: testLog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPendingAmbient(k, store.List, "/proc", testLog(t))
+	p, err := NewPendingAmbient(c.Pods, store.List, "/proc", testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -67,7 +69,12 @@ const (
 // Config configures a Repairer.
 type Config struct {
 	Policy *policy.Kube
-	Store  *workloads.Store
+	// Pods and Namespaces are the agent's shared informers
+	// (daemon/kubecache): repair registers its handlers on them and reads
+	// pods through the pod lister.
+	Pods       coreinformers.PodInformer
+	Namespaces coreinformers.NamespaceInformer
+	Store      *workloads.Store
 	// Client labels and evicts pods; the identity needs what the mode
 	// uses: patch on pods (label), create on pods/eviction (delete).
 	Client kubernetes.Interface
@@ -97,6 +104,7 @@ type Config struct {
 // Repairer watches this node's pods for uncaptured ones.
 type Repairer struct {
 	cfg         Config
+	pods        corev1listers.PodLister
 	log         *slog.Logger
 	redirection *Redirection
 	istioCNI    IstioCNI
@@ -145,6 +153,8 @@ func New(cfg Config) (*Repairer, error) {
 	switch {
 	case cfg.Policy == nil:
 		return nil, errors.New("repair: no Kubernetes policy")
+	case cfg.Pods == nil || cfg.Namespaces == nil:
+		return nil, errors.New("repair: no pod or namespace informer")
 	case cfg.Store == nil:
 		return nil, errors.New("repair: no workload store")
 	case cfg.Client == nil:
@@ -157,6 +167,7 @@ func New(cfg Config) (*Repairer, error) {
 	}
 	r := &Repairer{
 		cfg:         cfg,
+		pods:        cfg.Pods.Lister(),
 		log:         cfg.Log,
 		redirection: NewRedirection(cfg.Client, cfg.Log.With("component", "redirection")),
 		istioCNI:    cfg.IstioCNI,
@@ -180,25 +191,26 @@ func New(cfg Config) (*Repairer, error) {
 	return r, nil
 }
 
-// Run waits for the policy's caches, checks every pod of this node, then
-// every pod added or updated, until ctx ends.
+// Run waits for the pod and namespace caches, checks every pod of this
+// node, then every pod added or updated, until ctx ends.
 func (r *Repairer) Run(ctx context.Context) error {
-	synced := func(context.Context) (bool, error) { ok, _ := r.cfg.Policy.Synced(); return ok, nil }
+	pods, namespaces := r.cfg.Pods.Informer(), r.cfg.Namespaces.Informer()
+	synced := func(context.Context) (bool, error) { return pods.HasSynced() && namespaces.HasSynced(), nil }
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, synced); err != nil {
-		return fmt.Errorf("repair: wait for the policy caches: %w", err)
+		return fmt.Errorf("repair: wait for the pod and namespace caches: %w", err)
 	}
 	go r.redirection.Run(ctx)
 	q := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "repair"})
 	// Registered on a synced informer, the handler is first sent every
 	// cached pod: that is the sweep at start.
-	reg, err := r.cfg.Policy.AddPodHandler(r.handler(ctx, q))
+	reg, err := pods.AddEventHandler(r.handler(ctx, q))
 	if err != nil {
 		q.ShutDown()
-		return fmt.Errorf("repair: %w", err)
+		return fmt.Errorf("repair: add pod event handler: %w", err)
 	}
-	if _, err := r.cfg.Policy.AddNamespaceHandler(r.namespaceHandler(q)); err != nil {
+	if _, err := namespaces.AddEventHandler(r.namespaceHandler(q)); err != nil {
 		q.ShutDown()
-		return fmt.Errorf("repair: %w", err)
+		return fmt.Errorf("repair: add namespace event handler: %w", err)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { r.requeueDeferred(ctx, q) })
@@ -274,8 +286,8 @@ func (r *Repairer) check(ctx context.Context, key string) {
 	if err != nil {
 		return
 	}
-	pod, ok := r.cfg.Policy.CachedPod(namespace, name)
-	if !ok || !settled(pod) {
+	pod, err := r.pods.Pods(namespace).Get(name)
+	if err != nil || !settled(pod) {
 		return
 	}
 	r.mu.Lock()

@@ -1,0 +1,89 @@
+// Package kubecache is the agent's one view of the API server: a client-go
+// SharedInformerFactory holding this node's pods and every namespace. The
+// agent builds it once and hands its informers to policy and repair, which
+// read through the listers and register their handlers on the same
+// informers; neither opens a watch of its own.
+package kubecache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Cache is the shared informers. Objects read from them are the cache's
+// own: read them, never change them.
+type Cache struct {
+	// Pods holds this node's pods only (spec.nodeName).
+	Pods coreinformers.PodInformer
+	// Namespaces holds every namespace.
+	Namespaces coreinformers.NamespaceInformer
+
+	factory informers.SharedInformerFactory
+	node    string
+	log     *slog.Logger
+}
+
+// New builds the factory and both informers; Run starts them. client needs
+// list and watch on pods and namespaces (deploy/rbac/clusterrole.yaml).
+func New(client kubernetes.Interface, nodeName string, log *slog.Logger) (*Cache, error) {
+	if client == nil {
+		return nil, errors.New("kubernetes informers: no client")
+	}
+	if nodeName == "" {
+		return nil, errors.New("kubernetes informers: node name is empty")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	// Managed fields are most of a pod's bytes and none of our input.
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+	// The factory's WithTweakListOptions would filter every informer, and
+	// namespaces have no spec.nodeName. So the pod informer is registered
+	// first, filtered to this node, under the factory's key for pods:
+	// Core().V1().Pods() then hands out this one, never an unfiltered one.
+	onNode := fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
+	f.InformerFor(&corev1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredPodInformer(c, metav1.NamespaceAll, resync,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+			func(o *metav1.ListOptions) { o.FieldSelector = onNode })
+	})
+	c := &Cache{Pods: f.Core().V1().Pods(), Namespaces: f.Core().V1().Namespaces(), factory: f, node: nodeName, log: log}
+	// Informer() instantiates each in the factory, so Run starts both.
+	for name, inf := range map[string]cache.SharedIndexInformer{"pods": c.Pods.Informer(), "namespaces": c.Namespaces.Informer()} {
+		log := log.With("informer", name)
+		if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+			log.Warn("watch failed; retrying", "err", err)
+		}); err != nil {
+			return nil, fmt.Errorf("kubernetes informers: %s: %w", name, err)
+		}
+	}
+	return c, nil
+}
+
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Run runs the informers until ctx ends, and returns once they have
+// stopped. Handlers registered before Run see every object from the first
+// list; those registered later are first sent what is cached.
+func (c *Cache) Run(ctx context.Context) {
+	c.log.Info("starting pod and namespace informers", "node", c.node)
+	c.factory.Start(ctx.Done())
+	<-ctx.Done()
+	c.factory.Shutdown()
+}
