@@ -43,7 +43,7 @@ func TestReportVerdicts(t *testing.T) {
 		footprint: &footprint{sizes: map[string]int64{"sluice": 1}, execs: []series{fake("h", 1), fake("s", 2), fake("l", 1)}},
 		nri: &nriResult{none: fake("no capture", 100, 110, 120), cni: fake("chained", 104, 114, 124), nri: fake("nri", 101, 112, 121),
 			cniCPU: fake("c", 10, 20), nriCPU: fake("n", 10, 10)},
-		profile:   &profile{perfErr: errors.New("no perf"), pluginCPU: map[string]time.Duration{"sluice": time.Millisecond}},
+		profile: &profile{perfErr: errors.New("no perf"), pluginCPU: map[string]time.Duration{"sluice": time.Millisecond}},
 	}
 	if err := writeReport(config{churn: 2, pods: 5000}, r); err != nil {
 		t.Fatal(err)
