@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -54,14 +55,22 @@ func benchNRI(tmp string, pods int, smoke bool, cl *cleanups) *nriResult {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its own process group, so an interrupted bench ends the test binary
-	// too (whose cleanups then kill containerd and the agents).
+	// too; containerd and the agents die with it (Pdeathsig), as they do
+	// when an interrupted `go test ./test/nri` does.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		res.err = err
 		return res
 	}
-	cl.add(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) })
-	if err := cmd.Wait(); err != nil {
+	var exited atomic.Bool
+	cl.add(func() {
+		if !exited.Load() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		}
+	})
+	err = cmd.Wait()
+	exited.Store(true)
+	if err != nil {
 		res.err = fmt.Errorf("go test ./test/nri: %v: %s", err, tail(out.String(), 15))
 		return res
 	}
@@ -147,6 +156,16 @@ func (r *nriResult) added() (cni, nri time.Duration) {
 	return r.cni.p50() - r.none.p50(), r.nri.p50() - r.none.p50()
 }
 
+// pairedAdded is the median over rounds of a mode's pod minus the
+// no-capture pod of the same round: load that drifts over the run cancels.
+func (r *nriResult) pairedAdded(mode series) time.Duration {
+	var diff series
+	for i := range min(len(mode.d), len(r.none.d)) {
+		diff.add(mode.d[i] - r.none.d[i])
+	}
+	return diff.p50()
+}
+
 func msSigned(d time.Duration) string {
 	return fmt.Sprintf("%+.1f ms", float64(d.Microseconds())/1000)
 }
@@ -198,6 +217,9 @@ func writeNRI(m *md, r *nriResult) {
 	m.p("rotates; runp is timed around `crictl runp` (crictl's own exec included, alike in every mode), and the")
 	m.p("agent's CPU (user + sys from /proc, 10 ms ticks) over each pod's runp, stopp and rmp, with the agent at")
 	m.p("`--log-level info`. The check that the agent enrolled the pod (a gRPC call) is outside both.")
+	m.p("")
+	m.p("Paired by round instead (each pod minus the no-capture pod of its round, median), the added time is")
+	m.p("%s chained and %s NRI.", msSigned(r.pairedAdded(r.cni)), msSigned(r.pairedAdded(r.nri)))
 	m.p("")
 	m.p("![runp latency](benchmarks/nri.svg)")
 	m.p("")

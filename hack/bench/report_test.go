@@ -63,6 +63,7 @@ func TestReportVerdicts(t *testing.T) {
 		"| NRI mode adds less to runp p50 than the chained CNI plugin (its ADD is below the exec floor) | +2.0 ms vs +4.0 ms (runp p50: 112 ms NRI, 114 ms chained, 110 ms no capture; section 7) | met |",
 		"| chained | 3 | 114 ms | 124 ms | +4.0 ms | 15.0 ms |",
 		"benchmarks/nri.svg",
+		"the added time is\n+4.0 ms chained and +1.0 ms NRI.",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
