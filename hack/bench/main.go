@@ -290,6 +290,9 @@ func run(c config) (*results, error) {
 		nri = startNRI(tmp, c, &cl)
 	}
 	res.nri = <-nri
+	if res.nri.err != nil {
+		fmt.Fprintln(os.Stderr, "bench: section 7 (NRI) not measured:", res.nri.err)
+	}
 	res.took = time.Since(res.started)
 
 	step("writing " + res.out)
