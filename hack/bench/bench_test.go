@@ -15,7 +15,7 @@ func TestSmoke(t *testing.T) {
 		t.Skip("needs root: creates network namespaces and runs sluice-agent")
 	}
 	out := filepath.Join(t.TempDir(), "benchmarks.md")
-	c := config{smoke: true, out: out, rules: 3, pods: 12, e2ePods: 4, small: 4, probes: 3, churn: 8, execs: 5, kubePods: 2, resync: time.Second}
+	c := config{smoke: true, out: out, rules: 3, pods: 12, e2ePods: 4, small: 4, probes: 3, churn: 8, execs: 5, kubePods: 2, nriPods: 1, resync: time.Second}
 	res, err := run(c)
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +42,18 @@ func TestSmoke(t *testing.T) {
 	default:
 		t.Errorf("istio-cni: %v", k.istioErr)
 	}
+	switch nri := res.nri; {
+	case nri.err == nil:
+		all = append(all, nri.none, nri.cni, nri.nri)
+		// CPU comes in 10 ms ticks: a pod's may be 0, but each has one.
+		if len(nri.cniCPU.d) != len(nri.cni.d) || len(nri.nriCPU.d) != len(nri.nri.d) {
+			t.Errorf("NRI: agent CPU for %d and %d pods of %d and %d", len(nri.cniCPU.d), len(nri.nriCPU.d), len(nri.cni.d), len(nri.nri.d))
+		}
+	case strings.Contains(nri.err.Error(), "containerd not built"):
+		t.Logf("NRI not measured: %v", nri.err)
+	default:
+		t.Errorf("NRI: %v", nri.err)
+	}
 	for _, s := range all {
 		if len(s.d) == 0 || s.p50() <= 0 {
 			t.Errorf("%s: no samples", s.name)
@@ -57,12 +69,12 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Machine", "## Results against the goals", "benchmarks/rules.svg", "## Details", "### 5. Where an ADD's time goes"} {
+	for _, want := range []string{"## Machine", "## Results against the goals", "benchmarks/rules.svg", "## Details", "### 5. Where an ADD's time goes", "### 7. NRI: what capture adds to runp"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
-	for _, plot := range []string{"rules.svg", "add.svg", "storm.svg"} {
+	for _, plot := range []string{"rules.svg", "add.svg", "storm.svg", "nri.svg"} {
 		if st, err := os.Stat(filepath.Join(filepath.Dir(out), "benchmarks", plot)); err != nil || st.Size() == 0 {
 			t.Errorf("plot %s: %v", plot, err)
 		}

@@ -75,6 +75,7 @@ func writeGoals(m *md, c config, r *results) {
 	share := 100 * sc.resyncCPU.Seconds() / sc.resyncInterval.Seconds()
 	row(fmt.Sprintf("resync of %d pods ≤ 10 %% of one core over the interval", sc.pods),
 		fmt.Sprintf("%.1f %% (%s CPU in %s)", share, ms(sc.resyncCPU), sc.resyncInterval), share <= 10)
+	writeNRIGoals(m, r.nri)
 	m.p("")
 	m.p("Why each missed goal is missed, with the profiles that show it (sections 5 and 6): see")
 	m.p("[What bounds the goals that are missed](#what-bounds-the-goals-that-are-missed) at the end.")
@@ -158,6 +159,7 @@ func writeDetails(m *md, c config, r *results) {
 		}
 		m.p("")
 	}
+	writeNRI(m, r.nri)
 }
 
 // writeProfile is section 5: where an ADD's CPU goes, agent and plugin.

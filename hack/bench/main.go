@@ -5,7 +5,9 @@
 // libcni vs the reference loopback plugin (standalone, and in Kubernetes
 // mode on a real API server beside Istio's istio-cni), storms of
 // simultaneous ADDs and DELs (quiet and with a CPU hog), CPU profiles of
-// the agent and the plugin, and scale to 5,000 enrolled pods. `-smoke`
+// the agent and the plugin, scale to 5,000 enrolled pods, and what
+// capture adds to containerd's runp (no capture, the chained plugin, the
+// NRI plugin: test/nri's BenchmarkRunp as a subprocess). `-smoke`
 // runs every part with tiny counts and writes to a temp dir, so the
 // harness is exercised by `go test` without timing anything there.
 //
@@ -38,6 +40,7 @@ type config struct {
 	churn    int    // simultaneous ADDs, then DELs
 	execs    int    // execs per binary for the footprint
 	kubePods int    // API-server pods ADDed by each plugin in Kubernetes mode
+	nriPods  int    // pods per capture mode through containerd's runp
 	resync   time.Duration
 }
 
@@ -51,11 +54,12 @@ func main() {
 	flag.IntVar(&c.churn, "churn", 200, "simultaneous ADDs, then DELs, in each storm")
 	flag.IntVar(&c.execs, "execs", 200, "execs per binary in the footprint run")
 	flag.IntVar(&c.kubePods, "kube-pods", 40, "API-server pods each plugin ADDs in the Kubernetes-mode comparison")
+	flag.IntVar(&c.nriPods, "nri-pods", 60, "pods per mode (no capture, chained CNI, NRI) through containerd's runp")
 	flag.DurationVar(&c.resync, "resync", time.Minute, "the agent's --resync-interval in the scale run (its default), measured once")
 	flag.Parse()
 	c.small, c.probes = 10, 50
 	if c.smoke {
-		c.rules, c.pods, c.e2ePods, c.small, c.probes, c.churn, c.execs, c.kubePods, c.resync = 3, 12, 4, 4, 3, 8, 5, 2, time.Second
+		c.rules, c.pods, c.e2ePods, c.small, c.probes, c.churn, c.execs, c.kubePods, c.nriPods, c.resync = 3, 12, 4, 4, 3, 8, 5, 2, 1, time.Second
 	}
 	if os.Geteuid() == 0 && os.Getenv(privateMountsEnv) == "" {
 		os.Exit(inPrivateMounts())
@@ -99,6 +103,12 @@ func inPrivateMounts() int {
 	return 0
 }
 
+func startNRI(tmp string, c config, cl *cleanups) <-chan *nriResult {
+	done := make(chan *nriResult, 1)
+	go func() { done <- benchNRI(tmp, c.nriPods, c.smoke, cl) }()
+	return done
+}
+
 // cleanups run once, at the end or on a signal, whichever comes first.
 type cleanups struct {
 	mu   sync.Mutex
@@ -129,6 +139,7 @@ type results struct {
 	kube      *kubeResult
 	scale     *scaleResult
 	footprint *footprint
+	nri       *nriResult
 	profile   *profile
 	disk      series
 	started   time.Time
@@ -195,6 +206,15 @@ func run(c config) (*results, error) {
 	b, err := buildAll(binDir)
 	if err != nil {
 		return nil, err
+	}
+
+	// The smoke run times nothing, so containerd's runp runs beside the
+	// rest there (it keeps the smoke run under 30 s); a full run times it
+	// alone, last.
+	var nri <-chan *nriResult
+	if c.smoke {
+		step("NRI: runp with no capture, the chained plugin and the NRI plugin (in the background)")
+		nri = startNRI(tmp, c, &cl)
 	}
 
 	step("plugin footprint")
@@ -264,6 +284,15 @@ func run(c config) (*results, error) {
 		return nil, err
 	}
 	n.stopAgent()
+
+	if nri == nil {
+		step(fmt.Sprintf("NRI: runp of %d pods each with no capture, the chained plugin and the NRI plugin", c.nriPods))
+		nri = startNRI(tmp, c, &cl)
+	}
+	res.nri = <-nri
+	if res.nri.err != nil {
+		fmt.Fprintln(os.Stderr, "bench: section 7 (NRI) not measured:", res.nri.err)
+	}
 	res.took = time.Since(res.started)
 
 	step("writing " + res.out)

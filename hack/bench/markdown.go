@@ -71,6 +71,9 @@ func writeReport(c config, r *results) error {
 		named(st.hogged.loopback.add, "loopback, hog"), named(st.hogged.sluice.add, "sluice, hog")); err != nil {
 		return err
 	}
+	if err := nriPlot(filepath.Join(plotDir, "nri.svg"), r.nri); err != nil {
+		return err
+	}
 
 	m := &md{}
 	m.p("# Benchmarks")
@@ -130,7 +133,9 @@ func writeMachine(m *md, c config, r *results) {
 	m.p("sluice-agent watches them (`--kubeconfig`), istio-cni reads its kubeconfig from `cni_agent_run_dir`.")
 	m.p("Counts: %d fresh netns per rule tool, %d standalone ADDs, %d API-server pods per plugin, %d",
 		c.rules, c.e2ePods, c.kubePods, c.churn)
-	m.p("simultaneous ADDs then DELs per storm, %d pods in the scale run, resync interval %s.", c.pods, c.resync)
+	m.p("simultaneous ADDs then DELs per storm, %d pods in the scale run, resync interval %s, %d pods per", c.pods, c.resync, c.nriPods)
+	m.p("capture mode through containerd's runp (containerd built by `make containerd`, a prerequisite of")
+	m.p("`make bench`).")
 	m.p("")
 }
 

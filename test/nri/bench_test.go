@@ -1,7 +1,9 @@
 package nri_test
 
 import (
+	"encoding/json"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,55 +12,134 @@ import (
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
+// runpSamplesEnv names a file BenchmarkRunp writes every pod's numbers to,
+// as JSON (runpSamples): hack/bench reads it for percentiles, which the
+// benchmark's own metrics (means) cannot give.
+const runpSamplesEnv = "SLUICE_RUNP_SAMPLES"
+
+// runpSamples is the file's schema; hack/bench has its mirror.
+type runpSamples struct {
+	Modes []runpModeSamples `json:"modes"`
+}
+
+type runpModeSamples struct {
+	Mode string `json:"mode"`
+	// RunpNS is each pod's runp, timed around crictl, in order.
+	RunpNS []int64 `json:"runp_ns"`
+	// AgentCPUNS is the agent's user+system time over each pod's life
+	// (runp, stopp, rmp), in 10 ms clock ticks; empty without an agent.
+	AgentCPUNS []int64 `json:"agent_cpu_ns,omitempty"`
+}
+
 // BenchmarkRunp is what capture adds to a pod's start: containerd's runp of
 // a pause sandbox (bridge + host-local), timed around crictl, with no
 // capture, with the chained CNI plugin (an exec per ADD), and with the NRI
-// plugin (an in-process event); and the agent's CPU per pod, its whole
-// life (run, stop, remove). Run it with a fixed count:
+// plugin (an in-process event); and the agent's CPU per pod over its whole
+// life (run, stop, remove). The three modes are three nodes, each its own
+// containerd, started once; every iteration runs one pod in each, in an
+// order that rotates, so load on the machine falls on all three alike.
+// Run it with a fixed count (pods per mode):
 //
 //	go test -run '^$' -bench Runp -benchtime 20x ./test/nri
 func BenchmarkRunp(b *testing.B) {
-	for _, mode := range []string{"none", "cni", "nri"} {
-		b.Run(mode, func(b *testing.B) { benchRunp(b, mode) })
+	nstest.RequireRoot(b)
+	modes := []*runpMode{newRunpMode(b, "none"), newRunpMode(b, "cni"), newRunpMode(b, "nri")}
+	round := 0
+	for b.Loop() {
+		for i := range modes {
+			modes[(round+i)%len(modes)].pod(b)
+		}
+		round++
+	}
+	var out runpSamples
+	for _, m := range modes {
+		b.ReportMetric(meanMS(m.samples.RunpNS), m.samples.Mode+"-runp-ms/op")
+		b.ReportMetric(p50MS(m.samples.RunpNS), m.samples.Mode+"-runp-p50-ms")
+		if m.a != nil {
+			b.ReportMetric(meanMS(m.samples.AgentCPUNS), m.samples.Mode+"-agent-cpu-ms/pod")
+		}
+		out.Modes = append(out.Modes, m.samples)
+	}
+	writeRunpSamples(b, out)
+}
+
+// runpMode is one node running pods in one capture mode.
+type runpMode struct {
+	n       *node
+	c       *containerd
+	a       *agent // nil with no capture
+	conf    string
+	samples runpModeSamples
+}
+
+func newRunpMode(b *testing.B, mode string) *runpMode {
+	m := &runpMode{n: newNode(b), samples: runpModeSamples{Mode: mode}}
+	m.c = m.n.startContainerd(containerdOptions{chained: mode == "cni"})
+	// Info, the default: debug logging would inflate the agent's CPU.
+	switch mode {
+	case "nri":
+		m.a = m.n.startAgent("--log-level", "info")
+	case "cni":
+		m.a = m.n.startAgentNoWait("--trigger", "cni", "--install=false", "--log-level", "info")
+		nstest.Eventually(b, 20*time.Second, func() bool {
+			m.a.checkAlive()
+			return m.a.logs.count("msg=serving") > 0
+		}, "the agent never served:\n%s", m.a.logs)
+	}
+	m.conf = m.c.podConfig("bench", "pod-"+mode, nil)
+	return m
+}
+
+// pod runs, checks, stops and removes one sandbox. The enrolment check
+// (a gRPC call to the agent) stays out of the agent's CPU for the pod.
+func (m *runpMode) pod(b *testing.B) {
+	cpu0 := m.a.cpu()
+	start := time.Now()
+	id := m.c.mustCrictl("runp", m.conf)
+	m.samples.RunpNS = append(m.samples.RunpNS, int64(time.Since(start)))
+	cpu := m.a.cpu() - cpu0
+	if m.a != nil && m.n.enrolled(id) == nil {
+		b.Fatalf("%s: sandbox %s not enrolled", m.samples.Mode, id)
+	}
+	cpu0 = m.a.cpu()
+	m.c.mustCrictl("stopp", id)
+	m.c.mustCrictl("rmp", id)
+	if m.a != nil {
+		m.samples.AgentCPUNS = append(m.samples.AgentCPUNS, int64(cpu+m.a.cpu()-cpu0))
 	}
 }
 
-func benchRunp(b *testing.B, mode string) {
-	nstest.RequireRoot(b)
-	n := newNode(b)
-	c := n.startContainerd(containerdOptions{chained: mode == "cni"})
-	var a *agent
-	switch mode {
-	case "nri":
-		a = n.startAgent()
-	case "cni":
-		a = n.startAgentNoWait("--trigger", "cni", "--install=false")
-		nstest.Eventually(b, 20*time.Second, func() bool {
-			a.checkAlive()
-			return a.logs.count("msg=serving") > 0
-		}, "the agent never served:\n%s", a.logs)
+func writeRunpSamples(b *testing.B, s runpSamples) {
+	path := os.Getenv(runpSamplesEnv)
+	if path == "" {
+		return
 	}
-	conf := c.podConfig("bench", "pod", nil)
-	cpu0 := a.cpu()
-	var runp time.Duration
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		id := c.mustCrictl("runp", conf)
-		runp += time.Since(start)
-		b.StopTimer()
-		if a != nil && n.enrolled(id) == nil {
-			b.Fatalf("%s: sandbox %s not enrolled", mode, id)
-		}
-		c.mustCrictl("stopp", id)
-		c.mustCrictl("rmp", id)
-		b.StartTimer()
+	data, err := json.Marshal(s)
+	if err != nil {
+		b.Fatal(err)
 	}
-	b.StopTimer()
-	b.ReportMetric(float64(runp.Microseconds())/1000/float64(b.N), "runp-ms/op")
-	if a != nil {
-		b.ReportMetric(float64((a.cpu()-cpu0).Microseconds())/1000/float64(b.N), "agent-cpu-ms/pod")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.Fatal(err)
 	}
+}
+
+func meanMS(ns []int64) float64 {
+	if len(ns) == 0 {
+		return 0
+	}
+	var sum int64
+	for _, v := range ns {
+		sum += v
+	}
+	return float64(sum) / 1e6 / float64(len(ns))
+}
+
+func p50MS(ns []int64) float64 {
+	if len(ns) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(ns))
+	return float64(s[(len(s)-1)/2]) / 1e6
 }
 
 // cpu is the agent process's user+system time so far (clock ticks of
