@@ -37,9 +37,16 @@ import (
 // and the rest, IPv4 capture and the IPv6 nft rules (which then fail
 // closed), is programmed; an IPv6-only ruleset fails instead.
 func Apply(ns netns.NsHandle, r *Ruleset) error {
+	_, err := ApplyGen(ns, r)
+	return err
+}
+
+// ApplyGen is Apply that also returns the netns's nftables generation its
+// commit made (0 if the kernel did not say), for VerifySince.
+func ApplyGen(ns netns.NsHandle, r *Ruleset) (Gen, error) {
 	routes, addrs, err := r.programmableForApply(ns)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// One rtnetlink handle and one read of our routes for the whole Apply,
 	// opened only when routes are wanted or may need pruning.
@@ -63,26 +70,26 @@ func Apply(ns netns.NsHandle, r *Ruleset) error {
 	}
 	if len(routes) > 0 {
 		if ours, err = openRoutes(ns); err != nil {
-			return fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err)
+			return 0, fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err)
 		}
 		if added, err = ours.ensure(routes); err != nil {
-			return undo(fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err))
+			return 0, undo(fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err))
 		}
 	}
 	if addedAddrs, err = ensureLoAddrs(ns, addrs); err != nil {
 		if !errors.Is(err, unix.EACCES) || len(addedAddrs) > 0 {
-			return undo(fmt.Errorf("apply addresses to %s in netns fd %d: %w", loopbackInterface, int(ns), err))
+			return 0, undo(fmt.Errorf("apply addresses to %s in netns fd %d: %w", loopbackInterface, int(ns), err))
 		}
 		// lo has IPv6 disabled (programmableForApply did not ask).
 		if _, addrs, err = r.ipv6Off(ns); err != nil {
-			return undo(err)
+			return 0, undo(err)
 		}
 	}
-	existed, err := nft.Apply(ns, r.table)
+	existed, gen, err := nft.Apply(ns, r.table)
 	if err != nil {
-		return undo(err)
+		return 0, undo(err)
 	}
-	return pruneAfterApply(ns, ours, existed, routes, addrs)
+	return Gen(gen), pruneAfterApply(ns, ours, existed, routes, addrs)
 }
 
 // pruneAfterApply removes the routes and lo addresses of ours a previous
@@ -208,23 +215,35 @@ func Remove(ns netns.NsHandle) error {
 // someone added are each named. Like Apply it never moves the caller's
 // thread into ns.
 func Verify(ns netns.NsHandle, r *Ruleset) ([]string, error) {
-	drift, err := nft.Verify(ns, r.table)
+	drift, _, err := VerifySince(ns, r, 0)
+	return drift, err
+}
+
+// VerifySince is Verify that trusts since, the generation at which the
+// table was known to be exactly r (ApplyGen's, or a VerifySince's that
+// found no drift): while the netns's generation is still since and the
+// table is there, nothing in nftables changed and the table is not read
+// back (nft.VerifySince). Routes and lo's addresses are rtnetlink state,
+// which the generation does not cover: they are always read. It returns
+// the generation to pass next time.
+func VerifySince(ns netns.NsHandle, r *Ruleset, since Gen) ([]string, Gen, error) {
+	drift, gen, err := nft.VerifySince(ns, r.table, uint32(since))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	routes, addrs, err := r.programmable(ns)
 	if err != nil {
-		return append(drift, err.Error()), nil
+		return append(drift, err.Error()), Gen(gen), nil
 	}
 	// A ruleset without routes still reports stale ones of ours: Apply
 	// would prune them.
 	rd, err := routeDrift(ns, routes)
 	if err != nil {
-		return nil, fmt.Errorf("verify policy routes in netns fd %d: %w", int(ns), err)
+		return nil, 0, fmt.Errorf("verify policy routes in netns fd %d: %w", int(ns), err)
 	}
 	ad, err := loAddrDrift(ns, addrs)
 	if err != nil {
-		return nil, fmt.Errorf("verify addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
+		return nil, 0, fmt.Errorf("verify addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
 	}
-	return append(append(drift, rd...), ad...), nil
+	return append(append(drift, rd...), ad...), Gen(gen), nil
 }

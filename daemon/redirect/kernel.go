@@ -14,15 +14,25 @@ import (
 // package test Netlink itself.
 type Kernel interface {
 	// Apply programs r into ns in one transaction: all of it or nothing.
-	Apply(ns netns.NsHandle, r *Ruleset) error
+	// It returns the netns's nftables generation its commit made (0 if
+	// unknown), for VerifySince.
+	Apply(ns netns.NsHandle, r *Ruleset) (Gen, error)
 	// Remove deletes this package's table (and routes, addresses) from ns;
 	// one that is not there is not an error.
 	Remove(ns netns.NsHandle) error
 	// Verify returns one item per difference between ns and r, none when
 	// the kernel holds exactly r.
 	Verify(ns netns.NsHandle, r *Ruleset) ([]string, error)
+	// VerifySince is Verify that may skip reading the table back while
+	// the netns's generation is still since, at which it held exactly r;
+	// it returns the generation to pass next time when there is no drift.
+	VerifySince(ns netns.NsHandle, r *Ruleset, since Gen) ([]string, Gen, error)
 	// AddHostIPs adds pod addresses to the host probe table in ns.
 	AddHostIPs(ns netns.NsHandle, ips ...netip.Addr) error
 	// RemoveHostIPs removes pod addresses from the host probe table in ns.
 	RemoveHostIPs(ns netns.NsHandle, ips ...netip.Addr) error
 }
+
+// Gen is a netns's nftables generation: nf_tables' per-netns commit
+// counter, moved on by every change to any table there. 0 is unknown.
+type Gen uint32

@@ -13,11 +13,15 @@ type Netlink struct{}
 
 var _ Kernel = Netlink{}
 
-func (Netlink) Apply(ns netns.NsHandle, r *Ruleset) error { return Apply(ns, r) }
+func (Netlink) Apply(ns netns.NsHandle, r *Ruleset) (Gen, error) { return ApplyGen(ns, r) }
 
 func (Netlink) Remove(ns netns.NsHandle) error { return Remove(ns) }
 
 func (Netlink) Verify(ns netns.NsHandle, r *Ruleset) ([]string, error) { return Verify(ns, r) }
+
+func (Netlink) VerifySince(ns netns.NsHandle, r *Ruleset, since Gen) ([]string, Gen, error) {
+	return VerifySince(ns, r, since)
+}
 
 func (Netlink) AddHostIPs(ns netns.NsHandle, ips ...netip.Addr) error { return AddHostIPs(ns, ips...) }
 

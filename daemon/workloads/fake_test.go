@@ -260,7 +260,7 @@ func TestUnitReconcileReassertsAndDrops(t *testing.T) {
 func TestUnitReconcileVerifyFailureIsReported(t *testing.T) {
 	u := newUnit(t)
 	u.enroll(t, "c1")
-	u.kernel.Fail(redirecttest.OpVerify, errors.New("netlink says no"))
+	u.kernel.Fail(redirecttest.OpVerifySince, errors.New("netlink says no"))
 	if err := u.store.Reconcile(context.Background()); err == nil {
 		t.Fatal("Reconcile hid a failed Verify")
 	}
@@ -351,5 +351,31 @@ func TestUnitConcurrentVerbs(t *testing.T) {
 		if !u.hasTable(u.ns.Inode("/netns/shared-" + string(rune('a'+i)))) {
 			t.Errorf("netns %d lost the table its remaining attachment owns", i)
 		}
+	}
+}
+
+// A reconcile reads a pod's table back only when its netns's generation
+// moved since the Apply (or since a read that found no drift), and the
+// generation it verified reaches the journal: a restarted agent skips the
+// untouched pod too, and still finds the one changed behind its back.
+func TestUnitReconcileReadsOnlyWhatChanged(t *testing.T) {
+	u := newUnit(t)
+	u.enroll(t, "quiet")
+	_, touched := u.enroll(t, "touched")
+	reads := func() int { return u.kernel.Calls(redirecttest.OpVerify) }
+	if err := u.store.Reconcile(context.Background()); err != nil || reads() != 0 {
+		t.Fatalf("reconcile right after the ADDs read %d tables (%v), want 0", reads(), err)
+	}
+	u.kernel.Tamper(touched)
+	s := u.open(t) // a restarted agent: generations from the journal
+	if err := s.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if reads() != 1 || s.Reasserts() != 1 {
+		t.Fatalf("restart reconcile read %d tables and reasserted %d, want 1 and 1 (the touched pod only)", reads(), s.Reasserts())
+	}
+	// The reassert's own commit is the touched pod's generation now.
+	if err := u.open(t).Reconcile(context.Background()); err != nil || reads() != 1 {
+		t.Fatalf("a third start read %d tables in all (%v), want still 1", reads(), err)
 	}
 }

@@ -94,28 +94,62 @@ func (s *Store) reconcileOne(r Record) error {
 
 // reassert re-applies r's ruleset when the kernel no longer holds it
 // exactly ("reassert", as kube-proxy re-asserts its chains; "repair" is
-// the repair package's word, for pods running uncaptured).
+// the repair package's word, for pods running uncaptured). The table is
+// read back only when the netns's nftables generation moved since r's
+// (redirect.VerifySince); a restart or resync of pods nobody touched is a
+// generation read and the routes per pod.
 func (s *Store) reassert(ns netns.NsHandle, r Record) error {
 	rs, err := redirect.Build(r.Spec)
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 	}
-	drift, err := s.kernel.Verify(ns, rs)
+	drift, gen, err := s.kernel.VerifySince(ns, rs, r.NFTGen)
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 	}
 	if len(drift) == 0 {
+		s.noteGen(r, gen)
 		return nil
 	}
 	s.log.Warn("ruleset drifted; re-applying", "attachment", r.Attachment.String(), "drift", drift)
-	if err := s.apply(ns, rs); err != nil {
+	if gen, err = s.apply(ns, rs); err != nil {
 		return fmt.Errorf("reassert %s: %w", r.Attachment, err)
 	}
+	// Journaled now, not at the next verify as after an ADD: reasserts
+	// are rare, and a restart soon after one need not read the table.
+	r.genPending = true
+	s.noteGen(r, gen)
 	s.reasserts.Add(1)
 	if s.onReassert != nil {
 		s.onReassert(r, drift)
 	}
 	return nil
+}
+
+// noteGen records gen as r's verified generation, and journals it when
+// the journal does not hold it yet: a restart then needs no table read
+// for r either. The caller holds r's attachment lock.
+func (s *Store) noteGen(r Record, gen redirect.Gen) {
+	if gen == r.NFTGen && !r.genPending {
+		return
+	}
+	r.NFTGen, r.genPending = gen, false
+	if err := s.writeRecord(&r); err != nil {
+		// Not a failure of the pod's capture: the next verify reads the
+		// table and tries again.
+		s.log.Warn("could not journal the verified generation", "attachment", r.Attachment.String(), "err", err)
+		s.setGen(r.Attachment, 0, false)
+		return
+	}
+	s.setGen(r.Attachment, gen, false)
+}
+
+func (s *Store) setGen(a Attachment, gen redirect.Gen, pending bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur := s.recs[a]; cur != nil {
+		cur.NFTGen, cur.genPending = gen, pending
+	}
 }
 
 // Reasserts counts rulesets re-applied because the kernel drifted.

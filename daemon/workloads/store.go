@@ -59,6 +59,14 @@ type Record struct {
 	// uncaptured, not a CNI ADD: the runtime never lists it as a valid
 	// attachment, so GC leaves it to the reconciler.
 	Late bool `json:"late,omitempty"`
+	// NFTGen is the netns's nftables generation at which its table was
+	// last known to be exactly this ruleset: the Apply's commit, or a
+	// verify that found no drift. While it is unchanged a verify need not
+	// read the table back (redirect.VerifySince). 0: unknown.
+	NFTGen redirect.Gen `json:"nftGen,omitempty"`
+	// genPending says the journal does not hold NFTGen yet: Apply learns
+	// it after the record is written; the next verify writes it.
+	genPending bool
 
 	// skippedIPs are values an old journal record held that are no
 	// address (recordjson.go); loadJournal warns about them.
@@ -140,6 +148,7 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	if r.EnrolledAt.IsZero() {
 		r.EnrolledAt = time.Now().UTC().Truncate(time.Second)
 	}
+	r.NFTGen, r.genPending = 0, false
 	s.mu.RLock()
 	prev := s.recs[r.Attachment]
 	s.mu.RUnlock()
@@ -147,11 +156,12 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 		return err
 	}
 	unlockNS := s.lockNetns(r.NetnsInode)
-	if err := s.apply(ns, rs); err != nil {
+	if r.NFTGen, err = s.apply(ns, rs); err != nil {
 		unlockNS()
 		s.restore(r.Attachment, prev)
 		return fmt.Errorf("apply ruleset to %s (netns %s): %w", r.Attachment, r.Netns, err)
 	}
+	r.genPending = true
 	s.mu.Lock()
 	s.recs[r.Attachment] = &r
 	delete(s.released, r.Attachment)
@@ -188,13 +198,13 @@ func (s *Store) releaseLeft(ctx context.Context, prev, r *Record) {
 	}
 }
 
-func (s *Store) apply(ns netns.NsHandle, rs *redirect.Ruleset) error {
+func (s *Store) apply(ns netns.NsHandle, rs *redirect.Ruleset) (redirect.Gen, error) {
 	start := time.Now()
-	err := s.kernel.Apply(ns, rs)
+	gen, err := s.kernel.Apply(ns, rs)
 	if s.onApply != nil {
 		s.onApply(time.Since(start))
 	}
-	return err
+	return gen, err
 }
 
 // CountByMode counts enrolled workloads by capture mode.

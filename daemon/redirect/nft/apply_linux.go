@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/google/nftables"
-	"github.com/mdlayher/netlink/nltest"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -36,43 +35,43 @@ import (
 // that is moved back before it is released (sock_linux.go); the caller's
 // thread never changes namespace, so Apply is safe to call from many
 // goroutines at once.
-func Apply(ns netns.NsHandle, t *Table) (existed bool, err error) {
+func Apply(ns netns.NsHandle, t *Table) (existed bool, gen uint32, err error) {
 	p := newProgram(t)
 	create, err := marshal(func(c *nftables.Conn) error { return p.build(c, false) })
 	if err != nil {
-		return false, fmt.Errorf("apply table inet %s: %w", t.Name, err)
+		return false, 0, fmt.Errorf("apply table inet %s: %w", t.Name, err)
 	}
 	s, err := open(ns)
 	if err != nil {
-		return false, fmt.Errorf("apply table inet %s: %w", t.Name, err)
+		return false, 0, fmt.Errorf("apply table inet %s: %w", t.Name, err)
 	}
 	defer closeLater(s)
 	exists, err := s.tableExists(t.Name)
 	if err != nil {
-		return false, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
+		return false, 0, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
 	}
 	if !exists {
-		err = s.send(create)
+		gen, err = s.send(create)
 		if !errors.Is(err, unix.EEXIST) {
 			if err != nil {
-				return false, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
+				return false, 0, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
 			}
-			return false, nil
+			return false, gen, nil
 		}
 		// The failed batch's other replies may still be queued on s.
 		if s, err = open(ns); err != nil {
-			return true, fmt.Errorf("apply table inet %s: %w", t.Name, err)
+			return true, 0, fmt.Errorf("apply table inet %s: %w", t.Name, err)
 		}
 		defer closeLater(s)
 	}
 	replace, err := marshal(func(c *nftables.Conn) error { return p.build(c, true) })
 	if err != nil {
-		return true, fmt.Errorf("apply table inet %s: %w", t.Name, err)
+		return true, 0, fmt.Errorf("apply table inet %s: %w", t.Name, err)
 	}
-	if err := s.send(replace); err != nil {
-		return true, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
+	if gen, err = s.send(replace); err != nil {
+		return true, 0, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
 	}
-	return true, nil
+	return true, gen, nil
 }
 
 // build adds p to c as one batch. replace deletes whatever table is there
@@ -126,7 +125,7 @@ func Remove(ns netns.NsHandle, name string) error {
 		return nil
 	})
 	if err == nil {
-		err = s.send(batch)
+		_, err = s.send(batch)
 	}
 	if err != nil {
 		return fmt.Errorf("remove table inet %s from netns fd %d: %w", name, int(ns), err)
@@ -167,7 +166,6 @@ func dial(ns netns.NsHandle) (*nftables.Conn, *sock, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s.as = nltest.PID
 	conn, err := nftables.New(nftables.WithTestDial(s.exchange), nftables.AsLasting())
 	if err != nil {
 		s.Close()

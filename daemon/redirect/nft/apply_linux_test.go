@@ -42,7 +42,7 @@ func TestKernelMatchesRender(t *testing.T) {
 	h := ns.Handle(t)
 	wide, plain := testTables()
 	for i, tb := range []*Table{wide, plain, wide} {
-		existed, err := Apply(h, tb)
+		existed, _, err := Apply(h, tb)
 		if err != nil {
 			t.Fatalf("Apply #%d: %v", i+1, err)
 		}
@@ -74,7 +74,7 @@ func TestApplyCreateRace(t *testing.T) {
 	ns := nstest.New(t, "pod")
 	h := ns.Handle(t)
 	wide, plain := testTables()
-	if _, err := Apply(h, wide); err != nil {
+	if _, _, err := Apply(h, wide); err != nil {
 		t.Fatal(err)
 	}
 	send := func(replace bool) error {
@@ -89,7 +89,8 @@ func TestApplyCreateRace(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.nl.Close()
-		return s.send(batch)
+		_, err = s.send(batch)
+		return err
 	}
 	if err := send(false); !errors.Is(err, unix.EEXIST) {
 		t.Fatalf("exclusive create over an existing table: %v, want EEXIST", err)
@@ -141,7 +142,7 @@ func TestBatchErrorInTheMiddle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.nl.Close()
-	if err := s.send(batch); !errors.Is(err, unix.ENOENT) {
+	if _, err := s.send(batch); !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("batch with a rule in a missing chain: %v, want ENOENT", err)
 	}
 	if out := ns.Run(t, "nft", "list", "tables"); strings.Contains(out, plain.Name) {

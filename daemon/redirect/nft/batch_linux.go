@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -71,21 +72,27 @@ func open(ns netns.NsHandle) (*socket, error) {
 }
 
 // send commits batch (from marshal) as one transaction and waits for its
-// one ACK. After an error the socket may still hold the rest of the
-// batch's replies: use a fresh socket for the next batch.
-func (s *socket) send(batch []netlink.Message) error {
+// one ACK. It returns the netns's nftables generation the commit made,
+// from the NEWGEN message the kernel sends the committer when the batch's
+// first message asks for an echo (nf_tables_gen_notify looks at the first
+// header after BATCH_BEGIN, which nfnetlink has pulled off by then); that
+// message's own echo comes along, one small reply. 0 if none came. After an error the socket may still
+// hold the rest of the batch's replies: use a fresh socket for the next
+// batch.
+func (s *socket) send(batch []netlink.Message) (gen uint32, err error) {
 	if len(batch) <= 2 {
-		return nil // BATCH_BEGIN and BATCH_END only: nothing to do
+		return 0, nil // BATCH_BEGIN and BATCH_END only: nothing to do
 	}
 	for i := range batch {
 		h := &batch[i].Header
 		h.Flags &^= netlink.Acknowledge | unix.NLM_F_ECHO
 		h.Sequence, h.PID = 0, 0 // the socket numbers them
 	}
+	batch[1].Header.Flags |= unix.NLM_F_ECHO
 	batch[len(batch)-2].Header.Flags |= netlink.Acknowledge
 	sent, err := s.nl.SendMessages(batch)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	last := sent[len(sent)-2].Header.Sequence
 	for {
@@ -93,14 +100,65 @@ func (s *socket) send(batch []netlink.Message) error {
 		// comes back as an error here.
 		replies, err := s.nl.Receive()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		for _, m := range replies {
-			if m.Header.Type == netlink.Error && m.Header.Sequence == last {
-				return nil
+			switch {
+			case m.Header.Type == newGenType:
+				gen = genID(m.Data)
+			case m.Header.Type == netlink.Error && m.Header.Sequence == last:
+				return gen, nil
 			}
 		}
 	}
+}
+
+// newGenType is nf_tables' NEWGEN message: the generation a commit made.
+const newGenType = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWGEN)
+
+// genID reads NFTA_GEN_ID from a NEWGEN message's body (nfgenmsg, then
+// attributes); 0 when it has none.
+func genID(data []byte) uint32 {
+	if len(data) < 4 {
+		return 0
+	}
+	ad, err := netlink.NewAttributeDecoder(data[4:])
+	if err != nil {
+		return 0
+	}
+	ad.ByteOrder = binary.BigEndian
+	var id uint32
+	for ad.Next() {
+		if ad.Type() == unix.NFTA_GEN_ID {
+			id = ad.Uint32()
+		}
+	}
+	if ad.Err() != nil {
+		return 0
+	}
+	return id
+}
+
+// generation asks the kernel for the netns's nftables generation: one GET.
+func (s *socket) generation() (uint32, error) {
+	replies, err := s.nl.Execute(netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN),
+			Flags: netlink.Request,
+		},
+		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("get generation: %w", err)
+	}
+	for _, m := range replies {
+		if m.Header.Type == newGenType {
+			if id := genID(m.Data); id != 0 {
+				return id, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("get generation: no generation in the kernel's reply")
 }
 
 // tableExists asks the kernel for table inet name: one GET, no commit,

@@ -42,7 +42,7 @@ func Ensure(ns netns.NsHandle, t *Table) error {
 		return fmt.Errorf("ensure table inet %s: %w", t.Name, err)
 	}
 	defer closeLater(s)
-	if err := s.send(batch); err != nil {
+	if _, err := s.send(batch); err != nil {
 		return fmt.Errorf("ensure table inet %s in netns fd %d: %w", t.Name, int(ns), err)
 	}
 	return nil
@@ -111,7 +111,7 @@ func changeAddrs(ns netns.NsHandle, table string, remove bool, sets []Addrs) err
 		return fmt.Errorf("%s addresses in table inet %s: %w", verb, table, err)
 	}
 	defer closeLater(s)
-	if err := s.send(batch); err != nil {
+	if _, err := s.send(batch); err != nil {
 		return fmt.Errorf("%s addresses %v in table inet %s in netns fd %d: %w", verb, all, table, int(ns), err)
 	}
 	return nil

@@ -24,13 +24,15 @@ import (
 // A verify is ~20 of them, a third of its CPU (docs/benchmarks.md). The
 // kernel answers a netfilter request before sendmsg returns or within
 // microseconds, so a blocking fd with a receive timeout loses nothing.
+//
+// Replies are handed on with port id 0, as the kernel's own messages
+// carry: a netlink.Conn checks a reply's port id against the one it
+// believes it has unless either is 0, and the nltest Conn google/nftables
+// builds believes it is nltest.PID. The socket is unicast and bound in its
+// own netns, so every reply on it is for it.
 type sock struct {
 	fd  int
 	pid uint32 // the port id the kernel bound it to
-	// as is the port id the Conn on top expects in replies: google/nftables'
-	// reads go through nltest.Dial, whose Conn believes it is nltest.PID and
-	// validates replies against that.
-	as uint32
 }
 
 // bufs holds receive buffers: a netlink dump reply is at most 32 KiB
@@ -53,7 +55,6 @@ func openSock(ns netns.NsHandle) (*sock, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("open netlink in netns fd %d: %w", int(ns), err)
 	}
-	s.as = s.pid
 	return s, nil
 }
 
@@ -182,7 +183,7 @@ func (s *sock) ReceiveIter() iter.Seq2[netlink.Message, error] {
 				return
 			}
 			if m.Header.PID == s.pid {
-				m.Header.PID = s.as
+				m.Header.PID = 0
 			}
 			if !yield(m, nil) {
 				return

@@ -21,32 +21,69 @@ import (
 // went missing and one someone added are each named. Like Apply it never
 // moves the caller's thread into ns.
 func Verify(ns netns.NsHandle, t *Table) ([]string, error) {
+	drift, _, err := VerifySince(ns, t, 0)
+	return drift, err
+}
+
+// VerifySince is Verify that skips reading the table back when nothing in
+// ns's nftables changed since generation since (non-zero), at which the
+// table held exactly t: Apply's commit made since, or an earlier
+// VerifySince found no drift at it. Every nftables change in a netns is a
+// commit that moves its generation on (nf_tables' per-netns base_seq), so
+// an unchanged generation with the table still there means an unchanged
+// table. It returns the generation read before anything else: pass it
+// next time if there is no drift. The generation is read first, so a
+// change made while the table is read moves it on and the next call reads
+// the table again.
+func VerifySince(ns netns.NsHandle, t *Table, since uint32) (drift []string, gen uint32, err error) {
 	conn, s, err := dial(ns)
 	if err != nil {
-		return nil, fmt.Errorf("verify table inet %s: %w", t.Name, err)
+		return nil, 0, fmt.Errorf("verify table inet %s: %w", t.Name, err)
 	}
 	defer closeLater(s)
-	fail := func(what string, err error) ([]string, error) {
-		return nil, fmt.Errorf("verify table inet %s in netns fd %d: %s: %w", t.Name, int(ns), what, err)
+	fail := func(what string, err error) ([]string, uint32, error) {
+		return nil, 0, fmt.Errorf("verify table inet %s in netns fd %d: %s: %w", t.Name, int(ns), what, err)
 	}
+	own := &socket{nl: s.conn()}
+	if gen, err = own.generation(); err != nil {
+		return fail("read the generation", err)
+	}
+	if since != 0 && gen == since {
+		exists, err := own.tableExists(t.Name)
+		if err != nil {
+			return fail("get table", err)
+		}
+		if exists {
+			return nil, gen, nil
+		}
+	}
+	drift, what, err := tableDrift(conn, t)
+	if err != nil {
+		return fail(what, err)
+	}
+	return drift, gen, nil
+}
 
+// tableDrift reads table inet t.Name back whole and compares it with t;
+// on an error, what says which read failed.
+func tableDrift(conn *nftables.Conn, t *Table) (drift []string, what string, err error) {
 	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
-		return fail("list tables", err)
+		return nil, "list tables", err
 	}
 	if !slices.ContainsFunc(tables, func(nt *nftables.Table) bool { return nt.Name == t.Name }) {
-		return []string{fmt.Sprintf("table inet %s is missing", t.Name)}, nil
+		return []string{fmt.Sprintf("table inet %s is missing", t.Name)}, "", nil
 	}
 	want := newProgram(t)
 	sets, what, err := setDrift(conn, want)
 	if err != nil {
-		return fail(what, err)
+		return nil, what, err
 	}
 	chains, what, err := chainDrift(conn, t, want)
 	if err != nil {
-		return fail(what, err)
+		return nil, what, err
 	}
-	return append(sets, chains...), nil
+	return append(sets, chains...), "", nil
 }
 
 // setDrift compares the table's sets and their elements with want's; on an

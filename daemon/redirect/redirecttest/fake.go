@@ -23,7 +23,8 @@ type Op string
 const (
 	OpApply         Op = "Apply"
 	OpRemove        Op = "Remove"
-	OpVerify        Op = "Verify"
+	OpVerify        Op = "Verify" // a table read back whole (Verify, or VerifySince that had to)
+	OpVerifySince   Op = "VerifySince"
 	OpAddHostIPs    Op = "AddHostIPs"
 	OpRemoveHostIPs Op = "RemoveHostIPs"
 )
@@ -36,6 +37,7 @@ type Fake struct {
 	mu       sync.Mutex
 	tables   map[uint64]*redirect.Ruleset
 	tampered map[uint64]bool
+	gens     map[uint64]redirect.Gen // each netns's generation, moved on by every change
 	hostIPs  map[uint64]map[netip.Addr]bool
 	fail     map[Op]error
 	calls    map[Op]int
@@ -45,7 +47,7 @@ var _ redirect.Kernel = (*Fake)(nil)
 
 // NewFake is a kernel with no tables and no host addresses.
 func NewFake() *Fake {
-	return &Fake{tables: map[uint64]*redirect.Ruleset{}, tampered: map[uint64]bool{},
+	return &Fake{tables: map[uint64]*redirect.Ruleset{}, tampered: map[uint64]bool{}, gens: map[uint64]redirect.Gen{},
 		hostIPs: map[uint64]map[netip.Addr]bool{}, fail: map[Op]error{}, calls: map[Op]int{}}
 }
 
@@ -73,6 +75,7 @@ func (f *Fake) Tamper(ino uint64) bool {
 		return false
 	}
 	f.tampered[ino] = true
+	f.gens[ino]++
 	return true
 }
 
@@ -106,16 +109,17 @@ func (f *Fake) begin(op Op, ns netns.NsHandle) (uint64, error) {
 	return Inode(ns)
 }
 
-func (f *Fake) Apply(ns netns.NsHandle, r *redirect.Ruleset) error {
+func (f *Fake) Apply(ns netns.NsHandle, r *redirect.Ruleset) (redirect.Gen, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ino, err := f.begin(OpApply, ns)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	f.tables[ino] = r
 	delete(f.tampered, ino)
-	return nil
+	f.gens[ino]++
+	return f.gens[ino], nil
 }
 
 func (f *Fake) Remove(ns netns.NsHandle) error {
@@ -127,6 +131,7 @@ func (f *Fake) Remove(ns netns.NsHandle) error {
 	}
 	delete(f.tables, ino)
 	delete(f.tampered, ino)
+	f.gens[ino]++
 	return nil
 }
 
@@ -137,16 +142,40 @@ func (f *Fake) Verify(ns netns.NsHandle, want *redirect.Ruleset) ([]string, erro
 	if err != nil {
 		return nil, err
 	}
+	return f.compare(ino, want), nil
+}
+
+// VerifySince skips the comparison, as the real one skips reading the
+// table, while the netns's generation is still since; otherwise it counts
+// as a Verify too.
+func (f *Fake) VerifySince(ns netns.NsHandle, want *redirect.Ruleset, since redirect.Gen) ([]string, redirect.Gen, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ino, err := f.begin(OpVerifySince, ns)
+	if err != nil {
+		return nil, 0, err
+	}
+	gen := f.gens[ino]
+	if since != 0 && since == gen && f.tables[ino] != nil {
+		return nil, gen, nil
+	}
+	if _, err := f.begin(OpVerify, ns); err != nil {
+		return nil, 0, err
+	}
+	return f.compare(ino, want), gen, nil
+}
+
+func (f *Fake) compare(ino uint64, want *redirect.Ruleset) []string {
 	have := f.tables[ino]
 	switch {
 	case have == nil:
-		return []string{"table inet " + redirect.TableName + " is missing"}, nil
+		return []string{"table inet " + redirect.TableName + " is missing"}
 	case f.tampered[ino]:
-		return []string{"table inet " + redirect.TableName + ": a rule was changed (tampered)"}, nil
+		return []string{"table inet " + redirect.TableName + ": a rule was changed (tampered)"}
 	case have.Hash() != want.Hash():
-		return []string{fmt.Sprintf("table inet %s holds ruleset %.12s, want %.12s", redirect.TableName, have.Hash(), want.Hash())}, nil
+		return []string{fmt.Sprintf("table inet %s holds ruleset %.12s, want %.12s", redirect.TableName, have.Hash(), want.Hash())}
 	}
-	return nil, nil
+	return nil
 }
 
 func (f *Fake) AddHostIPs(ns netns.NsHandle, ips ...netip.Addr) error {

@@ -28,15 +28,19 @@ func TestFake(t *testing.T) {
 		t.Fatalf("Verify of an empty netns: %v", d)
 	}
 	k.Fail(OpApply, errors.New("no"))
-	if k.Apply(h, side) == nil || k.Tamper(ino) {
+	if _, err := k.Apply(h, side); err == nil || k.Tamper(ino) {
 		t.Fatal("a failed Apply left a table")
 	}
 	k.Fail(OpApply, nil)
-	if err := k.Apply(h, side); err != nil {
-		t.Fatal(err)
+	gen, err := k.Apply(h, side)
+	if err != nil || gen == 0 {
+		t.Fatal(gen, err)
 	}
 	if d, _ := k.Verify(h, side); len(d) != 0 {
 		t.Fatalf("Verify after Apply: %v", d)
+	}
+	if d, g, _ := k.VerifySince(h, side, gen); len(d) != 0 || g != gen || k.Calls(OpVerify) != 2 {
+		t.Fatalf("VerifySince at Apply's generation: %v, %d, %d full reads", d, g, k.Calls(OpVerify))
 	}
 	if d, _ := k.Verify(h, amb); len(d) != 1 {
 		t.Fatalf("Verify against another ruleset: %v", d)
@@ -44,6 +48,9 @@ func TestFake(t *testing.T) {
 	k.Tamper(ino)
 	if d, _ := k.Verify(h, side); len(d) != 1 {
 		t.Fatalf("Verify after Tamper: %v", d)
+	}
+	if d, g, _ := k.VerifySince(h, side, gen); len(d) != 1 || g == gen {
+		t.Fatalf("VerifySince after Tamper: %v, generation %d (was %d)", d, g, gen)
 	}
 	a := netip.MustParseAddr("10.0.0.1")
 	k.AddHostIPs(h, a, netip.MustParseAddr("::ffff:10.0.0.2"))
