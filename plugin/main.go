@@ -10,7 +10,12 @@ import (
 	"github.com/sluicemesh/sluice/internal/buildinfo"
 )
 
+// atExit runs when main returns; only the sluicebench build sets it
+// (cpuprofile_bench.go).
+var atExit = func() {}
+
 func main() {
+	defer atExit()
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,
 		Del:    cmdDel,

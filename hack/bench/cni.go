@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -347,7 +348,7 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if res.restartTop, err = n.stopProfile(prof); err != nil {
+	if res.restartTop, err = n.stopProfile(prof); err != nil && !errors.Is(err, errNoSamples) {
 		return nil, err
 	}
 	if res.rssAfterRestartKiB, _, err = n.rssKiB(); err != nil {

@@ -17,6 +17,7 @@ type bins struct{ dir string }
 func buildAll(dir string) (bins, error) {
 	for _, b := range []struct{ out, pkg string }{
 		{"sluice", "github.com/sluicemesh/sluice/plugin"},
+		{"sluice-prof", "github.com/sluicemesh/sluice/plugin"},
 		{"sluice-agent", "github.com/sluicemesh/sluice/daemon"},
 		{"sluice-agent-prof", "github.com/sluicemesh/sluice/daemon"},
 		{"loopback", "github.com/containernetworking/plugins/plugins/main/loopback"},
@@ -25,8 +26,8 @@ func buildAll(dir string) (bins, error) {
 		// As `make build` does (Makefile TAGS); the tag changes nothing in
 		// the reference binaries.
 		tags := "grpcnotrace"
-		if b.out == "sluice-agent-prof" {
-			tags += ",sluicebench" // daemon/cpuprofile_bench.go: a CPU profile on request
+		if strings.HasSuffix(b.out, "-prof") {
+			tags += ",sluicebench" // cpuprofile_bench.go of each: a CPU profile on request
 		}
 		cmd := exec.Command("go", "build", "-tags", tags, "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

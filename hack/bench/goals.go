@@ -158,6 +158,9 @@ func writeDetails(m *md, c config, r *results) {
 			}
 		}
 		m.p("")
+	} else {
+		m.p("The restart was too short for the agent's CPU profile (100 Hz) to take a sample.")
+		m.p("")
 	}
 	writeNRI(m, r.nri)
 }
@@ -212,6 +215,7 @@ func writeProfile(m *md, pr *profile, fp *footprint) {
 			"sluice GOMAXPROCS=1": "sluice ADD, GOMAXPROCS=1 in its env"}[name], ms(pr.pluginCPU[name]), w)
 	}
 	m.p("")
+	writePluginProfile(m, pr)
 	m.p("`strace -f -c` of one sluice ADD (the plugin process and its threads):")
 	m.p("")
 	m.p("```")
@@ -222,6 +226,29 @@ func writeProfile(m *md, pr *profile, fp *footprint) {
 		m.p("Package inits in `sluice` (`GODEBUG=inittrace=1`, non-runtime): %d packages.", len(fp.inits))
 		m.p("")
 	}
+}
+
+// writePluginProfile is the plugin's main by function: shares of its own
+// samples, as the runtime's start and the package inits precede it.
+func writePluginProfile(m *md, pr *profile) {
+	if pr.pluginErr != nil {
+		m.p("The plugin's CPU profile failed: `%v`", pr.pluginErr)
+		m.p("")
+		return
+	}
+	m.p("A CPU profile of the plugin's `main` (the `sluicebench` build, 10 kHz, merged over the execs above),")
+	m.p("as shares of its samples; the runtime's start and the package inits run before it (inittrace below):")
+	m.p("")
+	m.p("| hop | share of the profile |")
+	m.p("|---|---|")
+	for _, h := range pluginHops {
+		if l, ok := hop(pr.pluginTop, h.prefix); ok {
+			m.p("| %s | %.1f %% |", h.name, l.children)
+		} else {
+			m.p("| %s | too small to show |", h.name)
+		}
+	}
+	m.p("")
 }
 
 func topSelf(lines []perfLine, n int) []perfLine {

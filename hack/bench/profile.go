@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,6 +21,8 @@ type profile struct {
 	adds        int
 	perfErr     error
 	pluginCPU   map[string]time.Duration // per exec, p50 of user+sys
+	pluginTop   []perfLine               // the plugin's main, merged over execs
+	pluginErr   error
 	straceTable string
 }
 
@@ -79,10 +82,21 @@ func (n *node) stopProfile(data string) ([]perfLine, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=400",
-		filepath.Join(n.bins.dir, "sluice-agent-prof"), data).CombinedOutput()
+	return pprofTop(filepath.Join(n.bins.dir, "sluice-agent-prof"), data)
+}
+
+// errNoSamples is a profile the sampler never hit: the run was shorter
+// than its period (a smoke run's restart of a dozen pods).
+var errNoSamples = errors.New("the profile has no samples")
+
+// pprofTop reads a CPU profile of bin with `go tool pprof -top -cum`.
+func pprofTop(bin, data string) ([]perfLine, error) {
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=400", bin, data).CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("go tool pprof: %w: %s", err, tail(string(out), 5))
+	}
+	if strings.Contains(string(out), " of 0 total") {
+		return nil, errNoSamples
 	}
 	var lines []perfLine
 	for _, l := range strings.Split(string(out), "\n") {
@@ -106,16 +120,70 @@ func (n *node) stopProfile(data string) ([]perfLine, error) {
 	return lines, nil
 }
 
+// pluginHops are the functions of the plugin's main, in the order an ADD
+// runs them.
+var pluginHops = []struct{ name, prefix string }{
+	{"main, all of it (after the runtime's start and the package inits)", "main.main"},
+	{"config and prevResult parse (encoding/json)", "main.parseConfig"},
+	{"gRPC channel set-up (NewClient)", "google.golang.org/grpc.NewClient"},
+	{"connection set-up (dial, HTTP/2 preface and settings)", "google.golang.org/grpc.(*addrConn).connect"},
+	{"the Add call (Invoke: marshal, send, wait)", "google.golang.org/grpc.(*ClientConn).Invoke"},
+	{"  of which protobuf's first use of a message type", "google.golang.org/protobuf/internal/impl.(*MessageInfo).initOnce"},
+	{"HTTP/2 reader goroutine", "google.golang.org/grpc/internal/transport.(*http2Client).reader"},
+	{"grpc-go's callback serializers (resolver, balancer)", "google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"},
+	{"channelz trace text (formatted with channelz off)", "google.golang.org/grpc/internal/channelz.Infof"},
+	{"result printed (encoding/json)", "github.com/containernetworking/cni/pkg/types.PrintResult"},
+	{"garbage collector", "runtime.gcBgMarkWorker"},
+}
+
+// profilePlugin execs count ADDs of the sluicebench plugin, each writing a
+// CPU profile at 10 kHz, and reads them merged.
+func (n *node) profilePlugin(dir string, count int) ([]perfLine, error) {
+	nsPath, err := n.nd.create("plugin-prof")
+	if err != nil {
+		return nil, err
+	}
+	defer n.nd.remove(nsPath)
+	profDir := filepath.Join(dir, "plugin-prof")
+	if err := os.MkdirAll(profDir, 0o700); err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"bench","type":"sluice","socket":%q,"prevResult":%s}`, n.socket, prevResult)
+	for i := range count {
+		id := fmt.Sprintf("prof-%d", i)
+		cmd := n.pluginCmd("sluice-prof", "ADD", id, nsPath, conf)
+		cmd.Env = append(cmd.Env, "SLUICE_BENCH_PLUGINPROF="+profDir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("sluice ADD (profiled): %v: %s", err, out)
+		}
+		if out, err := n.pluginCmd("sluice", "DEL", id, nsPath, conf).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("sluice DEL: %v: %s", err, out)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(profDir, "*.pprof"))
+	if len(files) == 0 {
+		return nil, fmt.Errorf("the profiled plugin wrote no profile")
+	}
+	merged := filepath.Join(dir, "plugin.pprof")
+	out, err := exec.Command("go", append([]string{"tool", "pprof", "-proto", "-output", merged}, files...)...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("merge plugin profiles: %w: %s", err, tail(string(out), 5))
+	}
+	return pprofTop(filepath.Join(n.bins.dir, "sluice-prof"), merged)
+}
+
 // restartHops are the functions of the start-up reconcile.
 var restartHops = []struct{ name, prefix string }{
 	{"reconcile, all of it", "github.com/sluicemesh/sluice/daemon/workloads.(*Store).reconcileOne"},
 	{"ruleset build per record", "github.com/sluicemesh/sluice/daemon/redirect.Build"},
-	{"redirect.Verify, all of it", "github.com/sluicemesh/sluice/daemon/redirect.Verify"},
-	{"  nft.Verify (google/nftables dumps: tables, sets, chains, rules per chain)", "github.com/sluicemesh/sluice/daemon/redirect/nft.Verify"},
+	{"redirect.VerifySince, all of it", "github.com/sluicemesh/sluice/daemon/redirect.VerifySince"},
+	{"  nftables generation read (a socket in the netns, one GET)", "github.com/sluicemesh/sluice/daemon/redirect/nft.(*socket).generation"},
+	{"  table read back (google/nftables dumps), only where the generation moved", "github.com/sluicemesh/sluice/daemon/redirect/nft.tableDrift"},
 	{"  policy routes (rtnetlink rule and route dumps)", "github.com/sluicemesh/sluice/daemon/redirect.routeDrift"},
 	{"  lo's addresses", "github.com/sluicemesh/sluice/daemon/redirect.loAddrDrift"},
 	{"  lo's disable_ipv6 (a thread moved into the netns)", "github.com/sluicemesh/sluice/daemon/redirect.loIPv6Disabled"},
 	{"journal load", "github.com/sluicemesh/sluice/daemon/workloads.(*Store).loadJournal"},
+	{"journal write of a newly verified generation", "github.com/sluicemesh/sluice/daemon/workloads.(*Store).noteGen"},
 	{"garbage collector", "runtime.gcBgMarkWorker"},
 }
 
@@ -244,6 +312,9 @@ func (n *node) profile(dir string, count, execs int) (*profile, error) {
 	if pr.pluginCPU, err = n.pluginCPU(min(execs, 100)); err != nil {
 		return nil, err
 	}
+	// About half a sample lands in each exec's main on this VM: 3× the
+	// execs of the CPU table above.
+	pr.pluginTop, pr.pluginErr = n.profilePlugin(dir, 3*min(execs, 100))
 	if pr.straceTable, err = n.straceADD(dir); err != nil {
 		pr.straceTable = err.Error()
 	}
