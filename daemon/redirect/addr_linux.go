@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/internal/netnsthread"
 )
 
 // Envoy's inbound passthrough cluster binds ::6 when it forwards to the
@@ -220,38 +221,17 @@ func loState(ns netns.NsHandle) (int, []loAddr, error) {
 // own moved into ns; the caller's thread never changes namespace. A
 // kernel without IPv6 at all has no such file, which counts as disabled.
 func loIPv6Disabled(ns netns.NsHandle) (bool, error) {
-	type result struct {
-		disabled bool
-		err      error
+	var data []byte
+	err := netnsthread.Do(ns, func() error {
+		var err error
+		data, err = os.ReadFile("/proc/sys/net/ipv6/conf/" + loopbackInterface + "/disable_ipv6")
+		return err
+	})
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("read %s's disable_ipv6 in netns fd %d: %w", loopbackInterface, int(ns), err)
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			done <- result{err: fmt.Errorf("read this thread's netns: %w", err)}
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			done <- result{err: fmt.Errorf("enter netns fd %d: %w", int(ns), err)}
-			return
-		}
-		data, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + loopbackInterface + "/disable_ipv6")
-		// Back to where it came from, else the thread dies locked with
-		// the goroutine instead of returning to the pool.
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			done <- result{disabled: true}
-		case err != nil:
-			done <- result{err: fmt.Errorf("read %s's disable_ipv6 in netns fd %d: %w", loopbackInterface, int(ns), err)}
-		default:
-			done <- result{disabled: strings.TrimSpace(string(data)) != "0"}
-		}
-	}()
-	r := <-done
-	return r.disabled, r.err
+	return strings.TrimSpace(string(data)) != "0", nil
 }

@@ -52,16 +52,9 @@ type Annotator interface {
 }
 
 func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddResponse, error) {
-	if err := checkAPIVersion(req.ApiVersion); err != nil {
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
-	}
-	a, err := checkAttachment(req.ContainerId, req.IfName)
+	a, ips, err := checkRequest(req.ApiVersion, req.ContainerId, req.IfName, req.Ips, req.RequestId)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	ips, err := parseIPs(req.Ips)
-	if err != nil {
-		return nil, withRequestID(status.Error(codes.InvalidArgument, err.Error()), req.RequestId)
+		return nil, err
 	}
 	release, err := s.Inflight.acquire(ctx)
 	if err != nil {
@@ -120,16 +113,9 @@ func (s *CNI) Del(ctx context.Context, req *sluicev1.DelRequest) (*sluicev1.DelR
 }
 
 func (s *CNI) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
-	if err := checkAPIVersion(req.ApiVersion); err != nil {
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
-	}
-	a, err := checkAttachment(req.ContainerId, req.IfName)
+	a, ips, err := checkRequest(req.ApiVersion, req.ContainerId, req.IfName, req.Ips, "")
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	ips, err := parseIPs(req.Ips)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 	d, err := s.Policy.Decide(ctx, podOf(req.Pod, ips))
 	if err != nil {

@@ -5,6 +5,9 @@ import (
 	"net/netip"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 )
@@ -79,6 +82,24 @@ func checkAttachment(containerID, ifName string) (workloads.Attachment, error) {
 // as a prefix. One that parses as neither refuses the call, naming it: left
 // out, the pod would lose its family's capture decision and, in ambient
 // mode, its kubelet probes' exemption.
+// checkRequest is what ADD and CHECK check before anything else, as gRPC
+// statuses: the wire version, the attachment, and the IPs, parsed once
+// here. requestID, when set, names the call in an IP refusal (ADD's).
+func checkRequest(v sluicev1.ApiVersion, containerID, ifName string, ips []*sluicev1.IPConfig, requestID string) (workloads.Attachment, []netip.Prefix, error) {
+	if err := checkAPIVersion(v); err != nil {
+		return workloads.Attachment{}, nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	a, err := checkAttachment(containerID, ifName)
+	if err != nil {
+		return workloads.Attachment{}, nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	parsed, err := parseIPs(ips)
+	if err != nil {
+		return workloads.Attachment{}, nil, withRequestID(status.Error(codes.InvalidArgument, err.Error()), requestID)
+	}
+	return a, parsed, nil
+}
+
 func parseIPs(ips []*sluicev1.IPConfig) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for i, ip := range ips {

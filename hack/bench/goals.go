@@ -148,16 +148,7 @@ func writeDetails(m *md, c config, r *results) {
 	if len(sc.restartTop) > 0 {
 		m.p("CPU profile of the restart (the `sluicebench` build, exec to ready), per journaled record:")
 		m.p("")
-		m.p("| hop | CPU per record | share of the profile |")
-		m.p("|---|---|---|")
-		for _, h := range restartHops {
-			if l, ok := hop(sc.restartTop, h.prefix); ok {
-				m.p("| %s | %.3f ms | %.1f %% |", h.name, perADD(l.cum, sc.pods), l.children)
-			} else {
-				m.p("| %s | too small to show | |", h.name)
-			}
-		}
-		m.p("")
+		writeHops(m, "record", restartHops, sc.restartTop, sc.pods)
 	} else {
 		m.p("The restart was too short for the agent's CPU profile (100 Hz) to take a sample.")
 		m.p("")
@@ -177,16 +168,7 @@ func writeProfile(m *md, pr *profile, fp *footprint) {
 		m.p("ADDs and %d DELs in all: CPU under each function, callees included, per call. The agent's CPU per", pr.adds)
 		m.p("ADD over the storms' ADD halves was %.2f ms (/proc).", perADD(pr.agentCPU, pr.adds))
 		m.p("")
-		m.p("| hop | CPU per call | share of the profile |")
-		m.p("|---|---|---|")
-		for _, h := range hops {
-			if l, ok := hop(pr.agentTop, h.prefix); ok {
-				m.p("| %s | %.3f ms | %.1f %% |", h.name, perADD(l.cum, pr.adds), l.children)
-			} else {
-				m.p("| %s | too small to show | |", h.name)
-			}
-		}
-		m.p("")
+		writeHops(m, "call", hops, pr.agentTop, pr.adds)
 		m.p("Largest self costs in the agent:")
 		m.p("")
 		m.p("| self | symbol |")
@@ -226,6 +208,21 @@ func writeProfile(m *md, pr *profile, fp *footprint) {
 		m.p("Package inits in `sluice` (`GODEBUG=inittrace=1`, non-runtime): %d packages.", len(fp.inits))
 		m.p("")
 	}
+}
+
+// writeHops is a profile's table by hop: CPU under each, per unit (n of
+// them in the profile), and its share.
+func writeHops(m *md, unit string, hs []struct{ name, prefix string }, lines []perfLine, n int) {
+	m.p("| hop | CPU per %s | share of the profile |", unit)
+	m.p("|---|---|---|")
+	for _, h := range hs {
+		if l, ok := hop(lines, h.prefix); ok {
+			m.p("| %s | %.3f ms | %.1f %% |", h.name, perADD(l.cum, n), l.children)
+		} else {
+			m.p("| %s | too small to show | |", h.name)
+		}
+	}
+	m.p("")
 }
 
 // writePluginProfile is the plugin's main by function: shares of its own

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"runtime"
 	"slices"
 	"sync"
 
 	"github.com/mdlayher/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/internal/netnsthread"
 )
 
 // sock is a blocking NETLINK_NETFILTER socket opened in a pod's netns: a
@@ -80,48 +81,25 @@ func (s *sock) setup() error {
 	return nil
 }
 
-// socketIn creates the socket on a locked thread moved into ns and back.
-// It runs in a goroutine of its own: if the thread cannot be moved back it
-// stays locked, and Go ends it with the goroutine instead of running
-// anything else in the pod's netns.
+// socketIn creates the socket inside ns (netnsthread: a thread of its
+// own, moved in and back; a socket keeps the netns it was made in).
 func socketIn(ns netns.NsHandle) (int, error) {
-	type result struct {
-		fd  int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		fd, restored, err := socketOnThread(ns)
-		if restored {
-			runtime.UnlockOSThread()
+	fd := -1
+	err := netnsthread.Do(ns, func() error {
+		var err error
+		if fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER); err != nil {
+			fd = -1
+			return fmt.Errorf("socket: %w", err)
 		}
-		done <- result{fd, err}
-	}()
-	r := <-done
-	return r.fd, r.err
-}
-
-func socketOnThread(ns netns.NsHandle) (fd int, restored bool, err error) {
-	home, err := netns.Get()
+		return nil
+	})
 	if err != nil {
-		return -1, true, fmt.Errorf("this thread's netns: %w", err)
-	}
-	defer home.Close()
-	if err := netns.Set(ns); err != nil {
-		return -1, true, fmt.Errorf("setns: %w", err)
-	}
-	fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
-	if rerr := netns.Set(home); rerr != nil {
-		if err == nil {
+		if fd >= 0 {
 			unix.Close(fd)
 		}
-		return -1, false, fmt.Errorf("move the thread back from the pod's netns: %w", rerr)
+		return -1, err
 	}
-	if err != nil {
-		return -1, true, fmt.Errorf("socket: %w", err)
-	}
-	return fd, true, nil
+	return fd, nil
 }
 
 // conn is a netlink.Conn over s, as the batch uses it.
