@@ -177,7 +177,7 @@ var restartHops = []struct{ name, prefix string }{
 	{"reconcile, all of it", "github.com/sluicemesh/sluice/daemon/workloads.(*Store).reconcileOne"},
 	{"ruleset build per record", "github.com/sluicemesh/sluice/daemon/redirect.Build"},
 	{"redirect.VerifySince, all of it", "github.com/sluicemesh/sluice/daemon/redirect.VerifySince"},
-	{"  nftables generation read (a socket in the netns, one GET)", "github.com/sluicemesh/sluice/daemon/redirect/nft.(*socket).generation"},
+	{"  nftables generation read (one GET)", "github.com/sluicemesh/sluice/daemon/redirect/nft.(*socket).generation"},
 	{"  table read back (google/nftables dumps), only where the generation moved", "github.com/sluicemesh/sluice/daemon/redirect/nft.tableDrift"},
 	{"  policy routes (rtnetlink rule and route dumps)", "github.com/sluicemesh/sluice/daemon/redirect.routeDrift"},
 	{"  lo's addresses", "github.com/sluicemesh/sluice/daemon/redirect.loAddrDrift"},
