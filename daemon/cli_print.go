@@ -104,7 +104,7 @@ func printGet(c clients, args []string, out io.Writer) error {
 	if len(resp.Drift) == 0 {
 		fmt.Fprintf(tw, "kernel\tin sync with the ruleset below\n")
 	} else {
-		fmt.Fprintf(tw, "kernel\tDRIFTED (repaired on the next resync):\n")
+		fmt.Fprintf(tw, "kernel\tDRIFTED (reasserted on the next resync):\n")
 		for _, d := range resp.Drift {
 			fmt.Fprintf(tw, "\t  %s\n", d)
 		}
