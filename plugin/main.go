@@ -4,6 +4,8 @@
 package main
 
 import (
+	"runtime"
+
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 
@@ -15,6 +17,11 @@ import (
 var atExit = func() {}
 
 func main() {
+	// One P: an exec makes one gRPC call, and grpc-go's hand-offs between
+	// its goroutines woke idle Ps whose threads spun for work. Measured
+	// side by side on this VM: 0.7 ms less CPU per ADD (about a tenth),
+	// the same wall time (docs/decisions.md).
+	runtime.GOMAXPROCS(1)
 	defer atExit()
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,
