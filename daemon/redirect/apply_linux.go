@@ -85,7 +85,7 @@ func ApplyGen(ns netns.NsHandle, r *Ruleset) (Gen, error) {
 			return 0, undo(err)
 		}
 	}
-	existed, gen, err := nft.Apply(ns, r.table)
+	existed, gen, err := nft.ApplyRendered(ns, r.table, r.text)
 	if err != nil {
 		return 0, undo(err)
 	}

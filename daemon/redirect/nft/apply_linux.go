@@ -36,8 +36,14 @@ import (
 // thread never changes namespace, so Apply is safe to call from many
 // goroutines at once.
 func Apply(ns netns.NsHandle, t *Table) (existed bool, gen uint32, err error) {
-	p := newProgram(t)
-	create, err := marshal(func(c *nftables.Conn) error { return p.build(c, false) })
+	return ApplyRendered(ns, t, t.Render())
+}
+
+// ApplyRendered is Apply for a caller that has t's rendering already:
+// text keys the batch cache (batchcache_linux.go), and any text that
+// contains t.Render() will do, as a hit is checked against t itself.
+func ApplyRendered(ns netns.NsHandle, t *Table, text string) (existed bool, gen uint32, err error) {
+	create, err := batches.batchFor(t, text, false)
 	if err != nil {
 		return false, 0, fmt.Errorf("apply table inet %s: %w", t.Name, err)
 	}
@@ -64,7 +70,7 @@ func Apply(ns netns.NsHandle, t *Table) (existed bool, gen uint32, err error) {
 		}
 		defer closeLater(s)
 	}
-	replace, err := marshal(func(c *nftables.Conn) error { return p.build(c, true) })
+	replace, err := batches.batchFor(t, text, true)
 	if err != nil {
 		return true, 0, fmt.Errorf("apply table inet %s: %w", t.Name, err)
 	}
