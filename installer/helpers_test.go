@@ -6,11 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicemesh/sluice/installer/conflist"
+	"github.com/sluicemesh/sluice/internal/syncbuf"
 )
 
 // repairBudget is how fast the installer must notice and repair a change.
@@ -148,19 +148,4 @@ func mustInsert(t *testing.T, list []byte) []byte {
 }
 
 // syncBuffer is a log sink safe for the installer goroutine and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = syncbuf.Buffer

@@ -1,12 +1,10 @@
 package kubecache
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/internal/syncbuf"
 )
 
 const (
@@ -37,22 +36,7 @@ func TestMain(m *testing.M) {
 }
 
 // syncedLog is a log the informers' goroutines write while the test reads.
-type syncedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *syncedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *syncedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+type syncedLog = syncbuf.Buffer
 
 // run runs a Cache for node as rc's user until t ends.
 func run(t *testing.T, rc *rest.Config, log *syncedLog) *Cache {

@@ -11,12 +11,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/internal/syncbuf"
 )
 
 // node is a private network and mount namespace that plays the machine for
@@ -158,24 +158,9 @@ func rmdirCgroup(t testing.TB, dir string) {
 }
 
 // logBuffer collects a process's output for waits and failure messages.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 func newLogBuffer() *logBuffer { return &logBuffer{} }
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // count is how many lines hold every one of subs.
 func (l *logBuffer) count(subs ...string) int {
