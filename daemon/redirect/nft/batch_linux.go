@@ -76,9 +76,9 @@ func open(ns netns.NsHandle) (*socket, error) {
 // from the NEWGEN message the kernel sends the committer when the batch's
 // first message asks for an echo (nf_tables_gen_notify looks at the first
 // header after BATCH_BEGIN, which nfnetlink has pulled off by then); that
-// message's own echo comes along, one small reply. 0 if none came. After an error the socket may still
-// hold the rest of the batch's replies: use a fresh socket for the next
-// batch.
+// message's own echo comes along, one small reply. 0 if none came. After
+// an error the socket may still hold the rest of the batch's replies: use
+// a fresh socket for the next batch.
 func (s *socket) send(batch []netlink.Message) (gen uint32, err error) {
 	if len(batch) <= 2 {
 		return 0, nil // BATCH_BEGIN and BATCH_END only: nothing to do

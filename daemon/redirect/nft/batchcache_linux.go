@@ -63,9 +63,3 @@ func (c *batchCache) batchFor(t *Table, text string, replace bool) ([]netlink.Me
 	c.mu.Unlock()
 	return slices.Clone(batch), nil
 }
-
-func (c *batchCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
-}

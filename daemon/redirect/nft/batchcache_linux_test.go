@@ -94,3 +94,9 @@ func TestBatchCacheIsBounded(t *testing.T) {
 		}
 	}
 }
+
+func (c *batchCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}

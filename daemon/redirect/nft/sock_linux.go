@@ -29,12 +29,9 @@ import (
 // Replies are handed on with port id 0, as the kernel's own messages
 // carry: a netlink.Conn checks a reply's port id against the one it
 // believes it has unless either is 0, and the nltest Conn google/nftables
-// builds believes it is nltest.PID. The socket is unicast and bound in its
-// own netns, so every reply on it is for it.
-type sock struct {
-	fd  int
-	pid uint32 // the port id the kernel bound it to
-}
+// builds believes it is nltest.PID. The socket joins no group, so every
+// reply on it is for it; the kernel binds it on the first send.
+type sock struct{ fd int }
 
 // bufs holds receive buffers: a netlink dump reply is at most 32 KiB
 // (the kernel caps its dump skbs there), so 64 KiB never truncates.
@@ -66,18 +63,6 @@ func (s *sock) setup() error {
 			return fmt.Errorf("set socket timeout: %w", err)
 		}
 	}
-	if err := unix.Bind(s.fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("bind: %w", err)
-	}
-	sa, err := unix.Getsockname(s.fd)
-	if err != nil {
-		return fmt.Errorf("getsockname: %w", err)
-	}
-	nl, ok := sa.(*unix.SockaddrNetlink)
-	if !ok {
-		return fmt.Errorf("getsockname: not a netlink address: %T", sa)
-	}
-	s.pid = nl.Pid
 	return nil
 }
 
@@ -103,7 +88,7 @@ func socketIn(ns netns.NsHandle) (int, error) {
 }
 
 // conn is a netlink.Conn over s, as the batch uses it.
-func (s *sock) conn() *netlink.Conn { return netlink.NewConn(s, s.pid) }
+func (s *sock) conn() *netlink.Conn { return netlink.NewConn(s, 0) }
 
 func (s *sock) Close() error { return unix.Close(s.fd) }
 
@@ -160,9 +145,7 @@ func (s *sock) ReceiveIter() iter.Seq2[netlink.Message, error] {
 				yield(netlink.Message{}, err)
 				return
 			}
-			if m.Header.PID == s.pid {
-				m.Header.PID = 0
-			}
+			m.Header.PID = 0
 			if !yield(m, nil) {
 				return
 			}
