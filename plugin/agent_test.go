@@ -225,3 +225,36 @@ func TestVerbGC(t *testing.T) {
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A CNI_ARGS value that is not UTF-8 cannot go into a proto3 string: the
+// caller's fault (4), said before anything is sent, never a half-encoded
+// request.
+func TestVerbAddNotUTF8(t *testing.T) {
+	a := startAgent(t)
+	a.ns.Add("/netns/c1")
+	args := cmdArgs(t, a.sock, "c1", "default", nil)
+	args.Args = "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p-\xff;K8S_POD_UID=uid-c1"
+	_, err := stdoutOf(t, func() error { return cmdAdd(args) })
+	if cniCode(t, err) != types.ErrInvalidEnvironmentVariables || !strings.Contains(err.Error(), "UTF-8") {
+		t.Fatalf("ADD with a non-UTF-8 pod name: %v, want code 4 naming UTF-8", err)
+	}
+	if len(a.store.List()) != 0 {
+		t.Fatal("the request reached the agent")
+	}
+}
+
+// A request larger than the agent's 64 KiB stream window (a big args block
+// in the entry) goes out as the agent's window updates come, and arrives
+// whole (the agent parses it): the real server's flow control, end to end.
+func TestVerbAddLargeRequest(t *testing.T) {
+	a := startAgent(t)
+	a.ns.Add("/netns/c1")
+	big := strings.Repeat("a", 300<<10)
+	args := cmdArgs(t, a.sock, "c1", "default", map[string]any{"args": map[string]any{"cni": map[string]any{"note": big}}})
+	if _, err := stdoutOf(t, func() error { return cmdAdd(args) }); err != nil {
+		t.Fatalf("ADD with a 300 KiB entry: %v", err)
+	}
+	if _, ok := a.store.Get(workloads.Attachment{ContainerID: "c1", IfName: "eth0"}); !ok {
+		t.Fatal("no record after the large ADD")
+	}
+}

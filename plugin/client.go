@@ -8,45 +8,52 @@ import (
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
-	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/internal/cniwire"
+	"github.com/sluicemesh/sluice/internal/grpccall"
 	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
 // apiVersion is the wire contract this plugin speaks.
-const apiVersion = sluicev1.ApiVersion_API_VERSION_2
+const apiVersion = cniwire.ApiVersion_API_VERSION_2
 
-// connBufferBytes sizes the connection's read and write buffers.
-const connBufferBytes = 4 << 10
-
-// agent is one connection to sluice-agent, used for a single CNI call.
+// agent is sluice-agent at its socket. Every call is a connection of its
+// own: one exec makes one call.
 type agent struct {
-	conn   *grpc.ClientConn
-	cni    sluicev1.CNIClient
 	socket string
 }
 
-func dial(socket string) (*agent, error) {
-	// The socket is local and root-only; transport security would add
-	// nothing but handshake time to every pod start.
-	// One small unary call per exec: 4 KiB transport buffers instead of
-	// grpc-go's 32 KiB each are less to allocate and fault in, and still
-	// hold a whole CNI request (docs/benchmarks.md).
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(refuseOversize),
-		grpc.WithReadBufferSize(connBufferBytes), grpc.WithWriteBufferSize(connBufferBytes))
-	if err != nil {
-		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("sluice-agent at %s: %v", socket, err), "")
-	}
-	return &agent{conn: conn, cni: sluicev1.NewCNIClient(conn), socket: socket}, nil
+func newAgent(socket string) *agent { return &agent{socket: socket} }
+
+// wireRequest and wireResponse are cniwire's messages.
+type wireRequest interface {
+	AppendWire([]byte) ([]byte, error)
 }
 
-func (a *agent) Close() { a.conn.Close() }
+type wireResponse interface {
+	UnmarshalWire([]byte) error
+}
+
+// call sends req to method and decodes the answer into resp. A request the
+// agent would refuse for its size is refused here, before anything is sent.
+func (a *agent) call(ctx context.Context, method string, req wireRequest, resp wireResponse) error {
+	b, err := req.AppendWire(nil)
+	if err != nil {
+		return &encodeError{err}
+	}
+	if len(b) > pluginconf.MaxRequestBytes {
+		return &oversizeError{len(b)}
+	}
+	out, err := grpccall.Call(ctx, a.socket, method, b)
+	if err != nil {
+		return err
+	}
+	if err := resp.UnmarshalWire(out); err != nil {
+		return &grpccall.Status{Code: codes.Internal, Message: "cannot read the agent's answer: " + err.Error()}
+	}
+	return nil
+}
 
 // callError turns a failed call into a CNI error that names the socket and
 // the cause. Anything that may pass on retry is "try again later" (11), so
@@ -56,28 +63,44 @@ func (a *agent) callError(ctx context.Context, verb string, err error) *types.Er
 	if errors.As(err, &big) {
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("sluice %s: %v", verb, big), "")
 	}
-	st := status.Convert(err)
-	switch st.Code() {
+	var enc *encodeError
+	if errors.As(err, &enc) {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("sluice %s: %v", verb, enc), "")
+	}
+	code, msg := grpccall.Code(err), err.Error()
+	var st *grpccall.Status
+	if errors.As(err, &st) {
+		msg = st.Message
+	}
+	switch code {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Canceled, codes.Aborted:
-		cause := st.Message()
+		cause := msg
 		if ctx.Err() != nil {
 			if dl, ok := ctx.Deadline(); ok {
 				cause = fmt.Sprintf("no answer before the plugin's deadline (%s)", dl.Format("15:04:05.000"))
 			}
 		}
 		what := "is not available"
-		if st.Code() == codes.ResourceExhausted || st.Code() == codes.Aborted {
+		if code == codes.ResourceExhausted || code == codes.Aborted {
 			what = "cannot take the call now" // busy, or its state dir is full: it said which
 		}
 		return types.NewError(types.ErrTryAgainLater,
 			fmt.Sprintf("sluice %s: sluice-agent at %s %s: %s", verb, a.socket, what, cause), "")
 	case codes.InvalidArgument:
 		return types.NewError(types.ErrInvalidEnvironmentVariables,
-			fmt.Sprintf("sluice %s: refused by sluice-agent: %s", verb, st.Message()), "")
+			fmt.Sprintf("sluice %s: refused by sluice-agent: %s", verb, msg), "")
 	default:
 		return types.NewError(types.ErrInternal,
-			fmt.Sprintf("sluice %s: sluice-agent at %s: %s: %s", verb, a.socket, st.Code(), st.Message()), "")
+			fmt.Sprintf("sluice %s: sluice-agent at %s: %s: %s", verb, a.socket, code, msg), "")
 	}
+}
+
+// encodeError is a request that cannot be encoded: a string from the
+// runtime (CNI_ARGS, the container id) that is not UTF-8.
+type encodeError struct{ err error }
+
+func (e *encodeError) Error() string {
+	return "cannot encode the request to sluice-agent: " + e.err.Error()
 }
 
 // oversizeError is a request the agent would refuse for its size: the
@@ -88,21 +111,10 @@ func (e *oversizeError) Error() string {
 	return fmt.Sprintf("the request to sluice-agent is %d bytes, more than its limit of %d: the network config or prevResult is too large", e.size, pluginconf.MaxRequestBytes)
 }
 
-// refuseOversize stops a request the agent's size limit would refuse before
-// it is sent.
-func refuseOversize(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if m, ok := req.(proto.Message); ok {
-		if n := proto.Size(m); n > pluginconf.MaxRequestBytes {
-			return &oversizeError{n}
-		}
-	}
-	return invoke(ctx, method, req, reply, cc, opts...)
-}
-
 // reachable reports whether an error means the agent could not be asked at
 // all (as opposed to answering with a refusal).
 func reachable(err error) bool {
-	switch status.Code(err) {
+	switch grpccall.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		return false
 	}

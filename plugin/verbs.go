@@ -11,7 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
-	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/internal/cniwire"
 )
 
 // call is what every verb starts with: the parsed config and CNI_ARGS, a
@@ -61,12 +61,12 @@ func (c *call) context() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), c.conf.parsed.Timeout)
 }
 
-func (c *call) pluginConfig() *sluicev1.PluginConfig {
-	return &sluicev1.PluginConfig{CniVersion: c.conf.CNIVersion, NetworkName: c.conf.Name, Raw: c.conf.raw}
+func (c *call) pluginConfig() *cniwire.PluginConfig {
+	return &cniwire.PluginConfig{CniVersion: c.conf.CNIVersion, NetworkName: c.conf.Name, Raw: c.conf.raw}
 }
 
-func (c *call) podRef() *sluicev1.PodRef {
-	return &sluicev1.PodRef{Namespace: c.pod.Namespace, Name: c.pod.Name, Uid: c.pod.UID}
+func (c *call) podRef() *cniwire.PodRef {
+	return &cniwire.PodRef{Namespace: c.pod.Namespace, Name: c.pod.Name, Uid: c.pod.UID}
 }
 
 // prevResult is what the plugin passes through. Run as a network of its own
@@ -89,14 +89,11 @@ func cmdAdd(args *skel.CmdArgs) error {
 		c.log.Info("namespace excluded in plugin config; not asking the agent")
 		return types.PrintResult(prev, c.conf.CNIVersion)
 	}
-	a, err := dial(c.conf.parsed.Socket)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
+	a := newAgent(c.conf.parsed.Socket)
 	ctx, cancel := c.context()
 	defer cancel()
-	resp, err := a.cni.Add(ctx, &sluicev1.AddRequest{
+	var resp cniwire.AddResponse
+	err = a.call(ctx, cniwire.CNI_Add_FullMethodName, &cniwire.AddRequest{
 		ApiVersion:  apiVersion,
 		ContainerId: args.ContainerID,
 		Netns:       args.Netns,
@@ -106,7 +103,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		Config:      c.pluginConfig(),
 		RequestId:   c.id,
 		Warnings:    c.conf.warnings,
-	})
+	}, &resp)
 	if err != nil {
 		c.log.Error("agent refused or unreachable", "err", err)
 		return a.callError(ctx, "ADD", err)
@@ -126,15 +123,10 @@ func cmdDel(args *skel.CmdArgs) error {
 	if c.conf.excluded(c.pod.Namespace) {
 		return nil
 	}
-	a, err := dial(c.conf.parsed.Socket)
-	if err != nil {
-		c.log.Warn("agent unreachable; DEL left to the agent's GC", "err", err)
-		return nil
-	}
-	defer a.Close()
+	a := newAgent(c.conf.parsed.Socket)
 	ctx, cancel := c.context()
 	defer cancel()
-	_, err = a.cni.Del(ctx, &sluicev1.DelRequest{
+	err = a.call(ctx, cniwire.CNI_Del_FullMethodName, &cniwire.DelRequest{
 		ApiVersion:  apiVersion,
 		ContainerId: args.ContainerID,
 		Netns:       args.Netns,
@@ -143,7 +135,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		Config:      c.pluginConfig(),
 		RequestId:   c.id,
 		Warnings:    c.conf.warnings,
-	})
+	}, &cniwire.DelResponse{})
 	if err != nil {
 		c.log.Warn("agent DEL failed; left to the agent's GC", "err", err)
 	}
@@ -158,14 +150,11 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if c.conf.excluded(c.pod.Namespace) {
 		return nil
 	}
-	a, err := dial(c.conf.parsed.Socket)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
+	a := newAgent(c.conf.parsed.Socket)
 	ctx, cancel := c.context()
 	defer cancel()
-	resp, err := a.cni.Check(ctx, &sluicev1.CheckRequest{
+	var resp cniwire.CheckResponse
+	err = a.call(ctx, cniwire.CNI_Check_FullMethodName, &cniwire.CheckRequest{
 		ApiVersion:  apiVersion,
 		ContainerId: args.ContainerID,
 		Netns:       args.Netns,
@@ -175,7 +164,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 		Config:      c.pluginConfig(),
 		RequestId:   c.id,
 		Warnings:    c.conf.warnings,
-	})
+	}, &resp)
 	if err != nil {
 		return a.callError(ctx, "CHECK", err)
 	}
@@ -192,14 +181,11 @@ func cmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	a, err := dial(c.conf.parsed.Socket)
-	if err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
-	}
-	defer a.Close()
+	a := newAgent(c.conf.parsed.Socket)
 	ctx, cancel := c.context()
 	defer cancel()
-	resp, err := a.cni.Status(ctx, &sluicev1.StatusRequest{ApiVersion: apiVersion, Config: c.pluginConfig(), RequestId: c.id})
+	var resp cniwire.StatusResponse
+	err = a.call(ctx, cniwire.CNI_Status_FullMethodName, &cniwire.StatusRequest{ApiVersion: apiVersion, Config: c.pluginConfig(), RequestId: c.id}, &resp)
 	if err != nil {
 		if !reachable(err) {
 			return types.NewError(types.ErrPluginNotAvailable, a.callError(ctx, "STATUS", err).Msg, "")
@@ -221,19 +207,16 @@ func cmdGC(args *skel.CmdArgs) error {
 		// An absent key would make every attachment of the network look stale.
 		return types.NewError(types.ErrInvalidNetworkConfig, "sluice GC: no cni.dev/valid-attachments in the config; nothing removed", "")
 	}
-	valid := make([]*sluicev1.Attachment, 0, len(c.conf.ValidAttachments))
+	valid := make([]*cniwire.Attachment, 0, len(c.conf.ValidAttachments))
 	for _, v := range c.conf.ValidAttachments {
-		valid = append(valid, &sluicev1.Attachment{ContainerId: v.ContainerID, IfName: v.IfName})
+		valid = append(valid, &cniwire.Attachment{ContainerId: v.ContainerID, IfName: v.IfName})
 	}
-	a, err := dial(c.conf.parsed.Socket)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
+	a := newAgent(c.conf.parsed.Socket)
 	ctx, cancel := c.context()
 	defer cancel()
-	resp, err := a.cni.GC(ctx, &sluicev1.GCRequest{ApiVersion: apiVersion, ValidAttachments: valid,
-		ValidAttachmentsPresent: true, Config: c.pluginConfig(), RequestId: c.id})
+	var resp cniwire.GCResponse
+	err = a.call(ctx, cniwire.CNI_GC_FullMethodName, &cniwire.GCRequest{ApiVersion: apiVersion, ValidAttachments: valid,
+		ValidAttachmentsPresent: true, Config: c.pluginConfig(), RequestId: c.id}, &resp)
 	if err != nil {
 		return a.callError(ctx, "GC", err)
 	}
@@ -241,10 +224,10 @@ func cmdGC(args *skel.CmdArgs) error {
 	return nil
 }
 
-func ipConfigs(r *current.Result) []*sluicev1.IPConfig {
-	out := make([]*sluicev1.IPConfig, 0, len(r.IPs))
+func ipConfigs(r *current.Result) []*cniwire.IPConfig {
+	out := make([]*cniwire.IPConfig, 0, len(r.IPs))
 	for _, ip := range r.IPs {
-		cfg := &sluicev1.IPConfig{Address: ip.Address.String()}
+		cfg := &cniwire.IPConfig{Address: ip.Address.String()}
 		if ip.Gateway != nil {
 			cfg.Gateway = ip.Gateway.String()
 		}
