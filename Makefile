@@ -15,7 +15,10 @@ FUZZTIME  ?= 20000x
 FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve \
 	./daemon/rpc:FuzzCheckAttachment ./installer/conflist:FuzzInsertEntry \
 	./installer/conflist:FuzzRemoveEntry ./installer/conflist:FuzzFromConf \
-	./daemon/policy:FuzzSpecFromAnnotations
+	./daemon/policy:FuzzSpecFromAnnotations \
+	./internal/cniwire:FuzzAddResponse ./internal/cniwire:FuzzDelResponse ./internal/cniwire:FuzzCheckResponse \
+	./internal/cniwire:FuzzStatusResponse ./internal/cniwire:FuzzGCResponse \
+	./internal/cniwire:FuzzAddRequest ./internal/cniwire:FuzzGCRequest
 
 # Scripts and tests find their cached helper binaries here too.
 export SLUICE_CACHE := $(CACHE)

@@ -16,9 +16,11 @@ type encoder struct {
 }
 
 // message is a sub-message's fields (nil-safe: a nil element of a repeated
-// field is written as an empty message, as protobuf-go's Marshal does).
+// field is written as an empty message, as protobuf-go's Marshal does). The
+// encoder goes by value: a pointer through an interface call would move it
+// to the heap, one allocation a request.
 type message interface {
-	appendFields(e *encoder)
+	appendFields(e encoder) encoder
 }
 
 // result is e's bytes, or b as the caller passed it and the error.
@@ -88,7 +90,7 @@ func (e *encoder) message(num protowire.Number, m message) {
 	e.b = protowire.AppendTag(e.b, num, protowire.BytesType)
 	at := len(e.b)
 	e.b = append(e.b, 0)
-	m.appendFields(e)
+	*e = m.appendFields(*e)
 	n := len(e.b) - at - 1
 	if n < 0x80 {
 		e.b[at] = byte(n)
@@ -100,37 +102,41 @@ func (e *encoder) message(num protowire.Number, m message) {
 	protowire.AppendVarint(e.b[:at], uint64(n))
 }
 
-func (m *PodRef) appendFields(e *encoder) {
+func (m *PodRef) appendFields(e encoder) encoder {
 	if m == nil {
-		return
+		return e
 	}
 	e.string(1, "sluice.v1.PodRef.namespace", m.Namespace)
 	e.string(2, "sluice.v1.PodRef.name", m.Name)
 	e.string(3, "sluice.v1.PodRef.uid", m.Uid)
+	return e
 }
 
-func (m *IPConfig) appendFields(e *encoder) {
+func (m *IPConfig) appendFields(e encoder) encoder {
 	if m == nil {
-		return
+		return e
 	}
 	e.string(1, "sluice.v1.IPConfig.address", m.Address)
 	e.string(2, "sluice.v1.IPConfig.gateway", m.Gateway)
 	e.string(3, "sluice.v1.IPConfig.interface", m.Interface)
+	return e
 }
 
-func (m *PluginConfig) appendFields(e *encoder) {
+func (m *PluginConfig) appendFields(e encoder) encoder {
 	if m == nil {
-		return
+		return e
 	}
 	e.string(1, "sluice.v1.PluginConfig.cni_version", m.CniVersion)
 	e.string(2, "sluice.v1.PluginConfig.network_name", m.NetworkName)
 	e.bytes(3, m.Raw)
+	return e
 }
 
-func (m *Attachment) appendFields(e *encoder) {
+func (m *Attachment) appendFields(e encoder) encoder {
 	if m == nil {
-		return
+		return e
 	}
 	e.string(1, "sluice.v1.Attachment.container_id", m.ContainerId)
 	e.string(2, "sluice.v1.Attachment.if_name", m.IfName)
+	return e
 }

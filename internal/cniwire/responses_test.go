@@ -104,7 +104,9 @@ func responseSeeds(full proto.Message) [][]byte {
 		seeds = append(seeds, base[:i])
 	}
 	for num := protowire.Number(1); num <= 3; num++ {
-		seeds = append(seeds, everyWireType(num)...)
+		for _, f := range everyWireType(num) {
+			seeds = append(seeds, f, cat(base, f)) // after base: a foreign wire type must not clear a field
+		}
 		seeds = append(seeds,
 			protowire.AppendString(protowire.AppendTag(nil, num, protowire.BytesType), "\xff"),
 			protowire.AppendVarint(protowire.AppendTag(nil, num, protowire.VarintType), 1<<32|1),
@@ -158,8 +160,8 @@ func malformedTags() [][]byte {
 		{0x0b},       // group never ended
 		{0x0e, 0x00}, // wire type 6
 		{0x0f, 0x00}, // wire type 7
-		protowire.AppendVarint(nil, uint64(protowire.MaxValidNumber+1)<<3),
-		protowire.AppendVarint(nil, uint64(1<<31)<<3),
+		cat(protowire.AppendVarint(nil, uint64(protowire.MaxValidNumber+1)<<3), []byte{0}), // number past 2^29-1
+		cat(protowire.AppendVarint(nil, uint64(1<<31)<<3), []byte{0}),                      // past int32
 		bytes.Repeat([]byte{0xff}, 11),
 		{0x1a, 0x05, 'a'}, // length past the end
 		{0x1a, 0xff, 0xff, 0xff, 0xff, 0x0f},
