@@ -15,7 +15,7 @@ FUZZTIME  ?= 20000x
 FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve \
 	./daemon/rpc:FuzzCheckAttachment ./installer/conflist:FuzzInsertEntry \
 	./installer/conflist:FuzzRemoveEntry ./installer/conflist:FuzzFromConf \
-	./daemon/policy:FuzzSpecFromAnnotations \
+	./daemon/policy:FuzzSpecFromAnnotations ./internal/grpccall:FuzzAnswer \
 	./internal/cniwire:FuzzAddResponse ./internal/cniwire:FuzzDelResponse ./internal/cniwire:FuzzCheckResponse \
 	./internal/cniwire:FuzzStatusResponse ./internal/cniwire:FuzzGCResponse \
 	./internal/cniwire:FuzzAddRequest ./internal/cniwire:FuzzGCRequest
@@ -116,7 +116,7 @@ test: prereqs build plugins multus kube containerd verify
 # 65534, from their package dirs as go test runs them. The root-only tests
 # in them skip there; they ran as root above. The import check needs the go
 # command and the module cache under /root, so it is left to the root run.
-UNIT_NONROOT := daemon/rpc daemon/workloads plugin
+UNIT_NONROOT := daemon/rpc daemon/workloads plugin internal/grpccall
 unit-nonroot:
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && chmod 755 "$$dir" && \
 	for p in $(UNIT_NONROOT); do $(GO) test -c -o "$$dir/$$(basename $$p).test" ./$$p || exit 1; done && \
