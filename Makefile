@@ -7,8 +7,8 @@ PLUGINS   := $(CACHE)/cni-plugins/$(shell $(GO) list -m -f '{{.Version}}' github
 KUBE_VERSION ?= v1.37.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=$(VERSION)
-# grpc-go without golang.org/x/net/trace (and html/template with it): the
-# plugin runs on every pod start, and nothing here serves /debug/requests.
+# grpc-go without golang.org/x/net/trace (and html/template with it): nothing
+# here serves /debug/requests. (The plugin links no grpc-go client at all.)
 TAGS      := grpcnotrace
 # `make test` fuzzes each target briefly; `make fuzz FUZZTIME=10m` digs deeper.
 FUZZTIME  ?= 20000x
