@@ -13,6 +13,7 @@ import (
 type encoder struct {
 	b   []byte
 	err error
+	msg string // the message being written, for errors
 }
 
 // message is a sub-message's fields (nil-safe: a nil element of a repeated
@@ -50,25 +51,25 @@ func (e *encoder) apiVersion(num protowire.Number, v ApiVersion) {
 	e.varint(num, uint64(int64(v)))
 }
 
-func (e *encoder) string(num protowire.Number, name, s string) {
+func (e *encoder) string(num protowire.Number, field, s string) {
 	if s != "" {
-		e.element(num, name, s)
+		e.element(num, field, s)
 	}
 }
 
-func (e *encoder) strings(num protowire.Number, name string, ss []string) {
+func (e *encoder) strings(num protowire.Number, field string, ss []string) {
 	for _, s := range ss {
-		e.element(num, name, s)
+		e.element(num, field, s)
 	}
 }
 
 // element writes s even when empty. proto3 strings must be UTF-8: protobuf-go
 // refuses to marshal anything else, so the agent could never have received
 // it; cniwire refuses too, naming the field as protobuf-go does.
-func (e *encoder) element(num protowire.Number, name, s string) {
+func (e *encoder) element(num protowire.Number, field, s string) {
 	if !utf8.ValidString(s) {
 		if e.err == nil {
-			e.err = fmt.Errorf("cniwire: string field %s contains invalid UTF-8", name)
+			e.err = fmt.Errorf("cniwire: string field %s.%s contains invalid UTF-8", e.msg, field)
 		}
 		return
 	}
@@ -90,7 +91,9 @@ func (e *encoder) message(num protowire.Number, m message) {
 	e.b = protowire.AppendTag(e.b, num, protowire.BytesType)
 	at := len(e.b)
 	e.b = append(e.b, 0)
+	msg := e.msg
 	*e = m.appendFields(*e)
+	e.msg = msg
 	n := len(e.b) - at - 1
 	if n < 0x80 {
 		e.b[at] = byte(n)
@@ -106,9 +109,10 @@ func (m *PodRef) appendFields(e encoder) encoder {
 	if m == nil {
 		return e
 	}
-	e.string(1, "sluice.v1.PodRef.namespace", m.Namespace)
-	e.string(2, "sluice.v1.PodRef.name", m.Name)
-	e.string(3, "sluice.v1.PodRef.uid", m.Uid)
+	e.msg = "sluice.v1.PodRef"
+	e.string(1, "namespace", m.Namespace)
+	e.string(2, "name", m.Name)
+	e.string(3, "uid", m.Uid)
 	return e
 }
 
@@ -116,9 +120,10 @@ func (m *IPConfig) appendFields(e encoder) encoder {
 	if m == nil {
 		return e
 	}
-	e.string(1, "sluice.v1.IPConfig.address", m.Address)
-	e.string(2, "sluice.v1.IPConfig.gateway", m.Gateway)
-	e.string(3, "sluice.v1.IPConfig.interface", m.Interface)
+	e.msg = "sluice.v1.IPConfig"
+	e.string(1, "address", m.Address)
+	e.string(2, "gateway", m.Gateway)
+	e.string(3, "interface", m.Interface)
 	return e
 }
 
@@ -126,8 +131,9 @@ func (m *PluginConfig) appendFields(e encoder) encoder {
 	if m == nil {
 		return e
 	}
-	e.string(1, "sluice.v1.PluginConfig.cni_version", m.CniVersion)
-	e.string(2, "sluice.v1.PluginConfig.network_name", m.NetworkName)
+	e.msg = "sluice.v1.PluginConfig"
+	e.string(1, "cni_version", m.CniVersion)
+	e.string(2, "network_name", m.NetworkName)
 	e.bytes(3, m.Raw)
 	return e
 }
@@ -136,7 +142,8 @@ func (m *Attachment) appendFields(e encoder) encoder {
 	if m == nil {
 		return e
 	}
-	e.string(1, "sluice.v1.Attachment.container_id", m.ContainerId)
-	e.string(2, "sluice.v1.Attachment.if_name", m.IfName)
+	e.msg = "sluice.v1.Attachment"
+	e.string(1, "container_id", m.ContainerId)
+	e.string(2, "if_name", m.IfName)
 	return e
 }

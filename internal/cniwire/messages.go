@@ -64,17 +64,9 @@ type DelRequest struct {
 
 type DelResponse struct{}
 
-type CheckRequest struct {
-	ApiVersion  ApiVersion
-	ContainerId string
-	Netns       string
-	IfName      string
-	Pod         *PodRef
-	Ips         []*IPConfig
-	Config      *PluginConfig
-	RequestId   string
-	Warnings    []string
-}
+// CheckRequest has AddRequest's fields, numbers included (agent.proto);
+// the completeness test holds each to its own descriptor.
+type CheckRequest AddRequest
 
 type CheckResponse struct {
 	// Empty when the kernel matches; otherwise what differs, one item a difference.

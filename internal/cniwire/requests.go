@@ -8,14 +8,20 @@ package cniwire
 
 // AppendWire appends m's encoding to b.
 func (m *AddRequest) AppendWire(b []byte) ([]byte, error) {
+	return m.appendAs(b, "sluice.v1.AddRequest")
+}
+
+// appendAs writes the fields AddRequest and CheckRequest share, numbers
+// included, naming msg in errors.
+func (m *AddRequest) appendAs(b []byte, msg string) ([]byte, error) {
 	if m == nil {
 		return b, nil
 	}
-	e := encoder{b: b}
+	e := encoder{b: b, msg: msg}
 	e.apiVersion(1, m.ApiVersion)
-	e.string(2, "sluice.v1.AddRequest.container_id", m.ContainerId)
-	e.string(3, "sluice.v1.AddRequest.netns", m.Netns)
-	e.string(4, "sluice.v1.AddRequest.if_name", m.IfName)
+	e.string(2, "container_id", m.ContainerId)
+	e.string(3, "netns", m.Netns)
+	e.string(4, "if_name", m.IfName)
 	if m.Pod != nil {
 		e.message(5, m.Pod)
 	}
@@ -25,8 +31,8 @@ func (m *AddRequest) AppendWire(b []byte) ([]byte, error) {
 	if m.Config != nil {
 		e.message(7, m.Config)
 	}
-	e.string(8, "sluice.v1.AddRequest.request_id", m.RequestId)
-	e.strings(9, "sluice.v1.AddRequest.warnings", m.Warnings)
+	e.string(8, "request_id", m.RequestId)
+	e.strings(9, "warnings", m.Warnings)
 	return e.result(b)
 }
 
@@ -35,44 +41,25 @@ func (m *DelRequest) AppendWire(b []byte) ([]byte, error) {
 	if m == nil {
 		return b, nil
 	}
-	e := encoder{b: b}
+	e := encoder{b: b, msg: "sluice.v1.DelRequest"}
 	e.apiVersion(1, m.ApiVersion)
-	e.string(2, "sluice.v1.DelRequest.container_id", m.ContainerId)
-	e.string(3, "sluice.v1.DelRequest.netns", m.Netns)
-	e.string(4, "sluice.v1.DelRequest.if_name", m.IfName)
+	e.string(2, "container_id", m.ContainerId)
+	e.string(3, "netns", m.Netns)
+	e.string(4, "if_name", m.IfName)
 	if m.Pod != nil {
 		e.message(5, m.Pod)
 	}
 	if m.Config != nil {
 		e.message(6, m.Config)
 	}
-	e.string(7, "sluice.v1.DelRequest.request_id", m.RequestId)
-	e.strings(8, "sluice.v1.DelRequest.warnings", m.Warnings)
+	e.string(7, "request_id", m.RequestId)
+	e.strings(8, "warnings", m.Warnings)
 	return e.result(b)
 }
 
 // AppendWire appends m's encoding to b.
 func (m *CheckRequest) AppendWire(b []byte) ([]byte, error) {
-	if m == nil {
-		return b, nil
-	}
-	e := encoder{b: b}
-	e.apiVersion(1, m.ApiVersion)
-	e.string(2, "sluice.v1.CheckRequest.container_id", m.ContainerId)
-	e.string(3, "sluice.v1.CheckRequest.netns", m.Netns)
-	e.string(4, "sluice.v1.CheckRequest.if_name", m.IfName)
-	if m.Pod != nil {
-		e.message(5, m.Pod)
-	}
-	for _, ip := range m.Ips {
-		e.message(6, ip)
-	}
-	if m.Config != nil {
-		e.message(7, m.Config)
-	}
-	e.string(8, "sluice.v1.CheckRequest.request_id", m.RequestId)
-	e.strings(9, "sluice.v1.CheckRequest.warnings", m.Warnings)
-	return e.result(b)
+	return (*AddRequest)(m).appendAs(b, "sluice.v1.CheckRequest")
 }
 
 // AppendWire appends m's encoding to b.
@@ -80,12 +67,12 @@ func (m *StatusRequest) AppendWire(b []byte) ([]byte, error) {
 	if m == nil {
 		return b, nil
 	}
-	e := encoder{b: b}
+	e := encoder{b: b, msg: "sluice.v1.StatusRequest"}
 	e.apiVersion(1, m.ApiVersion)
 	if m.Config != nil {
 		e.message(2, m.Config)
 	}
-	e.string(3, "sluice.v1.StatusRequest.request_id", m.RequestId)
+	e.string(3, "request_id", m.RequestId)
 	return e.result(b)
 }
 
@@ -94,7 +81,7 @@ func (m *GCRequest) AppendWire(b []byte) ([]byte, error) {
 	if m == nil {
 		return b, nil
 	}
-	e := encoder{b: b}
+	e := encoder{b: b, msg: "sluice.v1.GCRequest"}
 	e.apiVersion(1, m.ApiVersion)
 	for _, a := range m.ValidAttachments {
 		e.message(2, a)
@@ -102,7 +89,7 @@ func (m *GCRequest) AppendWire(b []byte) ([]byte, error) {
 	if m.Config != nil {
 		e.message(3, m.Config)
 	}
-	e.string(4, "sluice.v1.GCRequest.request_id", m.RequestId)
+	e.string(4, "request_id", m.RequestId)
 	e.boolean(5, m.ValidAttachmentsPresent)
 	return e.result(b)
 }
