@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	mnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
@@ -86,27 +87,28 @@ func routeSocket(ns netns.NsHandle) (*nl.SocketHandle, error) {
 	return &nl.SocketHandle{Socket: s}, nil
 }
 
-// addLoAddr adds a/128 to lo marked as ours; NODAD as lo never runs DAD
-// anyway, and so the address is usable the moment Apply returns. An
-// address already there, ours or not, is left alone: added is false.
-func addLoAddr(ns netns.NsHandle, lo int, a netip.Addr) (added bool, err error) {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+// addLoAddr adds a/128 to lo marked as ours, over rt (rtnetlink in the
+// pod's netns); NODAD as lo never runs DAD anyway, and so the address is
+// usable the moment Apply returns. An address already there, ours or not,
+// is left alone: added is false.
+func addLoAddr(rt *mnl.Conn, lo int, a netip.Addr) (added bool, err error) {
 	msg := nl.NewIfAddrmsg(unix.AF_INET6)
 	msg.Prefixlen = 128
 	msg.Scope = unix.RT_SCOPE_HOST
 	msg.Index = uint32(lo)
-	req.AddData(msg)
-	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, a.AsSlice()))
-	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, a.AsSlice()))
-	req.AddData(nl.NewRtAttr(unix.IFA_FLAGS, nl.Uint32Attr(unix.IFA_F_NODAD)))
-	req.AddData(nl.NewRtAttr(ifaProto, []byte{addrProtocol}))
-	sh, err := routeSocket(ns)
-	if err != nil {
-		return false, err
+	data := msg.Serialize()
+	for _, at := range []*nl.RtAttr{
+		nl.NewRtAttr(unix.IFA_LOCAL, a.AsSlice()),
+		nl.NewRtAttr(unix.IFA_ADDRESS, a.AsSlice()),
+		nl.NewRtAttr(unix.IFA_FLAGS, nl.Uint32Attr(unix.IFA_F_NODAD)),
+		nl.NewRtAttr(ifaProto, []byte{addrProtocol}),
+	} {
+		data = append(data, at.Serialize()...)
 	}
-	defer sh.Close()
-	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sh}
-	_, err = req.Execute(unix.NETLINK_ROUTE, 0)
+	_, err = rt.Execute(mnl.Message{
+		Header: mnl.Header{Type: unix.RTM_NEWADDR, Flags: mnl.Request | mnl.Create | mnl.Excl | mnl.Acknowledge},
+		Data:   data,
+	})
 	switch {
 	case errors.Is(err, unix.EEXIST):
 		return false, nil
@@ -116,14 +118,14 @@ func addLoAddr(ns netns.NsHandle, lo int, a netip.Addr) (added bool, err error) 
 	return true, nil
 }
 
-// ensureLoAddrs adds each wanted address lo lacks and returns those it
-// added; one already there, ours or not, is left alone. It asks the kernel
-// to create each exclusively rather than listing lo's addresses first: one
-// round trip, not three, on every sidecar ADD.
-func ensureLoAddrs(ns netns.NsHandle, want []netip.Addr) ([]netip.Addr, error) {
+// ensureLoAddrs adds each wanted address lo lacks, over rt, and returns
+// those it added; one already there, ours or not, is left alone. It asks
+// the kernel to create each exclusively rather than listing lo's addresses
+// first: one round trip, not three, on every sidecar ADD.
+func ensureLoAddrs(rt *mnl.Conn, want []netip.Addr) ([]netip.Addr, error) {
 	var added []netip.Addr
 	for _, w := range want {
-		ok, err := addLoAddr(ns, loopbackIndex, w)
+		ok, err := addLoAddr(rt, loopbackIndex, w)
 		if err != nil {
 			return added, err
 		}

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"net/netip"
 
+	mnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/daemon/redirect/nft"
+	"github.com/sluicemesh/sluice/internal/nlsock"
 )
 
 // Apply programs r into the network namespace ns: the table in one netlink
@@ -48,48 +50,100 @@ func ApplyGen(ns netns.NsHandle, r *Ruleset) (Gen, error) {
 	if err != nil {
 		return 0, err
 	}
-	// One rtnetlink handle and one read of our routes for the whole Apply,
-	// opened only when routes are wanted or may need pruning.
-	var ours *ourRoutes
+	// The netfilter socket, and rtnetlink when lo needs an address, are
+	// opened in one visit to ns.
+	socks, err := nlsock.Open(ns, applyProtocols(addrs)...)
+	if err != nil {
+		return 0, fmt.Errorf("apply to netns fd %d: %w", int(ns), err)
+	}
+	nf := socks[0]
 	defer func() {
-		if ours != nil {
-			ours.close()
+		if nf != nil {
+			nf.Close()
 		}
 	}()
-	var added []policyRoute
-	var addedAddrs []netip.Addr
-	undo := func(err error) error {
-		var uerr error
-		if len(added) > 0 {
-			uerr = ours.undo(added)
-		}
-		if uerr = errors.Join(uerr, undoLoAddrs(ns, addedAddrs)); uerr != nil {
-			return errors.Join(err, fmt.Errorf("after the failed apply, in netns fd %d: %w", int(ns), uerr))
-		}
-		return err
+	b := &beside{ns: ns}
+	if len(socks) > 1 {
+		b.rt = socks[1].Conn()
 	}
+	defer b.close()
+	if addrs, err = b.program(r, routes, addrs); err != nil {
+		return 0, err
+	}
+	existed, gen, err := nft.ApplyOn(ns, nf, r.table, r.text)
+	nf = nil // ApplyOn closes it
+	if err != nil {
+		return 0, b.undo(err)
+	}
+	return Gen(gen), pruneAfterApply(ns, b.ours, existed, routes, addrs)
+}
+
+// applyProtocols are the netlink sockets an Apply opens in the pod's netns
+// up front: netfilter, and rtnetlink when lo needs addresses.
+func applyProtocols(addrs []netip.Addr) []int {
+	if len(addrs) > 0 {
+		return []int{unix.NETLINK_NETFILTER, unix.NETLINK_ROUTE}
+	}
+	return []int{unix.NETLINK_NETFILTER}
+}
+
+// beside is what an Apply programs beside the table (policy routes, lo's
+// addresses) and what it added, to take back when the rest fails. One
+// rtnetlink handle and one read of our routes serve the whole Apply,
+// opened only when routes are wanted or may need pruning.
+type beside struct {
+	ns         netns.NsHandle
+	rt         *mnl.Conn // rtnetlink in ns, when lo needs addresses
+	ours       *ourRoutes
+	added      []policyRoute
+	addedAddrs []netip.Addr
+}
+
+// program adds the policy routes, then lo's addresses, and returns the
+// addresses ns can hold (none when lo has IPv6 disabled).
+func (b *beside) program(r *Ruleset, routes []policyRoute, addrs []netip.Addr) ([]netip.Addr, error) {
+	ns := b.ns
+	var err error
 	if len(routes) > 0 {
-		if ours, err = openRoutes(ns); err != nil {
-			return 0, fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err)
+		if b.ours, err = openRoutes(ns); err != nil {
+			return nil, fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err)
 		}
-		if added, err = ours.ensure(routes); err != nil {
-			return 0, undo(fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err))
+		if b.added, err = b.ours.ensure(routes); err != nil {
+			return nil, b.undo(fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err))
 		}
 	}
-	if addedAddrs, err = ensureLoAddrs(ns, addrs); err != nil {
-		if !errors.Is(err, unix.EACCES) || len(addedAddrs) > 0 {
-			return 0, undo(fmt.Errorf("apply addresses to %s in netns fd %d: %w", loopbackInterface, int(ns), err))
+	if b.addedAddrs, err = ensureLoAddrs(b.rt, addrs); err != nil {
+		if !errors.Is(err, unix.EACCES) || len(b.addedAddrs) > 0 {
+			return nil, b.undo(fmt.Errorf("apply addresses to %s in netns fd %d: %w", loopbackInterface, int(ns), err))
 		}
 		// lo has IPv6 disabled (programmableForApply did not ask).
 		if _, addrs, err = r.ipv6Off(ns); err != nil {
-			return 0, undo(err)
+			return nil, b.undo(err)
 		}
 	}
-	existed, gen, err := nft.ApplyRendered(ns, r.table, r.text)
-	if err != nil {
-		return 0, undo(err)
+	return addrs, nil
+}
+
+// undo takes back what program added and returns err with what that
+// could not take back.
+func (b *beside) undo(err error) error {
+	var uerr error
+	if len(b.added) > 0 {
+		uerr = b.ours.undo(b.added)
 	}
-	return Gen(gen), pruneAfterApply(ns, ours, existed, routes, addrs)
+	if uerr = errors.Join(uerr, undoLoAddrs(b.ns, b.addedAddrs)); uerr != nil {
+		return errors.Join(err, fmt.Errorf("after the failed apply, in netns fd %d: %w", int(b.ns), uerr))
+	}
+	return err
+}
+
+func (b *beside) close() {
+	if b.rt != nil {
+		b.rt.Close()
+	}
+	if b.ours != nil {
+		b.ours.close()
+	}
 }
 
 // pruneAfterApply removes the routes and lo addresses of ours a previous

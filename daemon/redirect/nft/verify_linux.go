@@ -44,7 +44,7 @@ func VerifySince(ns netns.NsHandle, t *Table, since uint32) (drift []string, gen
 	fail := func(what string, err error) ([]string, uint32, error) {
 		return nil, 0, fmt.Errorf("verify table inet %s in netns fd %d: %s: %w", t.Name, int(ns), what, err)
 	}
-	own := &socket{nl: s.conn()}
+	own := &socket{nl: s.Conn()}
 	if gen, err = own.generation(); err != nil {
 		return fail("read the generation", err)
 	}
