@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/internal/netnsthread"
+	"github.com/sluicemesh/sluice/internal/nlsock"
 )
 
 // Envoy's inbound passthrough cluster binds ::6 when it forwards to the
@@ -91,7 +92,7 @@ func routeSocket(ns netns.NsHandle) (*nl.SocketHandle, error) {
 // pod's netns); NODAD as lo never runs DAD anyway, and so the address is
 // usable the moment Apply returns. An address already there, ours or not,
 // is left alone: added is false.
-func addLoAddr(rt *mnl.Conn, lo int, a netip.Addr) (added bool, err error) {
+func addLoAddr(rt *nlsock.Conn, lo int, a netip.Addr) (added bool, err error) {
 	msg := nl.NewIfAddrmsg(unix.AF_INET6)
 	msg.Prefixlen = 128
 	msg.Scope = unix.RT_SCOPE_HOST
@@ -122,7 +123,7 @@ func addLoAddr(rt *mnl.Conn, lo int, a netip.Addr) (added bool, err error) {
 // those it added; one already there, ours or not, is left alone. It asks
 // the kernel to create each exclusively rather than listing lo's addresses
 // first: one round trip, not three, on every sidecar ADD.
-func ensureLoAddrs(rt *mnl.Conn, want []netip.Addr) ([]netip.Addr, error) {
+func ensureLoAddrs(rt *nlsock.Conn, want []netip.Addr) ([]netip.Addr, error) {
 	var added []netip.Addr
 	for _, w := range want {
 		ok, err := addLoAddr(rt, loopbackIndex, w)

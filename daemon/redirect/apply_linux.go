@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 
-	mnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -93,7 +92,7 @@ func applyProtocols(addrs []netip.Addr) []int {
 // opened only when routes are wanted or may need pruning.
 type beside struct {
 	ns         netns.NsHandle
-	rt         *mnl.Conn // rtnetlink in ns, when lo needs addresses
+	rt         *nlsock.Conn // rtnetlink in ns, when lo needs addresses
 	ours       *ourRoutes
 	added      []policyRoute
 	addedAddrs []netip.Addr

@@ -103,9 +103,6 @@ func socketsIn(ns netns.NsHandle, protocols []int) ([]int, error) {
 	return fds, nil
 }
 
-// Conn is a netlink.Conn over s.
-func (s *Sock) Conn() *netlink.Conn { return netlink.NewConn(s, 0) }
-
 func (s *Sock) Close() error { return unix.Close(s.fd) }
 
 func (s *Sock) Send(m netlink.Message) error { return s.SendMessages([]netlink.Message{m}) }
@@ -113,13 +110,16 @@ func (s *Sock) Send(m netlink.Message) error { return s.SendMessages([]netlink.M
 // SendMessages writes msgs in one sendmsg, as netlink.Conn does: a batch
 // must reach the kernel in one datagram to be one transaction.
 func (s *Sock) SendMessages(msgs []netlink.Message) error {
-	var b []byte
+	n := 0
 	for _, m := range msgs {
-		mb, err := m.MarshalBinary()
-		if err != nil {
+		n += int(m.Header.Length)
+	}
+	b := make([]byte, 0, n)
+	for _, m := range msgs {
+		var err error
+		if b, err = appendMessage(b, m); err != nil {
 			return err
 		}
-		b = append(b, mb...)
 	}
 	for {
 		err := unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
@@ -127,6 +127,22 @@ func (s *Sock) SendMessages(msgs []netlink.Message) error {
 			return err
 		}
 	}
+}
+
+// appendMessage is m.MarshalBinary appended to b, without a buffer per
+// message (a batch is ~60 of them).
+func appendMessage(b []byte, m netlink.Message) ([]byte, error) {
+	l := int(m.Header.Length)
+	if l < unix.NLMSG_HDRLEN || l != align(l) || l < unix.NLMSG_HDRLEN+len(m.Data) {
+		return nil, fmt.Errorf("netlink: message length %d for %d bytes of data", l, len(m.Data))
+	}
+	b = binary.NativeEndian.AppendUint32(b, m.Header.Length)
+	b = binary.NativeEndian.AppendUint16(b, uint16(m.Header.Type))
+	b = binary.NativeEndian.AppendUint16(b, uint16(m.Header.Flags))
+	b = binary.NativeEndian.AppendUint32(b, m.Header.Sequence)
+	b = binary.NativeEndian.AppendUint32(b, m.Header.PID)
+	b = append(b, m.Data...)
+	return append(b, make([]byte, l-unix.NLMSG_HDRLEN-len(m.Data))...), nil
 }
 
 func (s *Sock) Receive() ([]netlink.Message, error) {

@@ -54,7 +54,7 @@ func marshal(build func(*nftables.Conn) error) ([]netlink.Message, error) {
 }
 
 // socket is one NETLINK_NETFILTER socket opened in a netns.
-type socket struct{ nl *netlink.Conn }
+type socket struct{ nl *nlsock.Conn }
 
 func (s *socket) Close() error { return s.nl.Close() }
 
