@@ -74,7 +74,7 @@ func ApplyGen(ns netns.NsHandle, r *Ruleset) (Gen, error) {
 	if err != nil {
 		return 0, b.undo(err)
 	}
-	return Gen(gen), pruneAfterApply(ns, b.ours, existed, routes, addrs)
+	return Gen(gen), b.pruneAfter(existed, routes, addrs)
 }
 
 // applyProtocols are the netlink sockets an Apply opens in the pod's netns
@@ -92,7 +92,7 @@ func applyProtocols(addrs []netip.Addr) []int {
 // opened only when routes are wanted or may need pruning.
 type beside struct {
 	ns         netns.NsHandle
-	rt         *nlsock.Conn // rtnetlink in ns, when lo needs addresses
+	rt         *nlsock.Conn // rtnetlink in ns: lo's addresses
 	ours       *ourRoutes
 	added      []policyRoute
 	addedAddrs []netip.Addr
@@ -130,7 +130,10 @@ func (b *beside) undo(err error) error {
 	if len(b.added) > 0 {
 		uerr = b.ours.undo(b.added)
 	}
-	if uerr = errors.Join(uerr, undoLoAddrs(b.ns, b.addedAddrs)); uerr != nil {
+	if len(b.addedAddrs) > 0 {
+		uerr = errors.Join(uerr, undoLoAddrs(b.rt, b.addedAddrs))
+	}
+	if uerr != nil {
 		return errors.Join(err, fmt.Errorf("after the failed apply, in netns fd %d: %w", int(b.ns), uerr))
 	}
 	return err
@@ -145,30 +148,36 @@ func (b *beside) close() {
 	}
 }
 
-// pruneAfterApply removes the routes and lo addresses of ours a previous
+// pruneAfter removes the routes and lo addresses of ours a previous
 // ruleset needed and this one does not. A fresh table means a new pod (or
 // one Remove cleaned up): its routes are pruned only when this Apply read
 // them anyway, and lo's addresses not at all, which spared every IPv6
-// sidecar ADD a socket and an address dump. Should a Remove have died
-// between the table and the addresses, Verify names the address left over
-// and the reassert, which finds the table, prunes it.
-func pruneAfterApply(ns netns.NsHandle, ours *ourRoutes, existed bool, routes []policyRoute, addrs []netip.Addr) error {
-	if ours == nil && existed {
-		var err error
-		if ours, err = openRoutes(ns); err != nil {
-			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
-		}
-		defer ours.close()
-	}
-	if ours != nil {
-		if err := ours.prune(routes); err != nil {
+// sidecar ADD an address dump. Should a Remove have died between the table
+// and the addresses, Verify names the address left over and the reassert,
+// which finds the table, prunes it.
+func (b *beside) pruneAfter(existed bool, routes []policyRoute, addrs []netip.Addr) error {
+	ns := b.ns
+	var err error
+	if b.ours == nil && existed {
+		if b.ours, err = openRoutes(ns); err != nil {
 			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
 		}
 	}
-	if existed {
-		if err := pruneLoAddrs(ns, addrs); err != nil {
+	if b.ours != nil {
+		if err := b.ours.prune(routes); err != nil {
+			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
+		}
+	}
+	if !existed {
+		return nil
+	}
+	if b.rt == nil {
+		if b.rt, err = routeConn(ns); err != nil {
 			return fmt.Errorf("prune addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
 		}
+	}
+	if err := pruneLoAddrs(b.rt, addrs); err != nil {
+		return fmt.Errorf("prune addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
 	}
 	return nil
 }
@@ -252,7 +261,12 @@ func Remove(ns netns.NsHandle) error {
 	if err := ours.prune(nil); err != nil {
 		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
 	}
-	if err := pruneLoAddrs(ns, nil); err != nil {
+	rt, err := routeConn(ns)
+	if err != nil {
+		return fmt.Errorf("remove addresses from %s in netns fd %d: %w", loopbackInterface, int(ns), err)
+	}
+	defer rt.Close()
+	if err := pruneLoAddrs(rt, nil); err != nil {
 		return fmt.Errorf("remove addresses from %s in netns fd %d: %w", loopbackInterface, int(ns), err)
 	}
 	return nil
