@@ -156,28 +156,40 @@ func (b *beside) close() {
 // and the addresses, Verify names the address left over and the reassert,
 // which finds the table, prunes it.
 func (b *beside) pruneAfter(existed bool, routes []policyRoute, addrs []netip.Addr) error {
-	ns := b.ns
-	var err error
-	if b.ours == nil && existed {
-		if b.ours, err = openRoutes(ns); err != nil {
-			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
-		}
-	}
-	if b.ours != nil {
-		if err := b.ours.prune(routes); err != nil {
-			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
-		}
-	}
 	if !existed {
+		if b.ours != nil {
+			return b.pruneRoutes(routes)
+		}
 		return nil
 	}
+	ns := b.ns
+	var err error
 	if b.rt == nil {
 		if b.rt, err = routeConn(ns); err != nil {
-			return fmt.Errorf("prune addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
+			return fmt.Errorf("prune in netns fd %d: %w", int(ns), err)
 		}
+	}
+	if b.ours == nil {
+		if b.ours, err = openRoutesIfAny(ns, b.rt); err != nil {
+			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
+		}
+	}
+	if err := b.pruneRoutes(routes); err != nil {
+		return err
 	}
 	if err := pruneLoAddrs(b.rt, addrs); err != nil {
 		return fmt.Errorf("prune addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
+	}
+	return nil
+}
+
+// pruneRoutes prunes the rules and routes b.ours read, if it read any.
+func (b *beside) pruneRoutes(keep []policyRoute) error {
+	if b.ours == nil {
+		return nil
+	}
+	if err := b.ours.prune(keep); err != nil {
+		return fmt.Errorf("prune policy routes in netns fd %d: %w", int(b.ns), err)
 	}
 	return nil
 }
@@ -253,19 +265,21 @@ func Remove(ns netns.NsHandle) error {
 	if err := nft.Remove(ns, TableName); err != nil {
 		return err
 	}
-	ours, err := openRoutes(ns)
-	if err != nil {
-		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
-	}
-	defer ours.close()
-	if err := ours.prune(nil); err != nil {
-		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
-	}
 	rt, err := routeConn(ns)
 	if err != nil {
-		return fmt.Errorf("remove addresses from %s in netns fd %d: %w", loopbackInterface, int(ns), err)
+		return fmt.Errorf("remove policy routes and addresses from netns fd %d: %w", int(ns), err)
 	}
 	defer rt.Close()
+	ours, err := openRoutesIfAny(ns, rt)
+	if err != nil {
+		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
+	}
+	if ours != nil {
+		defer ours.close()
+		if err := ours.prune(nil); err != nil {
+			return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
+		}
+	}
 	if err := pruneLoAddrs(rt, nil); err != nil {
 		return fmt.Errorf("remove addresses from %s in netns fd %d: %w", loopbackInterface, int(ns), err)
 	}
