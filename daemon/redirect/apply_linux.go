@@ -262,14 +262,16 @@ func (r *Ruleset) needsLoIPv6() bool {
 // addresses Apply added there (the reverse of Apply's order, for the same
 // reason). A table that is not there is not an error.
 func Remove(ns netns.NsHandle) error {
-	if err := nft.Remove(ns, TableName); err != nil {
+	// Both sockets in one visit to ns.
+	socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER, unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("remove from netns fd %d: %w", int(ns), err)
+	}
+	rt := socks[1].Conn()
+	defer rt.Close()
+	if err := nft.RemoveOn(ns, socks[0], TableName); err != nil {
 		return err
 	}
-	rt, err := routeConn(ns)
-	if err != nil {
-		return fmt.Errorf("remove policy routes and addresses from netns fd %d: %w", int(ns), err)
-	}
-	defer rt.Close()
 	ours, err := openRoutesIfAny(ns, rt)
 	if err != nil {
 		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)

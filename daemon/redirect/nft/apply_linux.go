@@ -120,10 +120,17 @@ func (p program) build(conn *nftables.Conn, replace bool) error {
 // Remove deletes table inet name from ns. A table that is not there is not
 // an error, and costs one GET and no commit.
 func Remove(ns netns.NsHandle, name string) error {
-	s, err := open(ns)
+	socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return fmt.Errorf("remove table inet %s: %w", name, err)
 	}
+	return RemoveOn(ns, socks[0], name)
+}
+
+// RemoveOn is Remove over nf, a NETLINK_NETFILTER socket the caller opened
+// in ns (nlsock.Open); RemoveOn owns nf from then on and closes it.
+func RemoveOn(ns netns.NsHandle, nf *nlsock.Sock, name string) error {
+	s := &socket{nl: nf.Conn()}
 	defer closeLater(s)
 	exists, err := s.tableExists(name)
 	if err != nil {
