@@ -181,12 +181,8 @@ func pruneLoAddrs(rt *nlsock.Conn, keep []netip.Addr) error {
 }
 
 // loAddrDrift names each wanted address lo lacks and each of ours on it
-// that is not wanted.
-func loAddrDrift(ns netns.NsHandle, want []netip.Addr) ([]string, error) {
-	_, have, err := loState(ns)
-	if err != nil {
-		return nil, err
-	}
+// that is not wanted, given lo's addresses.
+func loAddrDrift(have []loAddr, want []netip.Addr) []string {
 	var drift []string
 	for _, w := range want {
 		if !containsFunc(have, func(h loAddr) bool { return h.addr == w }) {
@@ -198,7 +194,7 @@ func loAddrDrift(ns netns.NsHandle, want []netip.Addr) ([]string, error) {
 			drift = append(drift, fmt.Sprintf("address %s/128 on %s is not part of the ruleset", h.addr, loopbackInterface))
 		}
 	}
-	return drift, nil
+	return drift
 }
 
 // loopbackIndex is lo's ifindex: the kernel gives lo LOOPBACK_IFINDEX (1)

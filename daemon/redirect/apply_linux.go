@@ -201,7 +201,23 @@ func (r *Ruleset) programmable(ns netns.NsHandle) ([]policyRoute, []netip.Addr, 
 	if !r.needsLoIPv6() {
 		return r.routes, r.loAddrs, nil
 	}
-	off, err := loIPv6Off(ns)
+	_, have, err := loState(ns)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.programmableWith(ns, have)
+}
+
+// programmableWith is programmable given lo's IPv6 addresses. lo holds an
+// IPv6 address (::1 at least) only while IPv6 is on, so the address dump
+// answers it; only a lo with none (IPv6 off, or lo down) costs the sysctl
+// read, a thread moved into ns, which profiled as half of a start-up
+// verify.
+func (r *Ruleset) programmableWith(ns netns.NsHandle, have []loAddr) ([]policyRoute, []netip.Addr, error) {
+	if !r.needsLoIPv6() || len(have) > 0 {
+		return r.routes, r.loAddrs, nil
+	}
+	off, err := loIPv6Disabled(ns)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -209,21 +225,6 @@ func (r *Ruleset) programmable(ns netns.NsHandle) ([]policyRoute, []netip.Addr, 
 		return r.routes, r.loAddrs, nil
 	}
 	return r.ipv6Off(ns)
-}
-
-// loIPv6Off says whether lo has IPv6 disabled. lo holds an IPv6 address
-// (::1 at least) only while IPv6 is on, so one address dump answers it;
-// only a lo with none (IPv6 off, or lo down) costs the sysctl read, a
-// thread moved into ns, which profiled as half of a start-up verify.
-func loIPv6Off(ns netns.NsHandle) (bool, error) {
-	_, have, err := loState(ns)
-	if err != nil {
-		return false, err
-	}
-	if len(have) > 0 {
-		return false, nil
-	}
-	return loIPv6Disabled(ns)
 }
 
 // programmableForApply is programmable, but asks the sysctl only when IPv6
@@ -286,47 +287,4 @@ func Remove(ns netns.NsHandle) error {
 		return fmt.Errorf("remove addresses from %s in netns fd %d: %w", loopbackInterface, int(ns), err)
 	}
 	return nil
-}
-
-// Verify reads table inet sluice in ns, the policy routes and lo's
-// addresses, and compares them with r (less what Apply leaves out when lo
-// has no IPv6). It returns one human-readable item per difference, none
-// when the kernel holds exactly r; the error is for failing to read at all.
-//
-// Rules are recognised by their tag and compared expression by expression
-// (nft.Verify), so a rule someone replaced, one that went missing and one
-// someone added are each named. Like Apply it never moves the caller's
-// thread into ns.
-func Verify(ns netns.NsHandle, r *Ruleset) ([]string, error) {
-	drift, _, err := VerifySince(ns, r, 0)
-	return drift, err
-}
-
-// VerifySince is Verify that trusts since, the generation at which the
-// table was known to be exactly r (ApplyGen's, or a VerifySince's that
-// found no drift): while the netns's generation is still since and the
-// table is there, nothing in nftables changed and the table is not read
-// back (nft.VerifySince). Routes and lo's addresses are rtnetlink state,
-// which the generation does not cover: they are always read. It returns
-// the generation to pass next time.
-func VerifySince(ns netns.NsHandle, r *Ruleset, since Gen) ([]string, Gen, error) {
-	drift, gen, err := nft.VerifySince(ns, r.table, uint32(since))
-	if err != nil {
-		return nil, 0, err
-	}
-	routes, addrs, err := r.programmable(ns)
-	if err != nil {
-		return append(drift, err.Error()), Gen(gen), nil
-	}
-	// A ruleset without routes still reports stale ones of ours: Apply
-	// would prune them.
-	rd, err := routeDrift(ns, routes)
-	if err != nil {
-		return nil, 0, fmt.Errorf("verify policy routes in netns fd %d: %w", int(ns), err)
-	}
-	ad, err := loAddrDrift(ns, addrs)
-	if err != nil {
-		return nil, 0, fmt.Errorf("verify addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
-	}
-	return append(append(drift, rd...), ad...), Gen(gen), nil
 }

@@ -279,9 +279,16 @@ func (o *ourRoutes) prune(keep []policyRoute) error {
 
 // routeDrift names each wanted rule or route that is missing, and each of
 // ours that is not wanted.
-func routeDrift(ns netns.NsHandle, want []policyRoute) ([]string, error) {
-	o, err := openRoutes(ns)
-	if err != nil {
+func routeDrift(ns netns.NsHandle, rt *nlsock.Conn, want []policyRoute) ([]string, error) {
+	var o *ourRoutes
+	var err error
+	if len(want) == 0 {
+		// Nothing wanted: only stale ones of ours can drift.
+		o, err = openRoutesIfAny(ns, rt)
+	} else {
+		o, err = openRoutes(ns)
+	}
+	if err != nil || o == nil {
 		return nil, err
 	}
 	defer o.close()

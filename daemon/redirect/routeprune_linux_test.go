@@ -24,8 +24,9 @@ func oursListed(t *testing.T, ns *nstest.NS) string {
 }
 
 // A replace that no longer wants policy routes, and Remove, take away every
-// rule and route of ours in both families, also when one alone is left
-// (the quick look, anyOurs, must see each kind); others' stay.
+// rule and route of ours in both families, and Verify names it, also when
+// one alone is left (the quick look, anyOurs, must see each kind); others'
+// stay.
 func TestPolicyRoutesPruned(t *testing.T) {
 	tproxy := DefaultSpec()
 	tproxy.Interception = InterceptTProxy
@@ -45,8 +46,11 @@ func TestPolicyRoutesPruned(t *testing.T) {
 		{"-4", "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", "133", "proto", "115"},
 		{"-6", "route", "add", "local", "::/0", "dev", "lo", "table", "133", "proto", "115"},
 	} {
-		mustApplyNS(t, ns, DefaultSpec())
+		r := mustApplyNS(t, ns, DefaultSpec())
 		ns.Run(t, "ip", lone...)
+		if drift, err := Verify(ns.Handle(t), r); err != nil || len(drift) != 1 || !strings.Contains(drift[0], "is not part of the ruleset") {
+			t.Errorf("ip %s: Verify says %q, %v", strings.Join(lone, " "), drift, err)
+		}
 		mustApplyNS(t, ns, DefaultSpec())
 		if left := oursListed(t, ns); left != "" {
 			t.Errorf("ip %s: the replace left it:\n%s", strings.Join(lone, " "), left)

@@ -180,24 +180,6 @@ func closeLater(s io.Closer) {
 	}
 }
 
-// dial makes a google/nftables connection that reads ns (Verify) over
-// an nlsock.Sock, handed to google/nftables as its transport with
-// WithTestDial, the one seam v0.3.0 has for one. The sock is returned to be
-// closed with closeLater.
-func dial(ns netns.NsHandle) (*nftables.Conn, *nlsock.Sock, error) {
-	socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER)
-	if err != nil {
-		return nil, nil, err
-	}
-	s := socks[0]
-	conn, err := nftables.New(nftables.WithTestDial(s.Exchange), nftables.AsLasting())
-	if err != nil {
-		s.Close()
-		return nil, nil, fmt.Errorf("netlink in netns fd %d: %w", int(ns), err)
-	}
-	return conn, s, nil
-}
-
 // program is a Table as google/nftables values, in the order they are
 // added to the kernel.
 type program struct {
