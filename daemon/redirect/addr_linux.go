@@ -7,12 +7,13 @@ import (
 	"os"
 	"strings"
 
-	"github.com/vishvananda/netlink"
+	mnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/internal/netnsthread"
+	"github.com/sluicemesh/sluice/internal/nlsock"
 )
 
 // Envoy's inbound passthrough cluster binds ::6 when it forwards to the
@@ -37,28 +38,26 @@ type loAddr struct {
 	proto uint8
 }
 
-// listLoAddrs dumps lo's IPv6 addresses with their protocol, which the
-// netlink library does not decode.
-func listLoAddrs(ns netns.NsHandle, lo int) ([]loAddr, error) {
-	req := nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)
-	req.AddData(nl.NewIfAddrmsg(unix.AF_INET6))
-	sh, err := routeSocket(ns)
-	if err != nil {
-		return nil, err
-	}
-	defer sh.Close()
-	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sh}
-	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWADDR)
+// listLoAddrs dumps lo's IPv6 addresses with their protocol, which
+// vishvananda/netlink does not decode, over rt (rtnetlink in the netns).
+func listLoAddrs(rt *nlsock.Conn, lo int) ([]loAddr, error) {
+	msgs, err := rt.Execute(mnl.Message{
+		Header: mnl.Header{Type: unix.RTM_GETADDR, Flags: mnl.Request | mnl.Dump},
+		Data:   nl.NewIfAddrmsg(unix.AF_INET6).Serialize(),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list addresses: %w", err)
 	}
 	var out []loAddr
 	for _, m := range msgs {
-		hdr := nl.DeserializeIfAddrmsg(m)
+		if m.Header.Type != unix.RTM_NEWADDR || len(m.Data) < unix.SizeofIfAddrmsg {
+			continue
+		}
+		hdr := nl.DeserializeIfAddrmsg(m.Data)
 		if int(hdr.Index) != lo || hdr.Family != unix.AF_INET6 {
 			continue
 		}
-		attrs, err := nl.ParseRouteAttr(m[unix.SizeofIfAddrmsg:])
+		attrs, err := nl.ParseRouteAttr(m.Data[unix.SizeofIfAddrmsg:])
 		if err != nil {
 			return nil, fmt.Errorf("parse address: %w", err)
 		}
@@ -78,35 +77,53 @@ func listLoAddrs(ns netns.NsHandle, lo int) ([]loAddr, error) {
 	return out, nil
 }
 
-func routeSocket(ns netns.NsHandle) (*nl.SocketHandle, error) {
-	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+// routeConn opens rtnetlink in ns (nlsock: a thread of its own moved in
+// and back); the caller closes it.
+func routeConn(ns netns.NsHandle) (*nlsock.Conn, error) {
+	socks, err := nlsock.Open(ns, unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, fmt.Errorf("open rtnetlink in netns fd %d: %w", int(ns), err)
+		return nil, err
 	}
-	return &nl.SocketHandle{Socket: s}, nil
+	return socks[0].Conn(), nil
 }
 
-// addLoAddr adds a/128 to lo marked as ours; NODAD as lo never runs DAD
-// anyway, and so the address is usable the moment Apply returns. An
-// address already there, ours or not, is left alone: added is false.
-func addLoAddr(ns netns.NsHandle, lo int, a netip.Addr) (added bool, err error) {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+// loAddrMsg is an RTM_NEWADDR or RTM_DELADDR body for a/128 on lo.
+func loAddrMsg(lo int, a netip.Addr, attrs ...*nl.RtAttr) []byte {
 	msg := nl.NewIfAddrmsg(unix.AF_INET6)
 	msg.Prefixlen = 128
 	msg.Scope = unix.RT_SCOPE_HOST
 	msg.Index = uint32(lo)
-	req.AddData(msg)
-	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, a.AsSlice()))
-	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, a.AsSlice()))
-	req.AddData(nl.NewRtAttr(unix.IFA_FLAGS, nl.Uint32Attr(unix.IFA_F_NODAD)))
-	req.AddData(nl.NewRtAttr(ifaProto, []byte{addrProtocol}))
-	sh, err := routeSocket(ns)
-	if err != nil {
-		return false, err
+	data := msg.Serialize()
+	attrs = append([]*nl.RtAttr{nl.NewRtAttr(unix.IFA_LOCAL, a.AsSlice()), nl.NewRtAttr(unix.IFA_ADDRESS, a.AsSlice())}, attrs...)
+	for _, at := range attrs {
+		data = append(data, at.Serialize()...)
 	}
-	defer sh.Close()
-	req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sh}
-	_, err = req.Execute(unix.NETLINK_ROUTE, 0)
+	return data
+}
+
+// delLoAddr deletes a/128 from lo; one that is not there is not an error.
+func delLoAddr(rt *nlsock.Conn, lo int, a netip.Addr) error {
+	_, err := rt.Execute(mnl.Message{
+		Header: mnl.Header{Type: unix.RTM_DELADDR, Flags: mnl.Request | mnl.Acknowledge},
+		Data:   loAddrMsg(lo, a),
+	})
+	if err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		return err
+	}
+	return nil
+}
+
+// addLoAddr adds a/128 to lo marked as ours, over rt (rtnetlink in the
+// pod's netns); NODAD as lo never runs DAD anyway, and so the address is
+// usable the moment Apply returns. An address already there, ours or not,
+// is left alone: added is false.
+func addLoAddr(rt *nlsock.Conn, lo int, a netip.Addr) (added bool, err error) {
+	_, err = rt.Execute(mnl.Message{
+		Header: mnl.Header{Type: unix.RTM_NEWADDR, Flags: mnl.Request | mnl.Create | mnl.Excl | mnl.Acknowledge},
+		Data: loAddrMsg(lo, a,
+			nl.NewRtAttr(unix.IFA_FLAGS, nl.Uint32Attr(unix.IFA_F_NODAD)),
+			nl.NewRtAttr(ifaProto, []byte{addrProtocol})),
+	})
 	switch {
 	case errors.Is(err, unix.EEXIST):
 		return false, nil
@@ -116,14 +133,14 @@ func addLoAddr(ns netns.NsHandle, lo int, a netip.Addr) (added bool, err error) 
 	return true, nil
 }
 
-// ensureLoAddrs adds each wanted address lo lacks and returns those it
-// added; one already there, ours or not, is left alone. It asks the kernel
-// to create each exclusively rather than listing lo's addresses first: one
-// round trip, not three, on every sidecar ADD.
-func ensureLoAddrs(ns netns.NsHandle, want []netip.Addr) ([]netip.Addr, error) {
+// ensureLoAddrs adds each wanted address lo lacks, over rt, and returns
+// those it added; one already there, ours or not, is left alone. It asks
+// the kernel to create each exclusively rather than listing lo's addresses
+// first: one round trip, not three, on every sidecar ADD.
+func ensureLoAddrs(rt *nlsock.Conn, want []netip.Addr) ([]netip.Addr, error) {
 	var added []netip.Addr
 	for _, w := range want {
-		ok, err := addLoAddr(ns, loopbackIndex, w)
+		ok, err := addLoAddr(rt, loopbackIndex, w)
 		if err != nil {
 			return added, err
 		}
@@ -134,24 +151,11 @@ func ensureLoAddrs(ns netns.NsHandle, want []netip.Addr) ([]netip.Addr, error) {
 	return added, nil
 }
 
-// undoLoAddrs deletes what ensureLoAddrs added.
-func undoLoAddrs(ns netns.NsHandle, added []netip.Addr) error {
-	if len(added) == 0 {
-		return nil
-	}
-	lo, _, err := loState(ns)
-	if err != nil {
-		return err
-	}
-	h, err := routeHandle(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
+// undoLoAddrs deletes what ensureLoAddrs added, over the same rt.
+func undoLoAddrs(rt *nlsock.Conn, added []netip.Addr) error {
 	var errs []error
 	for _, a := range added {
-		addr, _ := netlink.ParseAddr(a.String() + "/128")
-		if err := h.AddrDel(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: lo}}, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		if err := delLoAddr(rt, loopbackIndex, a); err != nil {
 			errs = append(errs, fmt.Errorf("take back %s on %s: %w", a, loopbackInterface, err))
 		}
 	}
@@ -160,23 +164,16 @@ func undoLoAddrs(ns netns.NsHandle, added []netip.Addr) error {
 
 // pruneLoAddrs deletes every address on lo marked as ours that keep does
 // not name.
-func pruneLoAddrs(ns netns.NsHandle, keep []netip.Addr) error {
-	lo, have, err := loState(ns)
-	if err != nil || len(have) == 0 {
-		return err
-	}
-	h, err := routeHandle(ns)
+func pruneLoAddrs(rt *nlsock.Conn, keep []netip.Addr) error {
+	have, err := listLoAddrs(rt, loopbackIndex)
 	if err != nil {
 		return err
 	}
-	defer h.Close()
-	link := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: lo}}
 	for _, a := range have {
 		if a.proto != addrProtocol || containsFunc(keep, func(k netip.Addr) bool { return k == a.addr }) {
 			continue
 		}
-		addr, _ := netlink.ParseAddr(a.addr.String() + "/128")
-		if err := h.AddrDel(link, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		if err := delLoAddr(rt, loopbackIndex, a.addr); err != nil {
 			return fmt.Errorf("delete %s from %s: %w", a.addr, loopbackInterface, err)
 		}
 	}
@@ -184,12 +181,8 @@ func pruneLoAddrs(ns netns.NsHandle, keep []netip.Addr) error {
 }
 
 // loAddrDrift names each wanted address lo lacks and each of ours on it
-// that is not wanted.
-func loAddrDrift(ns netns.NsHandle, want []netip.Addr) ([]string, error) {
-	_, have, err := loState(ns)
-	if err != nil {
-		return nil, err
-	}
+// that is not wanted, given lo's addresses.
+func loAddrDrift(have []loAddr, want []netip.Addr) []string {
 	var drift []string
 	for _, w := range want {
 		if !containsFunc(have, func(h loAddr) bool { return h.addr == w }) {
@@ -201,7 +194,7 @@ func loAddrDrift(ns netns.NsHandle, want []netip.Addr) ([]string, error) {
 			drift = append(drift, fmt.Sprintf("address %s/128 on %s is not part of the ruleset", h.addr, loopbackInterface))
 		}
 	}
-	return drift, nil
+	return drift
 }
 
 // loopbackIndex is lo's ifindex: the kernel gives lo LOOPBACK_IFINDEX (1)
@@ -211,7 +204,12 @@ const loopbackIndex = 1
 
 // loState is lo's index and IPv6 addresses; none when lo has no IPv6.
 func loState(ns netns.NsHandle) (int, []loAddr, error) {
-	have, err := listLoAddrs(ns, loopbackIndex)
+	rt, err := routeConn(ns)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer rt.Close()
+	have, err := listLoAddrs(rt, loopbackIndex)
 	return loopbackIndex, have, err
 }
 

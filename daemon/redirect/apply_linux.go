@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/daemon/redirect/nft"
+	"github.com/sluicemesh/sluice/internal/nlsock"
 )
 
 // Apply programs r into the network namespace ns: the table in one netlink
@@ -48,74 +49,147 @@ func ApplyGen(ns netns.NsHandle, r *Ruleset) (Gen, error) {
 	if err != nil {
 		return 0, err
 	}
-	// One rtnetlink handle and one read of our routes for the whole Apply,
-	// opened only when routes are wanted or may need pruning.
-	var ours *ourRoutes
+	// The netfilter socket, and rtnetlink when lo needs an address, are
+	// opened in one visit to ns.
+	socks, err := nlsock.Open(ns, applyProtocols(addrs)...)
+	if err != nil {
+		return 0, fmt.Errorf("apply to netns fd %d: %w", int(ns), err)
+	}
+	nf := socks[0]
 	defer func() {
-		if ours != nil {
-			ours.close()
+		if nf != nil {
+			nf.Close()
 		}
 	}()
-	var added []policyRoute
-	var addedAddrs []netip.Addr
-	undo := func(err error) error {
-		var uerr error
-		if len(added) > 0 {
-			uerr = ours.undo(added)
-		}
-		if uerr = errors.Join(uerr, undoLoAddrs(ns, addedAddrs)); uerr != nil {
-			return errors.Join(err, fmt.Errorf("after the failed apply, in netns fd %d: %w", int(ns), uerr))
-		}
-		return err
+	b := &beside{ns: ns}
+	if len(socks) > 1 {
+		b.rt = socks[1].Conn()
 	}
+	defer b.close()
+	if addrs, err = b.program(r, routes, addrs); err != nil {
+		return 0, err
+	}
+	existed, gen, err := nft.ApplyOn(ns, nf, r.table, r.text)
+	nf = nil // ApplyOn closes it
+	if err != nil {
+		return 0, b.undo(err)
+	}
+	return Gen(gen), b.pruneAfter(existed, routes, addrs)
+}
+
+// applyProtocols are the netlink sockets an Apply opens in the pod's netns
+// up front: netfilter, and rtnetlink when lo needs addresses.
+func applyProtocols(addrs []netip.Addr) []int {
+	if len(addrs) > 0 {
+		return []int{unix.NETLINK_NETFILTER, unix.NETLINK_ROUTE}
+	}
+	return []int{unix.NETLINK_NETFILTER}
+}
+
+// beside is what an Apply programs beside the table (policy routes, lo's
+// addresses) and what it added, to take back when the rest fails. One
+// rtnetlink handle and one read of our routes serve the whole Apply,
+// opened only when routes are wanted or may need pruning.
+type beside struct {
+	ns         netns.NsHandle
+	rt         *nlsock.Conn // rtnetlink in ns: lo's addresses
+	ours       *ourRoutes
+	added      []policyRoute
+	addedAddrs []netip.Addr
+}
+
+// program adds the policy routes, then lo's addresses, and returns the
+// addresses ns can hold (none when lo has IPv6 disabled).
+func (b *beside) program(r *Ruleset, routes []policyRoute, addrs []netip.Addr) ([]netip.Addr, error) {
+	ns := b.ns
+	var err error
 	if len(routes) > 0 {
-		if ours, err = openRoutes(ns); err != nil {
-			return 0, fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err)
+		if b.ours, err = openRoutes(ns); err != nil {
+			return nil, fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err)
 		}
-		if added, err = ours.ensure(routes); err != nil {
-			return 0, undo(fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err))
+		if b.added, err = b.ours.ensure(routes); err != nil {
+			return nil, b.undo(fmt.Errorf("apply policy routes to netns fd %d: %w", int(ns), err))
 		}
 	}
-	if addedAddrs, err = ensureLoAddrs(ns, addrs); err != nil {
-		if !errors.Is(err, unix.EACCES) || len(addedAddrs) > 0 {
-			return 0, undo(fmt.Errorf("apply addresses to %s in netns fd %d: %w", loopbackInterface, int(ns), err))
+	if b.addedAddrs, err = ensureLoAddrs(b.rt, addrs); err != nil {
+		if !errors.Is(err, unix.EACCES) || len(b.addedAddrs) > 0 {
+			return nil, b.undo(fmt.Errorf("apply addresses to %s in netns fd %d: %w", loopbackInterface, int(ns), err))
 		}
 		// lo has IPv6 disabled (programmableForApply did not ask).
 		if _, addrs, err = r.ipv6Off(ns); err != nil {
-			return 0, undo(err)
+			return nil, b.undo(err)
 		}
 	}
-	existed, gen, err := nft.ApplyRendered(ns, r.table, r.text)
-	if err != nil {
-		return 0, undo(err)
-	}
-	return Gen(gen), pruneAfterApply(ns, ours, existed, routes, addrs)
+	return addrs, nil
 }
 
-// pruneAfterApply removes the routes and lo addresses of ours a previous
+// undo takes back what program added and returns err with what that
+// could not take back.
+func (b *beside) undo(err error) error {
+	var uerr error
+	if len(b.added) > 0 {
+		uerr = b.ours.undo(b.added)
+	}
+	if len(b.addedAddrs) > 0 {
+		uerr = errors.Join(uerr, undoLoAddrs(b.rt, b.addedAddrs))
+	}
+	if uerr != nil {
+		return errors.Join(err, fmt.Errorf("after the failed apply, in netns fd %d: %w", int(b.ns), uerr))
+	}
+	return err
+}
+
+func (b *beside) close() {
+	if b.rt != nil {
+		b.rt.Close()
+	}
+	if b.ours != nil {
+		b.ours.close()
+	}
+}
+
+// pruneAfter removes the routes and lo addresses of ours a previous
 // ruleset needed and this one does not. A fresh table means a new pod (or
 // one Remove cleaned up): its routes are pruned only when this Apply read
 // them anyway, and lo's addresses not at all, which spared every IPv6
-// sidecar ADD a socket and an address dump. Should a Remove have died
-// between the table and the addresses, Verify names the address left over
-// and the reassert, which finds the table, prunes it.
-func pruneAfterApply(ns netns.NsHandle, ours *ourRoutes, existed bool, routes []policyRoute, addrs []netip.Addr) error {
-	if ours == nil && existed {
-		var err error
-		if ours, err = openRoutes(ns); err != nil {
+// sidecar ADD an address dump. Should a Remove have died between the table
+// and the addresses, Verify names the address left over and the reassert,
+// which finds the table, prunes it.
+func (b *beside) pruneAfter(existed bool, routes []policyRoute, addrs []netip.Addr) error {
+	if !existed {
+		if b.ours != nil {
+			return b.pruneRoutes(routes)
+		}
+		return nil
+	}
+	ns := b.ns
+	var err error
+	if b.rt == nil {
+		if b.rt, err = routeConn(ns); err != nil {
+			return fmt.Errorf("prune in netns fd %d: %w", int(ns), err)
+		}
+	}
+	if b.ours == nil {
+		if b.ours, err = openRoutesIfAny(ns, b.rt); err != nil {
 			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
 		}
-		defer ours.close()
 	}
-	if ours != nil {
-		if err := ours.prune(routes); err != nil {
-			return fmt.Errorf("prune policy routes in netns fd %d: %w", int(ns), err)
-		}
+	if err := b.pruneRoutes(routes); err != nil {
+		return err
 	}
-	if existed {
-		if err := pruneLoAddrs(ns, addrs); err != nil {
-			return fmt.Errorf("prune addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
-		}
+	if err := pruneLoAddrs(b.rt, addrs); err != nil {
+		return fmt.Errorf("prune addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
+	}
+	return nil
+}
+
+// pruneRoutes prunes the rules and routes b.ours read, if it read any.
+func (b *beside) pruneRoutes(keep []policyRoute) error {
+	if b.ours == nil {
+		return nil
+	}
+	if err := b.ours.prune(keep); err != nil {
+		return fmt.Errorf("prune policy routes in netns fd %d: %w", int(b.ns), err)
 	}
 	return nil
 }
@@ -127,7 +201,23 @@ func (r *Ruleset) programmable(ns netns.NsHandle) ([]policyRoute, []netip.Addr, 
 	if !r.needsLoIPv6() {
 		return r.routes, r.loAddrs, nil
 	}
-	off, err := loIPv6Off(ns)
+	_, have, err := loState(ns)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.programmableWith(ns, have)
+}
+
+// programmableWith is programmable given lo's IPv6 addresses. lo holds an
+// IPv6 address (::1 at least) only while IPv6 is on, so the address dump
+// answers it; only a lo with none (IPv6 off, or lo down) costs the sysctl
+// read, a thread moved into ns, which profiled as half of a start-up
+// verify.
+func (r *Ruleset) programmableWith(ns netns.NsHandle, have []loAddr) ([]policyRoute, []netip.Addr, error) {
+	if !r.needsLoIPv6() || len(have) > 0 {
+		return r.routes, r.loAddrs, nil
+	}
+	off, err := loIPv6Disabled(ns)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -135,21 +225,6 @@ func (r *Ruleset) programmable(ns netns.NsHandle) ([]policyRoute, []netip.Addr, 
 		return r.routes, r.loAddrs, nil
 	}
 	return r.ipv6Off(ns)
-}
-
-// loIPv6Off says whether lo has IPv6 disabled. lo holds an IPv6 address
-// (::1 at least) only while IPv6 is on, so one address dump answers it;
-// only a lo with none (IPv6 off, or lo down) costs the sysctl read, a
-// thread moved into ns, which profiled as half of a start-up verify.
-func loIPv6Off(ns netns.NsHandle) (bool, error) {
-	_, have, err := loState(ns)
-	if err != nil {
-		return false, err
-	}
-	if len(have) > 0 {
-		return false, nil
-	}
-	return loIPv6Disabled(ns)
 }
 
 // programmableForApply is programmable, but asks the sysctl only when IPv6
@@ -188,62 +263,28 @@ func (r *Ruleset) needsLoIPv6() bool {
 // addresses Apply added there (the reverse of Apply's order, for the same
 // reason). A table that is not there is not an error.
 func Remove(ns netns.NsHandle) error {
-	if err := nft.Remove(ns, TableName); err != nil {
+	// Both sockets in one visit to ns.
+	socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER, unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("remove from netns fd %d: %w", int(ns), err)
+	}
+	rt := socks[1].Conn()
+	defer rt.Close()
+	if err := nft.RemoveOn(ns, socks[0], TableName); err != nil {
 		return err
 	}
-	ours, err := openRoutes(ns)
+	ours, err := openRoutesIfAny(ns, rt)
 	if err != nil {
 		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
 	}
-	defer ours.close()
-	if err := ours.prune(nil); err != nil {
-		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
+	if ours != nil {
+		defer ours.close()
+		if err := ours.prune(nil); err != nil {
+			return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
+		}
 	}
-	if err := pruneLoAddrs(ns, nil); err != nil {
+	if err := pruneLoAddrs(rt, nil); err != nil {
 		return fmt.Errorf("remove addresses from %s in netns fd %d: %w", loopbackInterface, int(ns), err)
 	}
 	return nil
-}
-
-// Verify reads table inet sluice in ns, the policy routes and lo's
-// addresses, and compares them with r (less what Apply leaves out when lo
-// has no IPv6). It returns one human-readable item per difference, none
-// when the kernel holds exactly r; the error is for failing to read at all.
-//
-// Rules are recognised by their tag and compared expression by expression
-// (nft.Verify), so a rule someone replaced, one that went missing and one
-// someone added are each named. Like Apply it never moves the caller's
-// thread into ns.
-func Verify(ns netns.NsHandle, r *Ruleset) ([]string, error) {
-	drift, _, err := VerifySince(ns, r, 0)
-	return drift, err
-}
-
-// VerifySince is Verify that trusts since, the generation at which the
-// table was known to be exactly r (ApplyGen's, or a VerifySince's that
-// found no drift): while the netns's generation is still since and the
-// table is there, nothing in nftables changed and the table is not read
-// back (nft.VerifySince). Routes and lo's addresses are rtnetlink state,
-// which the generation does not cover: they are always read. It returns
-// the generation to pass next time.
-func VerifySince(ns netns.NsHandle, r *Ruleset, since Gen) ([]string, Gen, error) {
-	drift, gen, err := nft.VerifySince(ns, r.table, uint32(since))
-	if err != nil {
-		return nil, 0, err
-	}
-	routes, addrs, err := r.programmable(ns)
-	if err != nil {
-		return append(drift, err.Error()), Gen(gen), nil
-	}
-	// A ruleset without routes still reports stale ones of ours: Apply
-	// would prune them.
-	rd, err := routeDrift(ns, routes)
-	if err != nil {
-		return nil, 0, fmt.Errorf("verify policy routes in netns fd %d: %w", int(ns), err)
-	}
-	ad, err := loAddrDrift(ns, addrs)
-	if err != nil {
-		return nil, 0, fmt.Errorf("verify addresses on %s in netns fd %d: %w", loopbackInterface, int(ns), err)
-	}
-	return append(append(drift, rd...), ad...), Gen(gen), nil
 }

@@ -111,3 +111,25 @@ func nftDelete(ns *nstest.NS) error {
 		return conn.Flush()
 	})
 }
+
+// TestFailedApplyLeavesNoAddress: a sidecar Apply whose nft batch fails
+// takes back the ::6 it put on lo, and leaves one the pod had already.
+func TestFailedApplyLeavesNoAddress(t *testing.T) {
+	r, err := Build(DefaultSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, podHad := range []bool{false, true} {
+		ns := nstest.New(t, "pod")
+		if podHad {
+			ns.Run(t, "ip", "-6", "addr", "add", "::6/128", "dev", "lo")
+		}
+		holdOwnedTable(t, ns)
+		if err := Apply(ns.Handle(t), r); err == nil {
+			t.Fatal("Apply over a table another socket owns succeeded")
+		}
+		if has, line := loHas6(t, ns); has != podHad {
+			t.Errorf("pod had ::6 before: %t; after the failed Apply: %t %s", podHad, has, line)
+		}
+	}
+}

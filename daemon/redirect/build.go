@@ -53,8 +53,21 @@ var (
 
 // Build turns a Spec into the ruleset for table inet sluice (and the policy
 // routes beside it, for TPROXY and ambient). It is pure: no kernel, no I/O,
-// the same Spec always gives the same Ruleset (and Hash).
+// the same Spec always gives the same Ruleset (and Hash). A Spec equal to
+// one built before gets that Ruleset back (buildcache.go).
 func Build(s Spec) (*Ruleset, error) {
+	if r := built.get(s); r != nil {
+		return r, nil
+	}
+	r, err := build(s)
+	if err != nil {
+		return nil, err
+	}
+	built.put(s, r)
+	return r, nil
+}
+
+func build(s Spec) (*Ruleset, error) {
 	if err := validate(s); err != nil {
 		return nil, err
 	}

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"net"
 
+	mnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/daemon/redirect/nft"
+	"github.com/sluicemesh/sluice/internal/nlsock"
 )
 
 // routeProtocol marks the ip rules and routes sluice adds (the rtnetlink
@@ -55,6 +58,16 @@ func openRoutes(ns netns.NsHandle) (*ourRoutes, error) {
 
 func (o *ourRoutes) close() { o.h.Close() }
 
+// openRoutesIfAny is openRoutes when ns holds a rule or route of ours
+// (anyOurs, over rt), nil when it holds none.
+func openRoutesIfAny(ns netns.NsHandle, rt *nlsock.Conn) (*ourRoutes, error) {
+	have, err := anyOurs(rt)
+	if err != nil || !have {
+		return nil, err
+	}
+	return openRoutes(ns)
+}
+
 func (r policyRoute) nlFamily() int {
 	if r.fam == nft.IPv6 {
 		return netlink.FAMILY_V6
@@ -87,6 +100,57 @@ func (r policyRoute) nlRoute() *netlink.Route {
 		Protocol: routeProtocol,
 		Scope:    netlink.SCOPE_HOST,
 	}
+}
+
+// fibRuleHdrLen is struct fib_rule_hdr, an ip rule message's header.
+const fibRuleHdrLen = 12
+
+// anyOurs says whether ns holds any ip rule or route of ours, from one
+// rule dump and one route dump over rt (Apply's rtnetlink Conn), reading
+// only the protocol. A pod that never had a TPROXY or ambient ruleset has
+// none, and its replace and Remove then skip vishvananda/netlink's handle
+// (another visit to the netns, two sockets) and its decoding of both dumps.
+func anyOurs(rt *nlsock.Conn) (bool, error) {
+	for _, typ := range []uint16{unix.RTM_GETRULE, unix.RTM_GETROUTE} {
+		msgs, err := rt.Execute(mnl.Message{
+			Header: mnl.Header{Type: mnl.HeaderType(typ), Flags: mnl.Request | mnl.Dump},
+			Data:   make([]byte, max(fibRuleHdrLen, unix.SizeofRtMsg)), // family 0: every family
+		})
+		if err != nil {
+			return false, fmt.Errorf("list ip rules and routes: %w", err)
+		}
+		for _, m := range msgs {
+			ours, err := isOurs(m)
+			if err != nil || ours {
+				return ours, err
+			}
+		}
+	}
+	return false, nil
+}
+
+// isOurs says whether a RTM_NEWRULE or RTM_NEWROUTE message carries
+// routeProtocol: a rule in its FRA_PROTOCOL attribute, a route in its
+// header's rtm_protocol.
+func isOurs(m mnl.Message) (bool, error) {
+	switch m.Header.Type {
+	case unix.RTM_NEWROUTE:
+		return len(m.Data) >= unix.SizeofRtMsg && m.Data[5] == routeProtocol, nil
+	case unix.RTM_NEWRULE:
+		if len(m.Data) < fibRuleHdrLen {
+			return false, nil
+		}
+		attrs, err := nl.ParseRouteAttr(m.Data[fibRuleHdrLen:])
+		if err != nil {
+			return false, fmt.Errorf("parse ip rule: %w", err)
+		}
+		for _, a := range attrs {
+			if a.Attr.Type == unix.FRA_PROTOCOL && len(a.Value) > 0 && a.Value[0] == routeProtocol {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // routeState is what the kernel holds of ours in one netns.
@@ -215,9 +279,16 @@ func (o *ourRoutes) prune(keep []policyRoute) error {
 
 // routeDrift names each wanted rule or route that is missing, and each of
 // ours that is not wanted.
-func routeDrift(ns netns.NsHandle, want []policyRoute) ([]string, error) {
-	o, err := openRoutes(ns)
-	if err != nil {
+func routeDrift(ns netns.NsHandle, rt *nlsock.Conn, want []policyRoute) ([]string, error) {
+	var o *ourRoutes
+	var err error
+	if len(want) == 0 {
+		// Nothing wanted: only stale ones of ours can drift.
+		o, err = openRoutesIfAny(ns, rt)
+	} else {
+		o, err = openRoutes(ns)
+	}
+	if err != nil || o == nil {
 		return nil, err
 	}
 	defer o.close()

@@ -7,6 +7,7 @@ package netnsthread
 import (
 	"fmt"
 	"runtime"
+	"sync"
 
 	"github.com/vishvananda/netns"
 )
@@ -29,12 +30,38 @@ func Do(ns netns.NsHandle, fn func() error) error {
 	return <-done
 }
 
+// home is the agent's own netns, opened by the first Do from the thread
+// it runs on and kept: every thread the runtime hands a goroutine is in it
+// (the runtime starts a thread for a locked caller from a clean template
+// thread, and Do never unlocks a thread it could not move back), so it is
+// where each Do's thread comes from. Opening /proc/thread-self/ns/net on
+// every Do was half of the cost of opening a pod's netlink sockets. A
+// failed open is not kept: the next Do tries again.
+var home struct {
+	mu sync.Mutex
+	h  netns.NsHandle
+	ok bool
+}
+
+func homeNS() (netns.NsHandle, error) {
+	home.mu.Lock()
+	defer home.mu.Unlock()
+	if home.ok {
+		return home.h, nil
+	}
+	h, err := netns.Get()
+	if err != nil {
+		return netns.None(), err
+	}
+	home.h, home.ok = h, true
+	return h, nil
+}
+
 func onThread(ns netns.NsHandle, fn func() error) (err error, restored bool) {
-	home, err := netns.Get()
+	home, err := homeNS()
 	if err != nil {
 		return fmt.Errorf("this thread's netns: %w", err), true
 	}
-	defer home.Close()
 	if err := netns.Set(ns); err != nil {
 		return fmt.Errorf("enter netns fd %d: %w", int(ns), err), true
 	}

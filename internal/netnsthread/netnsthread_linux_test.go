@@ -42,3 +42,27 @@ func TestDoRunsInTheNamespace(t *testing.T) {
 		t.Fatal("Do into a closed handle: no error")
 	}
 }
+
+// The netns Do moves its threads back to is the one the test's own
+// threads are in, however many times Do has run.
+func TestDoMovesBackHome(t *testing.T) {
+	nstest.RequireRoot(t)
+	pod := nstest.New(t, "pod")
+	for range 3 {
+		if err := Do(pod.Handle(t), func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := homeNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	if !h.Equal(mine) {
+		t.Fatalf("Do moves threads back to %s, the test runs in %s", h.UniqueId(), mine.UniqueId())
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/internal/nlsock"
 )
 
 // Apply programs t into the network namespace ns in one netlink
@@ -32,7 +34,7 @@ import (
 // caller's path (closeLater). The batch asks for one ACK (batch_linux.go).
 //
 // The netlink socket is opened inside ns on a locked thread of its own
-// that is moved back before it is released (sock_linux.go); the caller's
+// that is moved back before it is released (nlsock); the caller's
 // thread never changes namespace, so Apply is safe to call from many
 // goroutines at once.
 func Apply(ns netns.NsHandle, t *Table) (existed bool, gen uint32, err error) {
@@ -43,15 +45,23 @@ func Apply(ns netns.NsHandle, t *Table) (existed bool, gen uint32, err error) {
 // text keys the batch cache (batchcache_linux.go), and any text that
 // contains t.Render() will do, as a hit is checked against t itself.
 func ApplyRendered(ns netns.NsHandle, t *Table, text string) (existed bool, gen uint32, err error) {
+	socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return false, 0, fmt.Errorf("apply table inet %s: %w", t.Name, err)
+	}
+	return ApplyOn(ns, socks[0], t, text)
+}
+
+// ApplyOn is ApplyRendered over nf, a NETLINK_NETFILTER socket the caller
+// opened in ns (nlsock.Open, with the other sockets it needs there, in one
+// visit to ns). ApplyOn owns nf from then on and closes it.
+func ApplyOn(ns netns.NsHandle, nf *nlsock.Sock, t *Table, text string) (existed bool, gen uint32, err error) {
+	s := &socket{nl: nf.Conn()}
+	defer closeLater(s)
 	create, err := batches.batchFor(t, text, false)
 	if err != nil {
 		return false, 0, fmt.Errorf("apply table inet %s: %w", t.Name, err)
 	}
-	s, err := open(ns)
-	if err != nil {
-		return false, 0, fmt.Errorf("apply table inet %s: %w", t.Name, err)
-	}
-	defer closeLater(s)
 	exists, err := s.tableExists(t.Name)
 	if err != nil {
 		return false, 0, fmt.Errorf("apply table inet %s to netns fd %d: %w", t.Name, int(ns), err)
@@ -110,10 +120,17 @@ func (p program) build(conn *nftables.Conn, replace bool) error {
 // Remove deletes table inet name from ns. A table that is not there is not
 // an error, and costs one GET and no commit.
 func Remove(ns netns.NsHandle, name string) error {
-	s, err := open(ns)
+	socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return fmt.Errorf("remove table inet %s: %w", name, err)
 	}
+	return RemoveOn(ns, socks[0], name)
+}
+
+// RemoveOn is Remove over nf, a NETLINK_NETFILTER socket the caller opened
+// in ns (nlsock.Open); RemoveOn owns nf from then on and closes it.
+func RemoveOn(ns netns.NsHandle, nf *nlsock.Sock, name string) error {
+	s := &socket{nl: nf.Conn()}
 	defer closeLater(s)
 	exists, err := s.tableExists(name)
 	if err != nil {
@@ -161,23 +178,6 @@ func closeLater(s io.Closer) {
 	default:
 		_ = s.Close()
 	}
-}
-
-// dial makes a google/nftables connection that reads ns (Verify) over
-// a sock (sock_linux.go), handed to google/nftables as its transport with
-// WithTestDial, the one seam v0.3.0 has for one. The sock is returned to be
-// closed with closeLater.
-func dial(ns netns.NsHandle) (*nftables.Conn, *sock, error) {
-	s, err := openSock(ns)
-	if err != nil {
-		return nil, nil, err
-	}
-	conn, err := nftables.New(nftables.WithTestDial(s.exchange), nftables.AsLasting())
-	if err != nil {
-		s.Close()
-		return nil, nil, fmt.Errorf("netlink in netns fd %d: %w", int(ns), err)
-	}
-	return conn, s, nil
 }
 
 // program is a Table as google/nftables values, in the order they are

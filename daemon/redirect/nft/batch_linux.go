@@ -4,12 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/internal/nlsock"
 )
 
 // google/nftables (v0.3.0) asks for an ACK and, for rules and sets, an
@@ -53,22 +54,17 @@ func marshal(build func(*nftables.Conn) error) ([]netlink.Message, error) {
 }
 
 // socket is one NETLINK_NETFILTER socket opened in a netns.
-type socket struct{ nl *netlink.Conn }
+type socket struct{ nl *nlsock.Conn }
 
 func (s *socket) Close() error { return s.nl.Close() }
 
-// replyTimeout bounds every wait for the kernel: nothing on the ADD path
-// blocks without a deadline. The kernel answers a batch in microseconds to
-// milliseconds; this is for a kernel that never answers.
-const replyTimeout = 10 * time.Second
-
-// open makes a socket bound to ns (sock_linux.go).
+// open makes a socket bound to ns (nlsock).
 func open(ns netns.NsHandle) (*socket, error) {
-	s, err := openSock(ns)
+	s, err := nlsock.Open(ns, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return nil, err
 	}
-	return &socket{nl: s.conn()}, nil
+	return &socket{nl: s[0].Conn()}, nil
 }
 
 // send commits batch (from marshal) as one transaction and waits for its

@@ -10,6 +10,9 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/internal/nlsock"
 )
 
 // Verify reads table inet t.Name in ns and compares it with t. It returns
@@ -36,15 +39,23 @@ func Verify(ns netns.NsHandle, t *Table) ([]string, error) {
 // change made while the table is read moves it on and the next call reads
 // the table again.
 func VerifySince(ns netns.NsHandle, t *Table, since uint32) (drift []string, gen uint32, err error) {
-	conn, s, err := dial(ns)
+	socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return nil, 0, fmt.Errorf("verify table inet %s: %w", t.Name, err)
 	}
-	defer closeLater(s)
+	return VerifySinceOn(ns, socks[0], t, since)
+}
+
+// VerifySinceOn is VerifySince over nf, a NETLINK_NETFILTER socket the
+// caller opened in ns (nlsock.Open); it owns nf from then on and closes
+// it. google/nftables, which reads the table back, is set up only when the
+// table is read (its Conn seeds a math/rand source, ~10 µs).
+func VerifySinceOn(ns netns.NsHandle, nf *nlsock.Sock, t *Table, since uint32) (drift []string, gen uint32, err error) {
+	defer closeLater(nf)
 	fail := func(what string, err error) ([]string, uint32, error) {
 		return nil, 0, fmt.Errorf("verify table inet %s in netns fd %d: %s: %w", t.Name, int(ns), what, err)
 	}
-	own := &socket{nl: s.conn()}
+	own := &socket{nl: nf.Conn()}
 	if gen, err = own.generation(); err != nil {
 		return fail("read the generation", err)
 	}
@@ -56,6 +67,12 @@ func VerifySince(ns netns.NsHandle, t *Table, since uint32) (drift []string, gen
 		if exists {
 			return nil, gen, nil
 		}
+	}
+	// google/nftables reads over nf (WithTestDial, the one seam v0.3.0
+	// has for a transport).
+	conn, err := nftables.New(nftables.WithTestDial(nf.Exchange), nftables.AsLasting())
+	if err != nil {
+		return fail("netlink", err)
 	}
 	drift, what, err := tableDrift(conn, t)
 	if err != nil {

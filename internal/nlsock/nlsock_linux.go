@@ -1,4 +1,7 @@
-package nft
+// Package nlsock is blocking netlink sockets opened inside a network
+// namespace, several in one visit: the transport of package nft's batches
+// and reads (NETLINK_NETFILTER) and of redirect's rtnetlink requests.
+package nlsock
 
 import (
 	"encoding/binary"
@@ -7,6 +10,7 @@ import (
 	"iter"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	"github.com/vishvananda/netns"
@@ -15,15 +19,14 @@ import (
 	"github.com/sluicemesh/sluice/internal/netnsthread"
 )
 
-// sock is a blocking NETLINK_NETFILTER socket opened in a pod's netns: a
-// netlink.Socket for mdlayher/netlink's NewConn, the transport both the
-// batch (batch_linux.go) and google/nftables' reads (Verify) use.
+// Sock is a blocking netlink socket opened in a pod's netns: a
+// netlink.Socket for mdlayher/netlink's NewConn.
 //
 // Why not netlink.Dial: mdlayher/socket (v0.6.1) starts a goroutine for
 // every send and every receive to watch a context that, from netlink.Conn,
 // is always context.Background; each one wakes an idle P through a futex.
 // A verify is ~20 of them, a third of its CPU (docs/benchmarks.md). The
-// kernel answers a netfilter request before sendmsg returns or within
+// kernel answers a netlink request before sendmsg returns or within
 // microseconds, so a blocking fd with a receive timeout loses nothing.
 //
 // Replies are handed on with port id 0, as the kernel's own messages
@@ -31,33 +34,44 @@ import (
 // believes it has unless either is 0, and the nltest Conn google/nftables
 // builds believes it is nltest.PID. The socket joins no group, so every
 // reply on it is for it; the kernel binds it on the first send.
-type sock struct{ fd int }
+type Sock struct{ fd int }
+
+// ReplyTimeout bounds every wait for the kernel: nothing on the ADD path
+// blocks without a deadline. The kernel answers in microseconds to
+// milliseconds; this is for a kernel that never answers.
+const ReplyTimeout = 10 * time.Second
 
 // bufs holds receive buffers: a netlink dump reply is at most 32 KiB
 // (the kernel caps its dump skbs there), so 64 KiB never truncates.
 var bufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
-// openSock opens a netfilter socket inside ns. A zero or negative handle
-// would mean "the calling thread's namespace" and silently program the
-// agent's own netns; it is refused instead.
-func openSock(ns netns.NsHandle) (*sock, error) {
+// Open opens one socket per protocol inside ns, in one visit of a thread
+// to ns (entering a netns is the dearer part of a socket there). A zero or
+// negative handle would mean "the calling thread's namespace" and silently
+// open in the agent's own netns; it is refused instead.
+func Open(ns netns.NsHandle, protocols ...int) ([]*Sock, error) {
 	if int(ns) <= 0 {
 		return nil, fmt.Errorf("netns handle %d is not an open namespace", int(ns))
 	}
-	fd, err := socketIn(ns)
+	fds, err := socketsIn(ns, protocols)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink in netns fd %d: %w", int(ns), err)
 	}
-	s := &sock{fd: fd}
-	if err := s.setup(); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("open netlink in netns fd %d: %w", int(ns), err)
+	out := make([]*Sock, len(fds))
+	for i, fd := range fds {
+		out[i] = &Sock{fd: fd}
+		if err := out[i].setup(); err != nil {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			return nil, fmt.Errorf("open netlink in netns fd %d: %w", int(ns), err)
+		}
 	}
-	return s, nil
+	return out, nil
 }
 
-func (s *sock) setup() error {
-	tv := unix.NsecToTimeval(replyTimeout.Nanoseconds())
+func (s *Sock) setup() error {
+	tv := unix.NsecToTimeval(ReplyTimeout.Nanoseconds())
 	for _, opt := range []int{unix.SO_RCVTIMEO, unix.SO_SNDTIMEO} {
 		if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, opt, &tv); err != nil {
 			return fmt.Errorf("set socket timeout: %w", err)
@@ -66,44 +80,46 @@ func (s *sock) setup() error {
 	return nil
 }
 
-// socketIn creates the socket inside ns (netnsthread: a thread of its
+// socketsIn creates the sockets inside ns (netnsthread: a thread of its
 // own, moved in and back; a socket keeps the netns it was made in).
-func socketIn(ns netns.NsHandle) (int, error) {
-	fd := -1
+func socketsIn(ns netns.NsHandle, protocols []int) ([]int, error) {
+	var fds []int
 	err := netnsthread.Do(ns, func() error {
-		var err error
-		if fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER); err != nil {
-			fd = -1
-			return fmt.Errorf("socket: %w", err)
+		for _, p := range protocols {
+			fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, p)
+			if err != nil {
+				return fmt.Errorf("socket (netlink protocol %d): %w", p, err)
+			}
+			fds = append(fds, fd)
 		}
 		return nil
 	})
 	if err != nil {
-		if fd >= 0 {
+		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return -1, err
+		return nil, err
 	}
-	return fd, nil
+	return fds, nil
 }
 
-// conn is a netlink.Conn over s, as the batch uses it.
-func (s *sock) conn() *netlink.Conn { return netlink.NewConn(s, 0) }
+func (s *Sock) Close() error { return unix.Close(s.fd) }
 
-func (s *sock) Close() error { return unix.Close(s.fd) }
-
-func (s *sock) Send(m netlink.Message) error { return s.SendMessages([]netlink.Message{m}) }
+func (s *Sock) Send(m netlink.Message) error { return s.SendMessages([]netlink.Message{m}) }
 
 // SendMessages writes msgs in one sendmsg, as netlink.Conn does: a batch
 // must reach the kernel in one datagram to be one transaction.
-func (s *sock) SendMessages(msgs []netlink.Message) error {
-	var b []byte
+func (s *Sock) SendMessages(msgs []netlink.Message) error {
+	n := 0
 	for _, m := range msgs {
-		mb, err := m.MarshalBinary()
-		if err != nil {
+		n += int(m.Header.Length)
+	}
+	b := make([]byte, 0, n)
+	for _, m := range msgs {
+		var err error
+		if b, err = appendMessage(b, m); err != nil {
 			return err
 		}
-		b = append(b, mb...)
 	}
 	for {
 		err := unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
@@ -113,7 +129,23 @@ func (s *sock) SendMessages(msgs []netlink.Message) error {
 	}
 }
 
-func (s *sock) Receive() ([]netlink.Message, error) {
+// appendMessage is m.MarshalBinary appended to b, without a buffer per
+// message (a batch is ~60 of them).
+func appendMessage(b []byte, m netlink.Message) ([]byte, error) {
+	l := int(m.Header.Length)
+	if l < unix.NLMSG_HDRLEN || l != align(l) || l < unix.NLMSG_HDRLEN+len(m.Data) {
+		return nil, fmt.Errorf("netlink: message length %d for %d bytes of data", l, len(m.Data))
+	}
+	b = binary.NativeEndian.AppendUint32(b, m.Header.Length)
+	b = binary.NativeEndian.AppendUint16(b, uint16(m.Header.Type))
+	b = binary.NativeEndian.AppendUint16(b, uint16(m.Header.Flags))
+	b = binary.NativeEndian.AppendUint32(b, m.Header.Sequence)
+	b = binary.NativeEndian.AppendUint32(b, m.Header.PID)
+	b = append(b, m.Data...)
+	return append(b, make([]byte, l-unix.NLMSG_HDRLEN-len(m.Data))...), nil
+}
+
+func (s *Sock) Receive() ([]netlink.Message, error) {
 	var out []netlink.Message
 	for m, err := range s.ReceiveIter() {
 		if err != nil {
@@ -126,7 +158,7 @@ func (s *sock) Receive() ([]netlink.Message, error) {
 
 // ReceiveIter reads one datagram and yields its messages. They are parsed
 // from a copy, so nothing aliases the pooled buffer.
-func (s *sock) ReceiveIter() iter.Seq2[netlink.Message, error] {
+func (s *Sock) ReceiveIter() iter.Seq2[netlink.Message, error] {
 	return func(yield func(netlink.Message, error) bool) {
 		data, err := s.recv()
 		if err != nil {
@@ -154,7 +186,7 @@ func (s *sock) ReceiveIter() iter.Seq2[netlink.Message, error] {
 	}
 }
 
-func (s *sock) recv() ([]byte, error) {
+func (s *Sock) recv() ([]byte, error) {
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
 	for {
@@ -163,7 +195,7 @@ func (s *sock) recv() ([]byte, error) {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.EAGAIN):
-			return nil, fmt.Errorf("recvmsg: no reply from the kernel within %s", replyTimeout)
+			return nil, fmt.Errorf("recvmsg: no reply from the kernel within %s", ReplyTimeout)
 		case err != nil:
 			return nil, fmt.Errorf("recvmsg: %w", err)
 		case flags&unix.MSG_TRUNC != 0:
@@ -173,10 +205,10 @@ func (s *sock) recv() ([]byte, error) {
 	}
 }
 
-// exchange is s as an nltest.Func, the transport google/nftables takes
+// Exchange is s as an nltest.Func, the transport google/nftables takes
 // through WithTestDial: a request is sent and its replies are left for the
 // next receive (req nil), which reads one datagram.
-func (s *sock) exchange(req []netlink.Message) ([]netlink.Message, error) {
+func (s *Sock) Exchange(req []netlink.Message) ([]netlink.Message, error) {
 	if req != nil {
 		return nil, s.SendMessages(req)
 	}
