@@ -63,8 +63,7 @@ func TestSpecFieldsAreCloneable(t *testing.T) {
 		reflect.TypeFor[netip.Addr]():   true,
 		reflect.TypeFor[netip.Prefix](): true,
 	}
-	var plain func(reflect.Type) bool
-	plain = func(ty reflect.Type) bool {
+	plain := func(ty reflect.Type) bool {
 		switch ty.Kind() {
 		case reflect.Bool, reflect.String, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
