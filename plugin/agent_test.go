@@ -258,3 +258,29 @@ func TestVerbAddLargeRequest(t *testing.T) {
 		t.Fatal("no record after the large ADD")
 	}
 }
+
+// DEL never reads the previous result (libcni's cached one), so one it
+// cannot parse must not fail the teardown: the attachment is still
+// released. It failed with "failed to parse prevResult" before.
+func TestVerbDelIgnoresPrevResult(t *testing.T) {
+	a := startAgent(t)
+	a.ns.Add("/netns/c1")
+	if _, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, a.sock, "c1", "default", nil)) }); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	del := cmdArgs(t, a.sock, "c1", "default", map[string]any{
+		"prevResult": map[string]any{"cniVersion": "1.0.0", "ips": []map[string]any{{"address": "not-an-address"}}}})
+	if err := cmdDel(del); err != nil {
+		t.Fatalf("DEL with an unparsable cached result: %v", err)
+	}
+	if got := a.store.List(); len(got) != 0 {
+		t.Fatalf("the attachment was not released: %+v", got)
+	}
+	// ADD still refuses it: the IPs come from there.
+	a.ns.Add("/netns/c2")
+	add := cmdArgs(t, a.sock, "c2", "default", map[string]any{
+		"prevResult": map[string]any{"cniVersion": "1.0.0", "ips": []map[string]any{{"address": "not-an-address"}}}})
+	if _, err := stdoutOf(t, func() error { return cmdAdd(add) }); cniCode(t, err) != types.ErrInvalidNetworkConfig {
+		t.Fatalf("ADD with an unparsable prevResult: %v, want code 7", err)
+	}
+}

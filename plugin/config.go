@@ -40,8 +40,9 @@ var knownKeys = map[string]bool{
 }
 
 // parseConfig decodes and validates stdin. prevResult, when present, is
-// parsed and converted to the current result type.
-func parseConfig(stdin []byte) (*NetConf, error) {
+// parsed and converted to the current result type, unless the verb has no
+// use for it (withPrev false: DEL, STATUS, GC), which then cannot fail on it.
+func parseConfig(stdin []byte, withPrev bool) (*NetConf, error) {
 	conf := &NetConf{}
 	if err := json.Unmarshal(stdin, conf); err != nil {
 		return nil, fmt.Errorf("failed to parse network configuration: %w", err)
@@ -51,7 +52,7 @@ func parseConfig(stdin []byte) (*NetConf, error) {
 		return nil, err
 	}
 	conf.parsed = parsed
-	if conf.RawPrevResult != nil {
+	if conf.RawPrevResult != nil && withPrev {
 		if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
 			return nil, fmt.Errorf("failed to parse prevResult: %w", err)
 		}

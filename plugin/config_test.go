@@ -62,7 +62,7 @@ func TestParseConfig(t *testing.T) {
 		{name: "bad prevResult", in: `{"cniVersion":"1.0.0","name":"n","prevResult":{"ips":"no"}}`, wantErr: "prevResult"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConfig([]byte(tc.in))
+			c, err := parseConfig([]byte(tc.in), true)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -100,7 +100,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"cniVersion":"0.3.1","name":"k8s","timeout":"1s","excludeNamespaces":["a"]}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		c, err := parseConfig(in)
+		c, err := parseConfig(in, true)
 		if err != nil {
 			return
 		}
@@ -135,7 +135,7 @@ func FuzzParseArgs(f *testing.F) {
 }
 
 func TestParseConfigWarns(t *testing.T) {
-	c, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"n","type":"sluice","sockett":"/x","prevResult":{"cniVersion":"1.0.0","ips":[]}}`))
+	c, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"n","type":"sluice","sockett":"/x","prevResult":{"cniVersion":"1.0.0","ips":[]}}`), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestParseConfigWarns(t *testing.T) {
 	if w := verbWarnings("DEL", c); len(w) != 0 {
 		t.Errorf("DEL warned: %q", w)
 	}
-	c, err = parseConfig([]byte(`{"cniVersion":"1.0.0","name":"n","type":"sluice","socket":"/x","prevResult":` + prevResult + `}`))
+	c, err = parseConfig([]byte(`{"cniVersion":"1.0.0","name":"n","type":"sluice","socket":"/x","prevResult":` + prevResult + `}`), true)
 	if err != nil || len(c.warnings) != 0 {
 		t.Errorf("clean config warned: %v %v", c.warnings, err)
 	}
@@ -157,7 +157,7 @@ func TestParseConfigWarns(t *testing.T) {
 
 // libcni's GC sends valid attachments under both names; neither is a typo.
 func TestParseConfigGCKeysNoWarning(t *testing.T) {
-	c, err := parseConfig([]byte(`{"cniVersion":"1.1.0","name":"n","type":"sluice","socket":"/x","cni.dev/valid-attachments":[],"cni.dev/attachments":[]}`))
+	c, err := parseConfig([]byte(`{"cniVersion":"1.1.0","name":"n","type":"sluice","socket":"/x","cni.dev/valid-attachments":[],"cni.dev/attachments":[]}`), true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,9 @@ type call struct {
 }
 
 func newCall(args *skel.CmdArgs, verb string) (*call, error) {
-	conf, err := parseConfig(args.StdinData)
+	// Only ADD and CHECK send the previous result's IPs; DEL gets libcni's
+	// cached result, which it never reads (and must never fail on).
+	conf, err := parseConfig(args.StdinData, verb == "ADD" || verb == "CHECK")
 	if err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
