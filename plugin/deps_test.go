@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -40,5 +41,13 @@ func TestPluginImportsNoHeavyDependencies(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "github.com/sluicemesh/sluice/internal/grpccall") {
 		t.Errorf("go list found no grpccall among %d deps: the check above checked nothing", len(deps))
+	}
+}
+
+// The plugin runs on one P from its first inits (internal/oneproc, imported
+// by main.go); this test binary links the same imports.
+func TestPluginRunsOnOneP(t *testing.T) {
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Fatalf("GOMAXPROCS %d: internal/oneproc is not imported", n)
 	}
 }

@@ -4,12 +4,12 @@
 package main
 
 import (
-	"runtime"
-
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/sluicemesh/sluice/internal/buildinfo"
+	// One P from the first inits on (its doc says why, with the numbers).
+	_ "github.com/sluicemesh/sluice/internal/oneproc"
 )
 
 // atExit runs when main returns; only the sluicebench build sets it
@@ -17,11 +17,6 @@ import (
 var atExit = func() {}
 
 func main() {
-	// One P: an exec makes one call and runs no goroutines of its own; the
-	// runtime's start and GC otherwise woke idle Ps whose threads spun for
-	// work. Measured side by side on this VM: 0.7 ms less CPU per ADD with
-	// grpc-go's client, ~0.1 ms with grpccall (docs/decisions.md).
-	runtime.GOMAXPROCS(1)
 	defer atExit()
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,
