@@ -149,7 +149,7 @@ func TestParseConfigWarns(t *testing.T) {
 	if w := verbWarnings("DEL", c); len(w) != 0 {
 		t.Errorf("DEL warned: %q", w)
 	}
-	c, err = parseConfig([]byte(`{"cniVersion":"1.0.0","name":"n","type":"sluice","socket":"/x","prevResult":` + prevResult + `}`), true)
+	c, err = parseConfig([]byte(`{"cniVersion":"1.0.0","name":"n","type":"sluice","socket":"/x","prevResult":`+prevResult+`}`), true)
 	if err != nil || len(c.warnings) != 0 {
 		t.Errorf("clean config warned: %v %v", c.warnings, err)
 	}
