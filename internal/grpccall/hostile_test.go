@@ -83,7 +83,8 @@ func serveScript(t *testing.T, answer []byte) (string, chan []byte) {
 		done := make(chan []byte)
 		go func() { b, _ := io.ReadAll(c); done <- b }()
 		_, _ = c.Write(answer)
-		time.Sleep(20 * time.Millisecond) // let the client read before the close
+		// A half close: the client reads all of the answer, then EOF, and
+		// can still write (its SETTINGS ACK, PING answers).
 		c.(*net.UnixConn).CloseWrite()
 		got <- <-done
 	}()
