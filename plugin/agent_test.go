@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -282,5 +283,34 @@ func TestVerbDelIgnoresPrevResult(t *testing.T) {
 		"prevResult": map[string]any{"cniVersion": "1.0.0", "ips": []map[string]any{{"address": "not-an-address"}}}})
 	if _, err := stdoutOf(t, func() error { return cmdAdd(add) }); cniCode(t, err) != types.ErrInvalidNetworkConfig {
 		t.Fatalf("ADD with an unparsable prevResult: %v, want code 7", err)
+	}
+}
+
+// ADD writes, byte for byte, what types.PrintResult writes for the result
+// it passes through, in every version the plugin supports; the result is
+// encoded before the call and written after it.
+func TestVerbAddResultIsPrintResults(t *testing.T) {
+	a := startAgent(t)
+	for i, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
+		id := fmt.Sprintf("c%d", i)
+		a.ns.Add("/netns/" + id)
+		ip := map[string]any{"address": "10.1.0.2/24", "gateway": "10.1.0.1"}
+		if v < "1" {
+			ip["version"] = "4"
+		}
+		args := cmdArgs(t, a.sock, id, "default", map[string]any{"cniVersion": v,
+			"prevResult": map[string]any{"cniVersion": v, "ips": []map[string]any{ip}}})
+		conf, err := parseConfig(args.StdinData, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := stdoutOf(t, func() error { return types.PrintResult(conf.PrevResult, v) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := stdoutOf(t, func() error { return cmdAdd(args) })
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("cniVersion %s: ADD wrote %q (%v), PrintResult %q", v, got, err, want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -87,9 +88,17 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	prev := c.prevResult()
+	// Encoded before the call and written only after it succeeds: the
+	// encoding (reflection on first use) runs while the exec is warm, not
+	// after the wait for the agent, when another process has had the core
+	// (docs/decisions.md).
+	result, err := encodeResult(prev, c.conf.CNIVersion)
+	if err != nil {
+		return err
+	}
 	if c.conf.excluded(c.pod.Namespace) {
 		c.log.Info("namespace excluded in plugin config; not asking the agent")
-		return types.PrintResult(prev, c.conf.CNIVersion)
+		return writeResult(result)
 	}
 	a := newAgent(c.conf.parsed.Socket)
 	ctx, cancel := c.context()
@@ -111,7 +120,25 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return a.callError(ctx, "ADD", err)
 	}
 	c.log.Info("done", "enrolled", resp.Enrolled, "mode", resp.Mode, "reason", resp.Reason)
-	return types.PrintResult(prev, c.conf.CNIVersion)
+	return writeResult(result)
+}
+
+// encodeResult is types.PrintResult's output, not yet written.
+func encodeResult(r types.Result, version string) ([]byte, error) {
+	v, err := r.GetAsVersion(version)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := v.PrintTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func writeResult(b []byte) error {
+	_, err := os.Stdout.Write(b)
+	return err
 }
 
 // cmdDel never fails because the agent is down or the netns is gone: a
