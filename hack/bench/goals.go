@@ -124,11 +124,9 @@ func writeDetails(m *md, c config, r *results) {
 		name string
 		r    *stormResult
 	}{{"loopback, quiet", st.quiet.loopback}, {"sluice, quiet", st.quiet.sluice}, {"loopback, hog", st.hogged.loopback}, {"sluice, hog", st.hogged.sluice}} {
-		c, n := s.r.addCPU, len(s.r.add.d)
-		m.p("- %s: ADD %s wall (%.0f/s), DEL %s wall (%.0f/s), errors %d, attachments left after the DELs %d; CPU per ADD of the whole machine (other work on it included) %.1f ms: plugin execs %.2f ms, the agent %.2f ms, libcni (this process) %.2f ms, irq + softirq %.2f ms, the rest %.2f ms.",
+		m.p("- %s: ADD %s wall (%.0f/s), DEL %s wall (%.0f/s), errors %d, attachments left after the DELs %d; CPU per ADD of the whole machine (other work on it included) %s; per DEL %s.",
 			s.name, ms(s.r.addWall), s.r.addRate(), ms(s.r.delWall), s.r.delRate(), s.r.errors, s.r.leftover,
-			perADD(c.machine, n), perADD(c.children, n), perADD(c.process, n), perADD(c.self, n), perADD(c.irq, n),
-			perADD(c.machine-c.children-c.process-c.self-c.irq, n))
+			cpuSplit(s.r.addCPU, len(s.r.add.d)), cpuSplit(s.r.delCPU, len(s.r.del.d)))
 		if s.r.firstErr != nil {
 			m.p("  first error: `%v`", s.r.firstErr)
 		}
@@ -267,4 +265,11 @@ func topSelf(lines []perfLine, n int) []perfLine {
 		out = append(out, lines[best])
 	}
 	return out
+}
+
+// cpuSplit is a storm half's CPU per operation, the machine's and its parts.
+func cpuSplit(c cpuTimes, n int) string {
+	return fmt.Sprintf("%.1f ms: plugin execs %.2f ms, the agent %.2f ms, libcni (this process) %.2f ms, irq + softirq %.2f ms, the rest %.2f ms",
+		perADD(c.machine, n), perADD(c.children, n), perADD(c.process, n), perADD(c.self, n), perADD(c.irq, n),
+		perADD(c.machine-c.children-c.process-c.self-c.irq, n))
 }

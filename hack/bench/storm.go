@@ -18,13 +18,13 @@ import (
 // stormResult is one storm: count simultaneous ADDs, then count
 // simultaneous DELs of the same pods. Every call's latency, the wall time
 // from the first start to the last finish, the failures, and the CPU the
-// ADD storm cost (the machine's, and the agent's when there is one).
+// ADD and the DEL storms cost (the machine's, and the agent's when there is one).
 type stormResult struct {
 	add, del         series
 	addWall, delWall time.Duration
 	errors           int
 	firstErr         error
-	addCPU           cpuTimes
+	addCPU, delCPU   cpuTimes
 	// leftover is attachments the agent still holds after the DEL storm:
 	// DELs the plugin reported done (a DEL never fails a pod's teardown)
 	// whose agent call ran past the plugin's deadline.
@@ -95,6 +95,11 @@ func (n *node) storm(name string, conf *libcni.NetworkConfig, count, agentPID in
 	}
 	res.addCPU = after.sub(before)
 	res.delWall = one(&res.del, n.lib.DelNetwork)
+	end, err := readCPU(agentPID)
+	if err != nil {
+		return nil, err
+	}
+	res.delCPU = end.sub(after)
 	if conf == n.sluice {
 		if res.leftover, err = n.enrolled(); err != nil {
 			return nil, err
