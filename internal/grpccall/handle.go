@@ -167,7 +167,7 @@ func (s *stream) headerBlock(h headerBlock) error {
 	switch {
 	case s.headerEnd:
 		// Trailers, or a trailers-only answer.
-		s.result, s.done = h.status(), true
+		s.result = h.status()
 		return nil
 	case s.gotHeaders:
 		return protocolError("a second header block that does not end the stream")

@@ -112,7 +112,7 @@ func (h headerBlock) status() *Status {
 	return &Status{Code: codes.Code(n), Message: decodeMessage(h.grpcMessage)}
 }
 
-// checkResponseHeaders refuses response headers that do not start a gRPC
+// check refuses response headers that do not start a gRPC
 // answer. A trailers-only answer is read by status instead.
 func (h headerBlock) check() *Status {
 	if h.httpStatus != "200" {

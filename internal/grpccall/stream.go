@@ -34,12 +34,11 @@ type stream struct {
 	peerMaxFrameSize int
 
 	// Receiving.
-	gotHeaders bool   // response headers seen
-	headerBuf  []byte // a header block spread over CONTINUATION frames
-	headerEnd  bool   // that block ends the stream
-	data       []byte // DATA payloads of the stream, in order
-	done       bool
-	result     *Status
+	gotHeaders bool    // response headers seen
+	headerBuf  []byte  // a header block spread over CONTINUATION frames
+	headerEnd  bool    // that block ends the stream
+	data       []byte  // DATA payloads of the stream, in order
+	result     *Status // how the stream ended; nil until it has
 }
 
 func newStream(ctx context.Context, conn net.Conn, method string) *stream {
@@ -71,7 +70,7 @@ func (s *stream) run(req []byte) ([]byte, error) {
 	s.pending = binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req)))
 	s.pending = append(s.pending, req...)
 
-	for !s.done {
+	for s.result == nil {
 		s.sendWhatFits()
 		if err := s.flush(); err != nil {
 			return nil, err
@@ -110,9 +109,6 @@ func (s *stream) sendWhatFits() {
 		s.pending = s.pending[n:]
 		s.sendConn -= n
 		s.sendStream -= n
-		if flags == flagEndStream {
-			s.pending = nil
-		}
 	}
 }
 
