@@ -15,7 +15,7 @@ func TestSmoke(t *testing.T) {
 		t.Skip("needs root: creates network namespaces and runs sluice-agent")
 	}
 	out := filepath.Join(t.TempDir(), "benchmarks.md")
-	c := config{smoke: true, out: out, rules: 3, pods: 12, e2ePods: 4, small: 4, probes: 3, churn: 8, execs: 5, kubePods: 2, nriPods: 1, resync: time.Second}
+	c := config{smoke: true, out: out, rules: 3, pods: 12, e2ePods: 4, small: 4, probes: 3, churn: 8, rounds: 2, execs: 5, kubePods: 2, nriPods: 1, resync: time.Second}
 	res, err := run(c)
 	if err != nil {
 		t.Fatal(err)

@@ -70,3 +70,8 @@ func (t cpuTimes) sub(o cpuTimes) cpuTimes {
 	return cpuTimes{machine: t.machine - o.machine, process: t.process - o.process,
 		children: t.children - o.children, self: t.self - o.self, irq: t.irq - o.irq}
 }
+
+func (t cpuTimes) plus(o cpuTimes) cpuTimes {
+	return cpuTimes{machine: t.machine + o.machine, process: t.process + o.process,
+		children: t.children + o.children, self: t.self + o.self, irq: t.irq + o.irq}
+}

@@ -161,50 +161,63 @@ func (n *node) kubeMode(c *cluster, ic *istioCNI, alone *node, count int) (*kube
 			step{&res.istioIPT, func(id, ns string, p podRef) (time.Duration, error) { return n.run(ic.iptables, id, ns, p) }},
 			step{&res.istioNFT, func(id, ns string, p podRef) (time.Duration, error) { return n.run(ic.nftables, id, ns, p) }})
 	}
+	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	debug := sluicev1.NewDebugClient(conn)
 	for i := range count {
 		pod, err := c.sidecarPod(fmt.Sprintf("kube-%d", i))
 		if err != nil {
 			return nil, err
 		}
-		for j, st := range steps {
-			path, err := n.nd.create(fmt.Sprintf("kube-%d-%d", i, j))
-			if err != nil {
+		// The informer has to have the pod, as on a node where the kubelet
+		// only starts a sandbox for a pod it was told about. Asked once per
+		// pod over one connection kept for the run: no connection is set up
+		// or torn down beside a timed ADD.
+		if err := waitPolicyHas(debug, pod); err != nil {
+			return nil, err
+		}
+		// The plugins take turns going first, so none always runs right
+		// after the same other one (istio-cni leaves the most work behind).
+		for k := range steps {
+			j := (i + k) % len(steps)
+			if err := n.kubeStep(steps[j].s, steps[j].fn, fmt.Sprintf("kube-%d-%d", i, j), pod); err != nil {
 				return nil, err
 			}
-			if err := addPodInterface(path); err != nil {
-				n.nd.remove(path)
-				return nil, err
-			}
-			// The informer has to have the pod, as on a node where the
-			// kubelet only starts a sandbox for a pod it was told about.
-			if err := n.waitPolicyHas(pod); err != nil {
-				return nil, err
-			}
-			d, err := st.fn(fmt.Sprintf("kube-%d-%d", i, j), path, pod)
-			if err != nil {
-				n.nd.remove(path)
-				return nil, fmt.Errorf("%s for pod %s: %w", st.s.name, pod.name, err)
-			}
-			st.s.add(d)
-			n.nd.remove(path)
 		}
 	}
 	return res, nil
 }
 
-// waitPolicyHas asks the agent's Debug.Explain for the pod until it says
-// capture: the pod has reached the agent's informer, as on a node where the
-// kubelet starts a sandbox only for a pod it was told about. The agent would
-// wait for an unknown pod itself; this keeps that wait out of the ADD's time.
-func (n *node) waitPolicyHas(p podRef) error {
-	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// kubeStep times one plugin's ADD of pod p in a fresh netns with an
+// interface, as a primary CNI would have left it.
+func (n *node) kubeStep(s *series, fn func(id, ns string, p podRef) (time.Duration, error), id string, p podRef) error {
+	path, err := n.nd.create(id)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer n.nd.remove(path)
+	if err := addPodInterface(path); err != nil {
+		return err
+	}
+	d, err := fn(id, path, p)
+	if err != nil {
+		return fmt.Errorf("%s for pod %s: %w", s.name, p.name, err)
+	}
+	s.add(d)
+	return nil
+}
+
+// waitPolicyHas asks the agent's Debug.Explain for the pod: the agent
+// answers once the pod is in its informer (it would wait for an unknown
+// pod itself; this keeps that wait out of the ADD's time), and must say
+// capture.
+func waitPolicyHas(debug sluicev1.DebugClient, p podRef) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := sluicev1.NewDebugClient(conn).Explain(ctx, &sluicev1.ExplainRequest{
+	resp, err := debug.Explain(ctx, &sluicev1.ExplainRequest{
 		Pod: &sluicev1.PodRef{Namespace: p.namespace, Name: p.name, Uid: p.uid}})
 	if err != nil {
 		return fmt.Errorf("explain pod %s: %w", p.name, err)

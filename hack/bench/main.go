@@ -38,6 +38,7 @@ type config struct {
 	small    int    // "few pods" for the scale comparison
 	probes   int    // probe ADDs at few and at many pods
 	churn    int    // simultaneous ADDs, then DELs
+	rounds   int    // storms of each plugin, per load
 	execs    int    // execs per binary for the footprint
 	kubePods int    // API-server pods ADDed by each plugin in Kubernetes mode
 	nriPods  int    // pods per capture mode through containerd's runp
@@ -52,6 +53,7 @@ func main() {
 	flag.IntVar(&c.pods, "pods", 5000, "pods (netns) enrolled for the scale run")
 	flag.IntVar(&c.e2ePods, "e2e-pods", 100, "ADDs in the standalone comparison with loopback")
 	flag.IntVar(&c.churn, "churn", 200, "simultaneous ADDs, then DELs, in each storm")
+	flag.IntVar(&c.rounds, "storm-rounds", 6, "storms of each plugin, quiet and with the hog, pooled")
 	flag.IntVar(&c.execs, "execs", 200, "execs per binary in the footprint run")
 	flag.IntVar(&c.kubePods, "kube-pods", 40, "API-server pods each plugin ADDs in the Kubernetes-mode comparison")
 	flag.IntVar(&c.nriPods, "nri-pods", 60, "pods per mode (no capture, chained CNI, NRI) through containerd's runp")
@@ -59,7 +61,7 @@ func main() {
 	flag.Parse()
 	c.small, c.probes = 10, 50
 	if c.smoke {
-		c.rules, c.pods, c.e2ePods, c.small, c.probes, c.churn, c.execs, c.kubePods, c.nriPods, c.resync = 3, 12, 4, 4, 3, 8, 5, 2, 1, time.Second
+		c.rules, c.pods, c.e2ePods, c.small, c.probes, c.churn, c.rounds, c.execs, c.kubePods, c.nriPods, c.resync = 3, 12, 4, 4, 3, 8, 2, 5, 2, 1, time.Second
 	}
 	if os.Geteuid() == 0 && os.Getenv(privateMountsEnv) == "" {
 		os.Exit(inPrivateMounts())
@@ -236,7 +238,7 @@ func run(c config) (*results, error) {
 	if _, err := n.startAgent(); err != nil {
 		return nil, err
 	}
-	if res.storms, err = n.storms(c.churn); err != nil {
+	if res.storms, err = n.storms(c.churn, c.rounds, !c.smoke); err != nil {
 		return nil, err
 	}
 	step("profiles: perf of the agent during a storm, the plugin's CPU, strace")

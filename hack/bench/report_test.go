@@ -28,7 +28,7 @@ func fakeStorm(addMs, delMs int) *stormResult {
 // not be built is named as not measured rather than dropped.
 func TestReportVerdicts(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "benchmarks.md")
-	st := &storms{}
+	st := &storms{rounds: 1}
 	st.quiet.loopback, st.quiet.sluice = fakeStorm(100, 100), fakeStorm(110, 300)
 	st.hogged.loopback, st.hogged.sluice = fakeStorm(200, 200), fakeStorm(210, 210)
 	r := &results{
