@@ -248,7 +248,7 @@ func run(c config) (*results, error) {
 	n.stopAgent()
 
 	step("Kubernetes mode: sluice, loopback and istio-cni on API-server pods")
-	if res.kube, err = benchKube(nd, tmp, b, c.kubePods, c.smoke, &cl); err != nil {
+	if res.kube, err = benchKube(nd, tmp, shm, b, c.kubePods, c.smoke, &cl); err != nil {
 		return nil, err
 	}
 
