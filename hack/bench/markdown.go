@@ -131,9 +131,12 @@ func writeMachine(m *md, c config, r *results) {
 	m.p("runs through libcni from the harness process, as a runtime would. Kubernetes mode runs a real etcd")
 	m.p("and kube-apiserver (`internal/kubetest`) holding injected sidecar pods bound to the bench node;")
 	m.p("sluice-agent watches them (`--kubeconfig`), istio-cni reads its kubeconfig from `cni_agent_run_dir`.")
+	m.p("Each node netns (where an agent runs) carries the empty base chains kube-proxy's nftables mode keeps")
+	m.p("on every Kubernetes node, so netfilter's hooks are in use as on a node (section 3 says why that matters).")
 	m.p("Counts: %d fresh netns per rule tool, %d standalone ADDs, %d API-server pods per plugin, %d",
 		c.rules, c.e2ePods, c.kubePods, c.churn)
-	m.p("simultaneous ADDs then DELs per storm, %d pods in the scale run, resync interval %s, %d pods per", c.pods, c.resync, c.nriPods)
+	m.p("simultaneous ADDs then DELs per storm and %d storms of each plugin per load, %d pods in the scale run,", c.rounds, c.pods)
+	m.p("resync interval %s, %d pods per", c.resync, c.nriPods)
 	m.p("capture mode through containerd's runp (containerd built by `make containerd`, a prerequisite of")
 	m.p("`make bench`).")
 	m.p("")
