@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 var opts = Options{TempPattern: ".t-*", Perm: 0o640}
@@ -97,6 +98,33 @@ func TestSyncDir(t *testing.T) {
 	}
 	if err := SyncDir(filepath.Join(t.TempDir(), "gone")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("SyncDir of a missing dir: %v, want ErrNotExist", err)
+	}
+}
+
+// A FIFO or a file where the directory should be fails at once: os.Open
+// of a FIFO would wait for a writer forever, and a file is not the
+// directory whose entries need the fsync.
+func TestSyncDirRefusesNonDirectories(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, file} {
+		done := make(chan error, 1)
+		go func() { done <- SyncDir(p) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, syscall.ENOTDIR) || !strings.Contains(err.Error(), p) {
+				t.Errorf("SyncDir(%s) = %v, want ENOTDIR naming it", p, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("SyncDir(%s) still blocked after 5s", p)
+		}
 	}
 }
 

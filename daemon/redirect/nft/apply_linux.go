@@ -139,14 +139,7 @@ func RemoveOn(ns netns.NsHandle, nf *nlsock.Sock, name string) error {
 	if !exists {
 		return nil
 	}
-	// Add before delete, so a table someone removed since the GET is not
-	// an error either.
-	table := nlTable(name)
-	batch, err := marshal(func(c *nftables.Conn) error {
-		c.AddTable(table)
-		c.DelTable(table)
-		return nil
-	})
+	batch, err := removeBatches.batchFor(name)
 	if err == nil {
 		_, err = s.send(batch)
 	}

@@ -63,3 +63,45 @@ func (c *batchCache) batchFor(t *Table, text string, replace bool) ([]netlink.Me
 	c.mu.Unlock()
 	return slices.Clone(batch), nil
 }
+
+// removeBatches keeps the batch that deletes a table, by the table's name,
+// all it depends on: marshalling it (google/nftables' Conn set up for two
+// messages) was a seventh of a Remove's CPU, on every DEL.
+var removeBatches = removeCache{m: map[string][]netlink.Message{}}
+
+// maxCachedRemoves bounds removeBatches; an agent uses one table name.
+const maxCachedRemoves = 8
+
+type removeCache struct {
+	mu sync.Mutex
+	m  map[string][]netlink.Message
+}
+
+// batchFor is the batch deleting table inet name: add, then delete, so a
+// table someone removed since the caller looked is not an error either.
+// The caller gets its own slice of messages: sending numbers their
+// headers, never their data.
+func (c *removeCache) batchFor(name string) ([]netlink.Message, error) {
+	c.mu.Lock()
+	hit, ok := c.m[name]
+	c.mu.Unlock()
+	if ok {
+		return slices.Clone(hit), nil
+	}
+	table := nlTable(name)
+	batch, err := marshal(func(conn *nftables.Conn) error {
+		conn.AddTable(table)
+		conn.DelTable(table)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if len(c.m) >= maxCachedRemoves {
+		clear(c.m)
+	}
+	c.m[name] = batch
+	c.mu.Unlock()
+	return slices.Clone(batch), nil
+}

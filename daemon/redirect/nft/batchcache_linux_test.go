@@ -100,3 +100,44 @@ func (c *batchCache) len() int {
 	defer c.mu.Unlock()
 	return len(c.m)
 }
+
+// The remove batch from the cache is what marshalling it makes (add the
+// table, delete it), by name, on a miss and on hits, whatever a caller did
+// to its copy; and the cache stays bounded.
+func TestRemoveCacheServesWhatMarshalMakes(t *testing.T) {
+	c := removeCache{m: map[string][]netlink.Message{}}
+	for _, name := range []string{"sluice", "other"} {
+		table := nlTable(name)
+		want, err := marshal(func(conn *nftables.Conn) error {
+			conn.AddTable(table)
+			conn.DelTable(table)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			b, err := c.batchFor(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(wire(t, b), wire(t, want)) {
+				t.Fatalf("%s, call %d: the batch differs from a fresh marshal", name, i)
+			}
+			for j := range b {
+				b[j].Header.Sequence, b[j].Header.Flags = 99, 0 // what sending does to the caller's copy
+			}
+		}
+	}
+	for i := range 3 * maxCachedRemoves {
+		if _, err := c.batchFor(fmt.Sprintf("t%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		n := len(c.m)
+		c.mu.Unlock()
+		if n > maxCachedRemoves {
+			t.Fatalf("%d remove batches cached, bound %d", n, maxCachedRemoves)
+		}
+	}
+}
