@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/redirect"
@@ -225,10 +226,19 @@ func TestUnitReusedPathIsNeverTouched(t *testing.T) {
 	}
 }
 
-// Drift is reasserted and reported; a netns that is gone is dropped. The
-// start-up Reconcile of a freshly opened Store reports too (it ran before
-// the hook was set, once).
+// Drift is reasserted and reported; a netns that is gone is dropped: by the
+// start-up Reconcile of a freshly opened Store, and by the periodic
+// resync's pass alike.
 func TestUnitReconcileReassertsAndDrops(t *testing.T) {
+	for name, pass := range map[string]func(*Store) error{
+		"Reconcile":   func(s *Store) error { return s.Reconcile(context.Background()) },
+		"resync pass": func(s *Store) error { return s.resyncPass(context.Background(), 50*time.Millisecond) },
+	} {
+		t.Run(name, func(t *testing.T) { reassertsAndDrops(t, pass) })
+	}
+}
+
+func reassertsAndDrops(t *testing.T, pass func(*Store) error) {
 	u := newUnit(t)
 	_, tampered := u.enroll(t, "tampered")
 	gone, _ := u.enroll(t, "gone")
@@ -236,7 +246,7 @@ func TestUnitReconcileReassertsAndDrops(t *testing.T) {
 	u.kernel.Tamper(tampered)
 
 	s := u.open(t) // a restarted agent
-	if err := s.Reconcile(context.Background()); err != nil {
+	if err := pass(s); err != nil {
 		t.Fatal(err)
 	}
 	if s.Reasserts() != 1 {
@@ -246,13 +256,13 @@ func TestUnitReconcileReassertsAndDrops(t *testing.T) {
 		t.Errorf("OnReassert heard %q", got)
 	}
 	if got := s.List(); len(got) != 1 || got[0].ContainerID != "tampered" {
-		t.Fatalf("after reconcile: %+v", got)
+		t.Fatalf("after the pass: %+v", got)
 	}
 	if d, err := s.Verify(s.List()[0]); err != nil || len(d) != 0 {
 		t.Fatalf("tampered netns not reasserted: %v %v", d, err)
 	}
-	if err := s.Reconcile(context.Background()); err != nil || s.Reasserts() != 1 {
-		t.Fatalf("a second Reconcile with nothing drifted: %v, reasserts %d", err, s.Reasserts())
+	if err := pass(s); err != nil || s.Reasserts() != 1 {
+		t.Fatalf("a second pass with nothing drifted: %v, reasserts %d", err, s.Reasserts())
 	}
 }
 

@@ -55,23 +55,3 @@ func TestPacedStopsWithItsContext(t *testing.T) {
 		t.Fatalf("err %v after %d calls, want context.Canceled after 1", err, ran)
 	}
 }
-
-// A resync pass verifies every record, reasserts drift and drops a record
-// whose netns is gone, as the start-up reconcile does, over its span.
-func TestUnitResyncPassReassertsAndDrops(t *testing.T) {
-	u := newUnit(t)
-	_, tampered := u.enroll(t, "tampered")
-	gone, _ := u.enroll(t, "gone")
-	u.ns.Delete(gone.Netns)
-	u.kernel.Tamper(tampered)
-	s := u.open(t)
-	if err := s.resyncPass(context.Background(), 50*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if s.Reasserts() != 1 {
-		t.Errorf("reasserts = %d, want 1", s.Reasserts())
-	}
-	if got := s.List(); len(got) != 1 || got[0].ContainerID != "tampered" {
-		t.Errorf("records after the pass: %+v", got)
-	}
-}
