@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/mdlayher/netlink"
 	"github.com/vishvananda/netns"
@@ -34,7 +35,14 @@ import (
 // believes it has unless either is 0, and the nltest Conn google/nftables
 // builds believes it is nltest.PID. The socket joins no group, so every
 // reply on it is for it; the kernel binds it on the first send.
-type Sock struct{ fd int }
+type Sock struct {
+	fd int
+	// inline: the kernel does a request's work on the sending thread,
+	// inside sendmsg, and has queued every reply when it returns
+	// (NETLINK_NETFILTER: nf_tables runs a batch and its commit there).
+	// Such a socket is written and read with raw syscalls: see rawSend.
+	inline bool
+}
 
 // ReplyTimeout bounds every wait for the kernel: nothing on the ADD path
 // blocks without a deadline. The kernel answers in microseconds to
@@ -59,7 +67,7 @@ func Open(ns netns.NsHandle, protocols ...int) ([]*Sock, error) {
 	}
 	out := make([]*Sock, len(fds))
 	for i, fd := range fds {
-		out[i] = &Sock{fd: fd}
+		out[i] = &Sock{fd: fd, inline: protocols[i] == unix.NETLINK_NETFILTER}
 		if err := out[i].setup(); err != nil {
 			for _, fd := range fds {
 				unix.Close(fd)
@@ -122,11 +130,55 @@ func (s *Sock) SendMessages(msgs []netlink.Message) error {
 		}
 	}
 	for {
-		err := unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		var err error
+		if s.inline {
+			err = rawSend(s.fd, b)
+		} else {
+			err = unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		}
 		if !errors.Is(err, unix.EINTR) {
 			return err
 		}
 	}
+}
+
+// kernelAddr is the kernel's netlink address, every send's destination.
+var kernelAddr = unix.RawSockaddrNetlink{Family: unix.AF_NETLINK}
+
+// rawSend is sendto(2) without the runtime's syscall bookkeeping, for an
+// inline socket. Through unix.Sendto, a thread still in the kernel at the
+// next sysmon tick (20-40 µs; an nf_tables commit takes 100 µs and more)
+// has its P taken and handed to another thread, which is woken to run it,
+// and on return it must find a P again or sleep: two thread switches per
+// commit while the agent is busy, with sysmon polling every 20 µs as long
+// as it keeps finding such Ps. The thread is using its core in the kernel
+// all along, so the P is lent to no purpose; a raw syscall keeps it (~0.1
+// ms of agent CPU per ADD and per DEL in a storm, docs/benchmarks.md).
+// The price: a stop-the-world waits for the send to return. Only inline
+// sockets: an rtnetlink request can sleep on the machine-wide RTNL mutex,
+// which a netns teardown holds for milliseconds, and must not hold a P.
+func rawSend(fd int, b []byte) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
+		0, uintptr(unsafe.Pointer(&kernelAddr)), unix.SizeofSockaddrNetlink)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// rawRecv is recvmsg(2) with MSG_DONTWAIT, raw, for an inline socket,
+// whose replies are queued before its send returns (a dump's next part is
+// made inside this call). EAGAIN (nothing queued) sends the caller to the
+// blocking receive, which waits with the runtime's bookkeeping.
+func rawRecv(fd int, b []byte) (n, flags int, err error) {
+	iov := unix.Iovec{Base: unsafe.SliceData(b)}
+	iov.SetLen(len(b))
+	msg := unix.Msghdr{Iov: &iov, Iovlen: 1}
+	r, _, e := unix.RawSyscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), unix.MSG_DONTWAIT)
+	if e != 0 {
+		return 0, 0, e
+	}
+	return int(r), int(msg.Flags), nil
 }
 
 // appendMessage is m.MarshalBinary appended to b, without a buffer per
@@ -190,7 +242,14 @@ func (s *Sock) recv() ([]byte, error) {
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
 	for {
-		n, _, flags, _, err := unix.Recvmsg(s.fd, *bp, nil, 0)
+		var n, flags int
+		var err error = unix.EAGAIN
+		if s.inline {
+			n, flags, err = rawRecv(s.fd, *bp)
+		}
+		if errors.Is(err, unix.EAGAIN) {
+			n, _, flags, _, err = unix.Recvmsg(s.fd, *bp, nil, 0)
+		}
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue

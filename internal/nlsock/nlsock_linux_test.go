@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	"github.com/vishvananda/netns"
@@ -94,5 +95,45 @@ func TestAppendMessageIsMarshalBinary(t *testing.T) {
 		if err != nil || !bytes.Equal(got[2:], want) {
 			t.Errorf("%d bytes of data: %x, %v; want %x", n, got[2:], err, want)
 		}
+	}
+}
+
+// An inline socket reads without waiting first (its replies are queued
+// before its send returns) and, when nothing is queued yet, waits as any
+// other socket does: a receive started before its request still gets the
+// reply.
+func TestInlineReceiveWaitsWhenNothingIsQueued(t *testing.T) {
+	nstest.RequireRoot(t)
+	pod := nstest.New(t, "pod")
+	socks, err := Open(pod.Handle(t), unix.NETLINK_NETFILTER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := socks[0]
+	defer s.Close()
+	if !s.inline {
+		t.Fatal("a NETLINK_NETFILTER socket is not inline")
+	}
+	getGen := netlink.Message{
+		Header: netlink.Header{Type: unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN, Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	}
+	c := s.Conn()
+	sent := make(chan error, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_, err := c.SendMessages([]netlink.Message{getGen})
+		sent <- err
+	}()
+	replies, err := c.Receive()
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || len(replies) == 0 || replies[0].Header.Type != unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN {
+		t.Fatalf("receive begun before the request: %d replies (%v), want NEWGEN first", len(replies), err)
+	}
+	// And at once when the reply is queued: the send returned after it.
+	if _, err := c.Execute(getGen); err != nil {
+		t.Fatalf("GETGEN: %v", err)
 	}
 }
