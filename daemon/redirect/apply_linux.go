@@ -262,7 +262,25 @@ func (r *Ruleset) needsLoIPv6() bool {
 // Remove deletes table inet sluice from ns, then the policy routes and lo
 // addresses Apply added there (the reverse of Apply's order, for the same
 // reason). A table that is not there is not an error.
-func Remove(ns netns.NsHandle) error {
+func Remove(ns netns.NsHandle) error { return RemoveApplied(ns, nil) }
+
+// RemoveApplied is Remove given had, the ruleset last applied to ns: when
+// it has no policy routes and no address for lo (most sidecars), Apply
+// added neither (its failures take back what they added), so only the
+// table is deleted and rtnetlink is never opened; that skipped two route
+// dumps and an address dump, a third of a DEL's kernel work. A nil had
+// (GC, repair, a record without a spec) reads them all back, as does any
+// ruleset with them. What an older ruleset left (an agent killed
+// mid-Remove, then a re-ADD of the same netns without routes) stays: a
+// rule for a mark nothing sets and ::6 on lo change no packet's path.
+func RemoveApplied(ns netns.NsHandle, had *Ruleset) error {
+	if had != nil && len(had.routes) == 0 && len(had.loAddrs) == 0 {
+		socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER)
+		if err != nil {
+			return fmt.Errorf("remove from netns fd %d: %w", int(ns), err)
+		}
+		return nft.RemoveOn(ns, socks[0], TableName)
+	}
 	// Both sockets in one visit to ns.
 	socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER, unix.NETLINK_ROUTE)
 	if err != nil {

@@ -133,6 +133,45 @@ func TestRemove(t *testing.T) {
 	}
 }
 
+// RemoveApplied, told what was applied, takes away all of it: an IPv4
+// sidecar's table (rtnetlink never opened), an IPv6 one's table and ::6,
+// TPROXY's table, rules and routes. Told a ruleset with neither, it
+// leaves rules, routes and addresses alone: what it skips is only ever
+// what that ruleset never added.
+func TestRemoveApplied(t *testing.T) {
+	v4 := DefaultSpec()
+	v4.IPv6 = false
+	tproxy := DefaultSpec()
+	tproxy.Interception = InterceptTProxy
+	for name, spec := range map[string]Spec{"IPv4": v4, "IPv6": DefaultSpec(), "TPROXY": tproxy} {
+		t.Run(name, func(t *testing.T) {
+			ns := nstest.New(t, "pod")
+			r := mustApplyNS(t, ns, spec)
+			if err := RemoveApplied(ns.Handle(t), r); err != nil {
+				t.Fatal(err)
+			}
+			if out := ns.Run(t, "nft", "list", "tables"); strings.Contains(out, TableName) {
+				t.Errorf("table still listed: %s", out)
+			}
+			if ok, line := loHas6(t, ns); ok {
+				t.Errorf("::6 outlived RemoveApplied: %s", line)
+			}
+			if left := oursListed(t, ns); left != "" {
+				t.Errorf("rules and routes outlived RemoveApplied:\n%s", left)
+			}
+		})
+	}
+	ns := nstest.New(t, "pod")
+	mustApplyNS(t, ns, tproxy)
+	r, _ := Build(v4)
+	if err := RemoveApplied(ns.Handle(t), r); err != nil {
+		t.Fatal(err)
+	}
+	if oursListed(t, ns) == "" || func() bool { ok, _ := loHas6(t, ns); return !ok }() {
+		t.Error("told the ruleset had neither, RemoveApplied still read and removed routes or addresses")
+	}
+}
+
 func TestRefusesUnopenedHandle(t *testing.T) {
 	r, _ := Build(DefaultSpec())
 	for _, h := range []int{0, -1} {

@@ -18,8 +18,9 @@ type Kernel interface {
 	// unknown), for VerifySince.
 	Apply(ns netns.NsHandle, r *Ruleset) (Gen, error)
 	// Remove deletes this package's table (and routes, addresses) from ns;
-	// one that is not there is not an error.
-	Remove(ns netns.NsHandle) error
+	// one that is not there is not an error. had, when known, is the
+	// ruleset last applied there (RemoveApplied); nil reads everything.
+	Remove(ns netns.NsHandle, had *Ruleset) error
 	// Verify returns one item per difference between ns and r, none when
 	// the kernel holds exactly r.
 	Verify(ns netns.NsHandle, r *Ruleset) ([]string, error)

@@ -15,7 +15,7 @@ var _ Kernel = Netlink{}
 
 func (Netlink) Apply(ns netns.NsHandle, r *Ruleset) (Gen, error) { return ApplyGen(ns, r) }
 
-func (Netlink) Remove(ns netns.NsHandle) error { return Remove(ns) }
+func (Netlink) Remove(ns netns.NsHandle, had *Ruleset) error { return RemoveApplied(ns, had) }
 
 func (Netlink) Verify(ns netns.NsHandle, r *Ruleset) ([]string, error) { return Verify(ns, r) }
 

@@ -164,6 +164,23 @@ func TestUnitFailedRemoveKeepsRecord(t *testing.T) {
 	}
 }
 
+// Release tells the kernel what was applied (the record's ruleset), which
+// lets Remove skip reading back routes and addresses it never added.
+func TestUnitReleaseSaysWhatWasApplied(t *testing.T) {
+	u := newUnit(t)
+	r, ino := u.enroll(t, "told")
+	want, err := redirect.Build(r.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.store.Release(context.Background(), r.Attachment, r.Netns); err != nil {
+		t.Fatal(err)
+	}
+	if got := u.kernel.RemovedWith(ino); got == nil || got.Hash() != want.Hash() {
+		t.Fatalf("Remove was told %v, want the record's ruleset", got)
+	}
+}
+
 func TestUnitSharedNetnsKeepsTableUntilLastRelease(t *testing.T) {
 	u := newUnit(t)
 	eth0, ino := u.enroll(t, "multus")

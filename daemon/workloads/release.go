@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
 // Ownership: a verb removes only what its own attachment owns. A table is
@@ -98,7 +99,13 @@ func (s *Store) removeUnshared(r *Record) error {
 		return err
 	}
 	defer ns.Close()
-	return s.kernel.Remove(ns)
+	// What was applied tells Remove what it need not read back; a spec
+	// this build cannot make a ruleset of reads everything.
+	had, err := redirect.Build(r.Spec)
+	if err != nil {
+		had = nil
+	}
+	return s.kernel.Remove(ns, had)
 }
 
 // sameNetns says whether two records name one namespace: by inode when

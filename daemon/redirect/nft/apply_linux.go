@@ -132,16 +132,14 @@ func Remove(ns netns.NsHandle, name string) error {
 func RemoveOn(ns netns.NsHandle, nf *nlsock.Sock, name string) error {
 	s := &socket{nl: nf.Conn()}
 	defer closeLater(s)
-	exists, err := s.tableExists(name)
-	if err != nil {
-		return fmt.Errorf("remove table inet %s from netns fd %d: %w", name, int(ns), err)
-	}
-	if !exists {
-		return nil
-	}
+	// No look first: a DEL finds its table there, and the batch fails
+	// whole, committing nothing, when it is not.
 	batch, err := removeBatches.batchFor(name)
 	if err == nil {
-		_, err = s.send(batch)
+		err = s.sendQuiet(batch)
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("remove table inet %s from netns fd %d: %w", name, int(ns), err)

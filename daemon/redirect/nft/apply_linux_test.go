@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/internal/nstest"
@@ -147,5 +148,49 @@ func TestBatchErrorInTheMiddle(t *testing.T) {
 	}
 	if out := ns.Run(t, "nft", "list", "tables"); strings.Contains(out, plain.Name) {
 		t.Errorf("a failed batch left a table behind:\n%s", out)
+	}
+}
+
+// Remove's delete asks for no echo: the kernel answers it with its ACK
+// alone, not a notification per rule of the table deleted (which an echo
+// on the DELTABLE costs, twice the delete's own CPU).
+func TestRemoveBatchIsAnsweredByItsAckAlone(t *testing.T) {
+	ns := nstest.New(t, "pod")
+	h := ns.Handle(t)
+	tb, _ := testTables()
+	if _, _, err := Apply(h, tb); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := removeBatches.batchFor(tb.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := open(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.nl.Close()
+	prepare(batch, false)
+	sent, err := s.nl.SendMessages(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := sent[len(sent)-2].Header.Sequence
+	var got []uint16
+	for done := false; !done; {
+		replies, err := s.nl.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range replies {
+			got = append(got, uint16(m.Header.Type))
+			done = done || (m.Header.Type == netlink.Error && m.Header.Sequence == ack)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("the delete was answered with %d messages (types %#x), want its ACK alone", len(got), got)
+	}
+	if out := ns.Run(t, "nft", "list", "tables"); strings.Contains(out, tb.Name) {
+		t.Errorf("table still listed: %s", out)
 	}
 }

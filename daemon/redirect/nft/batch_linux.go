@@ -76,16 +76,23 @@ func open(ns netns.NsHandle) (*socket, error) {
 // an error the socket may still hold the rest of the batch's replies: use
 // a fresh socket for the next batch.
 func (s *socket) send(batch []netlink.Message) (gen uint32, err error) {
+	return s.sendBatch(batch, true)
+}
+
+// sendQuiet is send for a batch whose generation nobody needs: it asks
+// for no echo. An echo on a DELTABLE is a notification for every rule,
+// chain and set the table held, each marshalled by the kernel and read
+// here: twice the CPU of the delete itself.
+func (s *socket) sendQuiet(batch []netlink.Message) error {
+	_, err := s.sendBatch(batch, false)
+	return err
+}
+
+func (s *socket) sendBatch(batch []netlink.Message, echo bool) (gen uint32, err error) {
 	if len(batch) <= 2 {
 		return 0, nil // BATCH_BEGIN and BATCH_END only: nothing to do
 	}
-	for i := range batch {
-		h := &batch[i].Header
-		h.Flags &^= netlink.Acknowledge | unix.NLM_F_ECHO
-		h.Sequence, h.PID = 0, 0 // the socket numbers them
-	}
-	batch[1].Header.Flags |= unix.NLM_F_ECHO
-	batch[len(batch)-2].Header.Flags |= netlink.Acknowledge
+	prepare(batch, echo)
 	sent, err := s.nl.SendMessages(batch)
 	if err != nil {
 		return 0, err
@@ -107,6 +114,20 @@ func (s *socket) send(batch []netlink.Message) (gen uint32, err error) {
 			}
 		}
 	}
+}
+
+// prepare asks for one ACK, for the batch's last message, and an echo of
+// its first when echo is set; the socket numbers the messages.
+func prepare(batch []netlink.Message, echo bool) {
+	for i := range batch {
+		h := &batch[i].Header
+		h.Flags &^= netlink.Acknowledge | unix.NLM_F_ECHO
+		h.Sequence, h.PID = 0, 0
+	}
+	if echo {
+		batch[1].Header.Flags |= unix.NLM_F_ECHO
+	}
+	batch[len(batch)-2].Header.Flags |= netlink.Acknowledge
 }
 
 // newGenType is nf_tables' NEWGEN message: the generation a commit made.

@@ -77,9 +77,8 @@ type removeCache struct {
 	m  map[string][]netlink.Message
 }
 
-// batchFor is the batch deleting table inet name: add, then delete, so a
-// table someone removed since the caller looked is not an error either.
-// The caller gets its own slice of messages: sending numbers their
+// batchFor is the batch deleting table inet name; the kernel refuses it
+// whole with ENOENT when there is no such table (RemoveOn). The caller gets its own slice of messages: sending numbers their
 // headers, never their data.
 func (c *removeCache) batchFor(name string) ([]netlink.Message, error) {
 	c.mu.Lock()
@@ -90,7 +89,6 @@ func (c *removeCache) batchFor(name string) ([]netlink.Message, error) {
 	}
 	table := nlTable(name)
 	batch, err := marshal(func(conn *nftables.Conn) error {
-		conn.AddTable(table)
 		conn.DelTable(table)
 		return nil
 	})

@@ -54,3 +54,22 @@ func TestVerifySinceGeneration(t *testing.T) {
 		})
 	}
 }
+
+// Remove sends its delete without looking first; for a table that is not
+// there the kernel refuses the batch whole, so nothing is committed: the
+// generation a record keeps for another table does not move.
+func TestRemoveOfAnAbsentTableCommitsNothing(t *testing.T) {
+	tb, _ := testTables()
+	ns := nstest.New(t, "pod")
+	h := ns.Handle(t)
+	_, gen, err := Apply(h, tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Remove(h, tb.Name+"-absent"); err != nil {
+		t.Fatalf("Remove of an absent table: %v", err)
+	}
+	if drift, got, err := VerifySince(h, tb, gen); err != nil || len(drift) > 0 || got != gen {
+		t.Errorf("after removing an absent table: generation %d (Apply's %d), drift %q, %v", got, gen, drift, err)
+	}
+}

@@ -41,6 +41,8 @@ type Fake struct {
 	hostIPs  map[uint64]map[netip.Addr]bool
 	fail     map[Op]error
 	calls    map[Op]int
+	// removedWith is what each netns's last Remove was told was applied.
+	removedWith map[uint64]*redirect.Ruleset
 }
 
 var _ redirect.Kernel = (*Fake)(nil)
@@ -48,7 +50,16 @@ var _ redirect.Kernel = (*Fake)(nil)
 // NewFake is a kernel with no tables and no host addresses.
 func NewFake() *Fake {
 	return &Fake{tables: map[uint64]*redirect.Ruleset{}, tampered: map[uint64]bool{}, gens: map[uint64]redirect.Gen{},
-		hostIPs: map[uint64]map[netip.Addr]bool{}, fail: map[Op]error{}, calls: map[Op]int{}}
+		hostIPs: map[uint64]map[netip.Addr]bool{}, fail: map[Op]error{}, calls: map[Op]int{},
+		removedWith: map[uint64]*redirect.Ruleset{}}
+}
+
+// RemovedWith is the ruleset the last Remove of netns ino was told had
+// been applied there (nil: none, or not told).
+func (f *Fake) RemovedWith(ino uint64) *redirect.Ruleset {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.removedWith[ino]
 }
 
 // Fail makes every later call of op return err, until Fail(op, nil).
@@ -122,13 +133,14 @@ func (f *Fake) Apply(ns netns.NsHandle, r *redirect.Ruleset) (redirect.Gen, erro
 	return f.gens[ino], nil
 }
 
-func (f *Fake) Remove(ns netns.NsHandle) error {
+func (f *Fake) Remove(ns netns.NsHandle, had *redirect.Ruleset) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ino, err := f.begin(OpRemove, ns)
 	if err != nil {
 		return err
 	}
+	f.removedWith[ino] = had
 	delete(f.tables, ino)
 	delete(f.tampered, ino)
 	f.gens[ino]++

@@ -58,7 +58,7 @@ func TestFake(t *testing.T) {
 	if got := k.HostIPs(ino); len(got) != 1 || got[0] != a {
 		t.Fatalf("host addresses %v", got)
 	}
-	if k.Remove(h) != nil || k.Tamper(ino) || k.Calls(OpApply) != 2 {
+	if k.Remove(h, nil) != nil || k.Tamper(ino) || k.Calls(OpApply) != 2 {
 		t.Fatal("Remove left the table, or calls miscounted")
 	}
 }
