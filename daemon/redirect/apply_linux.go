@@ -264,45 +264,53 @@ func (r *Ruleset) needsLoIPv6() bool {
 // reason). A table that is not there is not an error.
 func Remove(ns netns.NsHandle) error { return RemoveApplied(ns, nil) }
 
-// RemoveApplied is Remove given had, the ruleset last applied to ns: when
-// it has no policy routes and no address for lo (most sidecars), Apply
-// added neither (its failures take back what they added), so only the
-// table is deleted and rtnetlink is never opened; that skipped two route
-// dumps and an address dump, a third of a DEL's kernel work. A nil had
-// (GC, repair, a record without a spec) reads them all back, as does any
-// ruleset with them. What an older ruleset left (an agent killed
-// mid-Remove, then a re-ADD of the same netns without routes) stays: a
-// rule for a mark nothing sets and ::6 on lo change no packet's path.
+// RemoveApplied is Remove given had, the ruleset last applied to ns. Apply
+// adds routes and lo addresses only for a ruleset that has them (and takes
+// back what it added when it fails), so what had lacks is not read back:
+// without routes (every sidecar but TPROXY) the two route dumps are
+// skipped, without lo addresses (IPv4 sidecars) the address dump too, and
+// with neither rtnetlink is never opened. An address of ours is found by
+// the dump, never deleted blind: a ::6 the pod had is the pod's. A nil had
+// (GC, repair, a spec this build cannot make a ruleset of) reads all of
+// it. What an older ruleset left (an agent killed mid-Remove, then a
+// re-ADD of the same netns without it) stays: a rule for a mark nothing
+// sets and ::6 on lo change no packet's path.
 func RemoveApplied(ns netns.NsHandle, had *Ruleset) error {
-	if had != nil && len(had.routes) == 0 && len(had.loAddrs) == 0 {
-		socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER)
-		if err != nil {
-			return fmt.Errorf("remove from netns fd %d: %w", int(ns), err)
-		}
-		return nft.RemoveOn(ns, socks[0], TableName)
+	routes := had == nil || len(had.routes) > 0
+	addrs := had == nil || len(had.loAddrs) > 0
+	protocols := []int{unix.NETLINK_NETFILTER}
+	if routes || addrs {
+		protocols = append(protocols, unix.NETLINK_ROUTE) // in the same visit to ns
 	}
-	// Both sockets in one visit to ns.
-	socks, err := nlsock.Open(ns, unix.NETLINK_NETFILTER, unix.NETLINK_ROUTE)
+	socks, err := nlsock.Open(ns, protocols...)
 	if err != nil {
 		return fmt.Errorf("remove from netns fd %d: %w", int(ns), err)
 	}
-	rt := socks[1].Conn()
-	defer rt.Close()
+	if len(socks) > 1 {
+		defer socks[1].Close()
+	}
 	if err := nft.RemoveOn(ns, socks[0], TableName); err != nil {
 		return err
 	}
-	ours, err := openRoutesIfAny(ns, rt)
-	if err != nil {
-		return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
-	}
-	if ours != nil {
-		defer ours.close()
-		if err := ours.prune(nil); err != nil {
+	if routes {
+		if err := removeRoutes(ns, socks[1].Conn()); err != nil {
 			return fmt.Errorf("remove policy routes from netns fd %d: %w", int(ns), err)
 		}
 	}
-	if err := pruneLoAddrs(rt, nil); err != nil {
-		return fmt.Errorf("remove addresses from %s in netns fd %d: %w", loopbackInterface, int(ns), err)
+	if addrs {
+		if err := pruneLoAddrs(socks[1].Conn(), nil); err != nil {
+			return fmt.Errorf("remove addresses from %s in netns fd %d: %w", loopbackInterface, int(ns), err)
+		}
 	}
 	return nil
+}
+
+// removeRoutes deletes every ip rule and route of ours in ns.
+func removeRoutes(ns netns.NsHandle, rt *nlsock.Conn) error {
+	ours, err := openRoutesIfAny(ns, rt)
+	if err != nil || ours == nil {
+		return err
+	}
+	defer ours.close()
+	return ours.prune(nil)
 }

@@ -135,9 +135,10 @@ func TestRemove(t *testing.T) {
 
 // RemoveApplied, told what was applied, takes away all of it: an IPv4
 // sidecar's table (rtnetlink never opened), an IPv6 one's table and ::6,
-// TPROXY's table, rules and routes. Told a ruleset with neither, it
-// leaves rules, routes and addresses alone: what it skips is only ever
-// what that ruleset never added.
+// TPROXY's table, rules and routes. What the ruleset it is told of never
+// had, it does not read back: over a TPROXY netns, told of an IPv6
+// sidecar's ruleset it leaves the rules and routes, told of an IPv4 one
+// ::6 as well.
 func TestRemoveApplied(t *testing.T) {
 	v4 := DefaultSpec()
 	v4.IPv6 = false
@@ -161,14 +162,24 @@ func TestRemoveApplied(t *testing.T) {
 			}
 		})
 	}
-	ns := nstest.New(t, "pod")
-	mustApplyNS(t, ns, tproxy)
-	r, _ := Build(v4)
-	if err := RemoveApplied(ns.Handle(t), r); err != nil {
-		t.Fatal(err)
-	}
-	if oursListed(t, ns) == "" || func() bool { ok, _ := loHas6(t, ns); return !ok }() {
-		t.Error("told the ruleset had neither, RemoveApplied still read and removed routes or addresses")
+	for name, told := range map[string]struct {
+		spec Spec
+		has6 bool
+	}{"told IPv6": {DefaultSpec(), false}, "told IPv4": {v4, true}} {
+		t.Run(name, func(t *testing.T) {
+			ns := nstest.New(t, "pod")
+			mustApplyNS(t, ns, tproxy)
+			r, _ := Build(told.spec)
+			if err := RemoveApplied(ns.Handle(t), r); err != nil {
+				t.Fatal(err)
+			}
+			if oursListed(t, ns) == "" {
+				t.Error("rules and routes were read back and removed")
+			}
+			if ok, _ := loHas6(t, ns); ok != told.has6 {
+				t.Errorf("::6 on lo: %t, want %t", ok, told.has6)
+			}
+		})
 	}
 }
 
