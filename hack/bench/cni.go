@@ -369,6 +369,13 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 		return nil, err
 	}
 	res.resyncCPU = after.sub(before).process
+	// The probes at many pods run again a resync interval later and pool
+	// with the first ones, as those at few pods do at both ends: one round
+	// is a few seconds, and whatever the machine does then (a collection
+	// of the agent's 5,000-record heap, another tenant) falls on it alone.
+	if err := probeRound(&res.addLarge, "large-after"); err != nil {
+		return nil, err
+	}
 	n.stopAgent()
 	// The restart runs the sluicebench build with a CPU profile, which
 	// covers the start-up reconcile: the profile of the restart time.

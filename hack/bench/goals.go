@@ -126,7 +126,9 @@ func writeDetails(m *md, c config, r *results) {
 	writeProfile(m, pr, fp)
 	m.table(fmt.Sprintf("6. Scale: %d enrolled pods", sc.pods), sc.addSmall, sc.addLarge, sc.delAll)
 	m.p("The ADDs with %d pods enrolled run twice, while the pods are added and again once the DELs are down", sc.small)
-	m.p("to that many, pooled: the machine's drift over the section falls on both rows.")
+	m.p("to that many; those with %d enrolled run twice too, once all are added and again a resync interval later.", sc.pods)
+	m.p("Each row pools its two rounds: the machine's drift over the section, and whatever it does during one")
+	m.p("round of a few seconds, fall on both rows.")
 	m.p("Agent RSS with %d pods enrolled: %.1f MiB (VmHWM %.1f MiB); after a restart and reconcile: %.1f MiB.",
 		sc.pods, float64(sc.rssKiB)/1024, float64(sc.hwmKiB)/1024, float64(sc.rssAfterRestartKiB)/1024)
 	m.p("Restart (exec of the agent → Status answers ready, journal of %d pods verified against the kernel): %s.", sc.pods, ms(sc.restart))
