@@ -79,8 +79,9 @@ func writeGoals(m *md, c config, r *results) {
 		fmt.Sprintf("%.1f %% (%s CPU in %s)", share, ms(sc.resyncCPU), sc.resyncInterval), share <= 10)
 	writeNRIGoals(m, r.nri)
 	m.p("")
-	m.p("Why each missed goal is missed, with the profiles that show it (sections 5 and 6): see")
-	m.p("[What bounds the goals that are missed](#what-bounds-the-goals-that-are-missed) at the end.")
+	m.p("Each goal's range over several runs, and what bounds those closest to their line, with the profiles")
+	m.p("that show it (sections 5 and 6), are at the end:")
+	m.p("[The goals run to run, and what bounds them](#the-goals-run-to-run-and-what-bounds-them).")
 	m.p("")
 }
 

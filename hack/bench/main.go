@@ -53,7 +53,7 @@ func main() {
 	flag.IntVar(&c.pods, "pods", 5000, "pods (netns) enrolled for the scale run")
 	flag.IntVar(&c.e2ePods, "e2e-pods", 100, "ADDs in the standalone comparison with loopback")
 	flag.IntVar(&c.churn, "churn", 200, "simultaneous ADDs, then DELs, in each storm")
-	flag.IntVar(&c.rounds, "storm-rounds", 6, "storms of each plugin, quiet and with the hog, pooled")
+	flag.IntVar(&c.rounds, "storm-rounds", 12, "storms of each plugin, quiet and with the hog, pooled")
 	flag.IntVar(&c.execs, "execs", 200, "execs per binary in the footprint run")
 	flag.IntVar(&c.kubePods, "kube-pods", 40, "API-server pods each plugin ADDs in the Kubernetes-mode comparison")
 	flag.IntVar(&c.nriPods, "nri-pods", 60, "pods per mode (no capture, chained CNI, NRI) through containerd's runp")

@@ -78,8 +78,9 @@ type removeCache struct {
 }
 
 // batchFor is the batch deleting table inet name; the kernel refuses it
-// whole with ENOENT when there is no such table (RemoveOn). The caller gets its own slice of messages: sending numbers their
-// headers, never their data.
+// whole with ENOENT when there is no such table (RemoveOn). The caller
+// gets its own slice of messages: sending numbers their headers, never
+// their data.
 func (c *removeCache) batchFor(name string) ([]netlink.Message, error) {
 	c.mu.Lock()
 	hit, ok := c.m[name]
