@@ -26,7 +26,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	sc, st, k := res.scale, res.storms, res.kube
-	all := []series{sc.loopback, sc.sluiceAdd, sc.chain, sc.addSmall, sc.addLarge, sc.delAll, k.loopback, k.sluice, k.standalone}
+	all := []series{sc.loopback, sc.sluiceAdd, sc.chain, sc.addSmall, sc.addLarge, sc.loSmall, sc.loLarge, sc.delAll, k.loopback, k.sluice, k.standalone}
 	for _, r := range []*stormResult{st.quiet.loopback, st.quiet.sluice, st.hogged.loopback, st.hogged.sluice} {
 		all = append(all, r.add, r.del)
 		if r.errors != 0 || r.leftover != 0 {

@@ -271,8 +271,11 @@ func (n *node) journalBound(count int) (series, error) {
 // scaleResult is the ADD latency with few and with many pods enrolled, the
 // agent's memory and its restart time with every pod journaled.
 type scaleResult struct {
-	pods                int
-	addSmall, addLarge  series // probe ADDs with small / pods enrolled
+	pods               int
+	addSmall, addLarge series // probe ADDs with small / pods enrolled
+	// loSmall and loLarge are loopback's ADD in the same probe netns right
+	// after each probe: what the node itself does with that many pods.
+	loSmall, loLarge    series
 	small               int
 	rssKiB, hwmKiB      int
 	restart             time.Duration
@@ -300,9 +303,15 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 		chain:     series{name: "loopback + sluice conflist ADD"},
 		addSmall:  series{name: fmt.Sprintf("ADD with %d pods enrolled", small)},
 		addLarge:  series{name: fmt.Sprintf("ADD with %d pods enrolled", total)},
+		loSmall:   series{name: fmt.Sprintf("loopback ADD beside them, %d pods", small)},
+		loLarge:   series{name: fmt.Sprintf("loopback ADD beside them, %d pods", total)},
 		delAll:    series{name: "DEL"},
 	}
 	probeRound := func(s *series, round string) error {
+		lo := &res.loSmall
+		if s == &res.addLarge {
+			lo = &res.loLarge
+		}
 		for i, p := range probe {
 			id := fmt.Sprintf("probe-%s-%d", round, i)
 			d, err := n.add(id, p)
@@ -312,6 +321,13 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 			s.add(d)
 			if _, err := n.del(id, p); err != nil {
 				return fmt.Errorf("probe DEL: %w", err)
+			}
+			if d, err = n.addLoopback(id+"-lo", p); err != nil {
+				return fmt.Errorf("loopback probe ADD: %w", err)
+			}
+			lo.add(d)
+			if err := n.lib.DelNetwork(context.Background(), n.loopback, rc(id+"-lo", p)); err != nil {
+				return fmt.Errorf("loopback probe DEL: %w", err)
 			}
 		}
 		return nil

@@ -73,6 +73,11 @@ func writeGoals(m *md, c config, r *results) {
 	row(fmt.Sprintf("%d pods: agent RSS ≤ 64 MiB", sc.pods), fmt.Sprintf("%.1f MiB (peak %.1f MiB)", float64(sc.rssKiB)/1024, float64(sc.hwmKiB)/1024), sc.rssKiB*1024 <= 64*mib)
 	sr := ratio(sc.addLarge.p50(), sc.addSmall.p50())
 	row(fmt.Sprintf("ADD p50 at %d pods ≤ 1.2× at %d", sc.pods, sc.small), fmt.Sprintf("%.2f× (%s vs %s)", sr, ms(sc.addLarge.p50()), ms(sc.addSmall.p50())), sr <= 1.2)
+	if len(sc.loLarge.d) > 0 && len(sc.loSmall.d) > 0 {
+		lr := ratio(sc.loLarge.p50(), sc.loSmall.p50())
+		m.p("| (for reference) loopback's ADD p50 beside those probes, %d pods vs %d | %.2f× (%s vs %s) | |",
+			sc.pods, sc.small, lr, ms(sc.loLarge.p50()), ms(sc.loSmall.p50()))
+	}
 	row(fmt.Sprintf("restart → ready, %d journaled pods verified against the kernel, ≤ 2 s", sc.pods), ms(sc.restart), sc.restart <= 2*time.Second)
 	share := 100 * sc.resyncCPU.Seconds() / sc.resyncInterval.Seconds()
 	row(fmt.Sprintf("resync of %d pods ≤ 10 %% of one core over the interval", sc.pods),
@@ -125,11 +130,12 @@ func writeDetails(m *md, c config, r *results) {
 	m.p("")
 	writeStorms(m, c, st)
 	writeProfile(m, pr, fp)
-	m.table(fmt.Sprintf("6. Scale: %d enrolled pods", sc.pods), sc.addSmall, sc.addLarge, sc.delAll)
+	m.table(fmt.Sprintf("6. Scale: %d enrolled pods", sc.pods), sc.addSmall, sc.addLarge, sc.loSmall, sc.loLarge, sc.delAll)
 	m.p("The ADDs with %d pods enrolled run twice, while the pods are added and again once the DELs are down", sc.small)
 	m.p("to that many; those with %d enrolled run twice too, once all are added and again a resync interval later.", sc.pods)
 	m.p("Each row pools its two rounds: the machine's drift over the section, and whatever it does during one")
-	m.p("round of a few seconds, fall on both rows.")
+	m.p("round of a few seconds, fall on both rows. Each probe is followed by loopback's ADD in the same netns:")
+	m.p("what the node itself (the kernel with that many netns, this machine at that moment) does to any plugin.")
 	m.p("Agent RSS with %d pods enrolled: %.1f MiB (VmHWM %.1f MiB); after a restart and reconcile: %.1f MiB.",
 		sc.pods, float64(sc.rssKiB)/1024, float64(sc.hwmKiB)/1024, float64(sc.rssAfterRestartKiB)/1024)
 	m.p("Restart (exec of the agent → Status answers ready, journal of %d pods verified against the kernel): %s.", sc.pods, ms(sc.restart))

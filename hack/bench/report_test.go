@@ -38,6 +38,7 @@ func TestReportVerdicts(t *testing.T) {
 		kube: &kubeResult{loopback: fake("lo", 4), sluice: fake("sluice", 5), standalone: fake("alone", 5),
 			istioErr: errors.New("no Go module proxy")},
 		scale: &scaleResult{pods: 5000, small: 10, addSmall: fake("s", 5), addLarge: fake("l", 5),
+			loSmall: fake("ls", 4), loLarge: fake("ll", 4),
 			sluiceAdd: fake("sa", 5), loopback: fake("lo", 4), rssKiB: 30 << 10, restart: time.Second,
 			resyncCPU: time.Second, resyncInterval: time.Minute},
 		footprint: &footprint{sizes: map[string]int64{"sluice": 1}, execs: []series{fake("h", 1), fake("s", 2), fake("l", 1)}},
