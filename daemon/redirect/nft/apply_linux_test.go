@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/internal/nstest"
@@ -85,11 +86,7 @@ func TestApplyCreateRace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := open(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.nl.Close()
+		s := mustOpen(t, h)
 		_, err = s.send(batch)
 		return err
 	}
@@ -105,11 +102,7 @@ func TestApplyCreateRace(t *testing.T) {
 	if got, want := canonical(listTable(t, ns, plain.Name)), canonical(plain.Render()); got != want {
 		t.Errorf("after replace, kernel has\n%s\nwant\n%s", got, want)
 	}
-	s, err := open(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.nl.Close()
+	s := mustOpen(t, h)
 	if exists, err := s.tableExists(plain.Name); err != nil || !exists {
 		t.Errorf("tableExists = %t, %v", exists, err)
 	}
@@ -138,11 +131,7 @@ func TestBatchErrorInTheMiddle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := open(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.nl.Close()
+	s := mustOpen(t, h)
 	if _, err := s.send(batch); !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("batch with a rule in a missing chain: %v, want ENOENT", err)
 	}
@@ -165,11 +154,7 @@ func TestRemoveBatchIsAnsweredByItsAckAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := open(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.nl.Close()
+	s := mustOpen(t, h)
 	prepare(batch, false)
 	sent, err := s.nl.SendMessages(batch)
 	if err != nil {
@@ -193,4 +178,15 @@ func TestRemoveBatchIsAnsweredByItsAckAlone(t *testing.T) {
 	if out := ns.Run(t, "nft", "list", "tables"); strings.Contains(out, tb.Name) {
 		t.Errorf("table still listed: %s", out)
 	}
+}
+
+// mustOpen is a netfilter socket in h, closed when the test ends.
+func mustOpen(t *testing.T, h netns.NsHandle) *socket {
+	t.Helper()
+	s, err := open(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.nl.Close() })
+	return s
 }
