@@ -245,7 +245,9 @@ func (s *Sock) recv() ([]byte, error) {
 		var n, flags int
 		var err error = unix.EAGAIN
 		if s.inline {
-			n, flags, err = rawRecv(s.fd, *bp)
+			if n, flags, err = rawRecv(s.fd, *bp); errors.Is(err, unix.EAGAIN) && waitingHook != nil {
+				waitingHook()
+			}
 		}
 		if errors.Is(err, unix.EAGAIN) {
 			n, _, flags, _, err = unix.Recvmsg(s.fd, *bp, nil, 0)
@@ -263,6 +265,10 @@ func (s *Sock) recv() ([]byte, error) {
 		return slices.Clone((*bp)[:n]), nil
 	}
 }
+
+// waitingHook, set by a test only, runs when an inline socket found
+// nothing queued and is about to wait.
+var waitingHook func()
 
 // Exchange is s as an nltest.Func, the transport google/nftables takes
 // through WithTestDial: a request is sent and its replies are left for the

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,9 +120,17 @@ func TestInlineReceiveWaitsWhenNothingIsQueued(t *testing.T) {
 		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
 	}
 	c := s.Conn()
+	waiting := make(chan struct{})
+	waitingHook = sync.OnceFunc(func() { close(waiting) })
+	defer func() { waitingHook = nil }()
 	sent := make(chan error, 1)
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-waiting: // the receive found nothing and waits: now the request
+		case <-time.After(5 * time.Second):
+			sent <- errors.New("the receive never waited: no fallback from the raw read")
+			return
+		}
 		_, err := c.SendMessages([]netlink.Message{getGen})
 		sent <- err
 	}()
