@@ -307,11 +307,9 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 		loLarge:   series{name: fmt.Sprintf("loopback ADD beside them, %d pods", total)},
 		delAll:    series{name: "DEL"},
 	}
-	probeRound := func(s *series, round string) error {
-		lo := &res.loSmall
-		if s == &res.addLarge {
-			lo = &res.loLarge
-		}
+	// probeRound ADDs and DELs each probe netns with sluice into s, then
+	// with loopback into lo.
+	probeRound := func(s, lo *series, round string) error {
 		for i, p := range probe {
 			id := fmt.Sprintf("probe-%s-%d", round, i)
 			d, err := n.add(id, p)
@@ -334,7 +332,7 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 	}
 	for i, p := range paths {
 		if i == small {
-			if err := probeRound(&res.addSmall, "small"); err != nil {
+			if err := probeRound(&res.addSmall, &res.loSmall, "small"); err != nil {
 				return nil, err
 			}
 		}
@@ -354,7 +352,7 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 			res.sluiceAdd.add(d)
 		}
 	}
-	if err := probeRound(&res.addLarge, "large"); err != nil {
+	if err := probeRound(&res.addLarge, &res.loLarge, "large"); err != nil {
 		return nil, err
 	}
 	// The full chain, for context, in the probe namespaces.
@@ -389,7 +387,7 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 	// with the first ones, as those at few pods do at both ends: one round
 	// is a few seconds, and whatever the machine does then (a collection
 	// of the agent's 5,000-record heap, another tenant) falls on it alone.
-	if err := probeRound(&res.addLarge, "large-after"); err != nil {
+	if err := probeRound(&res.addLarge, &res.loLarge, "large-after"); err != nil {
 		return nil, err
 	}
 	n.stopAgent()
@@ -414,7 +412,7 @@ func (n *node) scale(total, e2ePods, small, probes int) (*scaleResult, error) {
 		// are a minute apart, and the machine's drift over it then falls on
 		// the probes at few pods as much as on those at many.
 		if len(paths)-i == small {
-			if err := probeRound(&res.addSmall, "small-after"); err != nil {
+			if err := probeRound(&res.addSmall, &res.loSmall, "small-after"); err != nil {
 				return nil, err
 			}
 		}

@@ -152,8 +152,8 @@ var kernelAddr = unix.RawSockaddrNetlink{Family: unix.AF_NETLINK}
 // and on return it must find a P again or sleep: two thread switches per
 // commit while the agent is busy, with sysmon polling every 20 µs as long
 // as it keeps finding such Ps. The thread is using its core in the kernel
-// all along, so the P is lent to no purpose; a raw syscall keeps it (~0.1
-// ms of agent CPU per ADD and per DEL in a storm, docs/benchmarks.md).
+// all along, so the P is lent to no purpose; a raw syscall keeps it
+// (measured with the DEL path's other cuts: docs/decisions.md, round 5).
 // The price: a stop-the-world waits for the send to return. Only inline
 // sockets: an rtnetlink request can sleep on the machine-wide RTNL mutex,
 // which a netns teardown holds for milliseconds, and must not hold a P.
@@ -242,16 +242,7 @@ func (s *Sock) recv() ([]byte, error) {
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
 	for {
-		var n, flags int
-		var err error = unix.EAGAIN
-		if s.inline {
-			if n, flags, err = rawRecv(s.fd, *bp); errors.Is(err, unix.EAGAIN) && waitingHook != nil {
-				waitingHook()
-			}
-		}
-		if errors.Is(err, unix.EAGAIN) {
-			n, _, flags, _, err = unix.Recvmsg(s.fd, *bp, nil, 0)
-		}
+		n, flags, err := s.recvmsg(*bp)
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue
@@ -264,6 +255,22 @@ func (s *Sock) recv() ([]byte, error) {
 		}
 		return slices.Clone((*bp)[:n]), nil
 	}
+}
+
+// recvmsg reads one datagram into b: an inline socket first without
+// waiting (rawRecv), and any socket with nothing queued waits, with the
+// runtime's bookkeeping, until the receive timeout.
+func (s *Sock) recvmsg(b []byte) (n, flags int, err error) {
+	if s.inline {
+		if n, flags, err = rawRecv(s.fd, b); !errors.Is(err, unix.EAGAIN) {
+			return n, flags, err
+		}
+		if waitingHook != nil {
+			waitingHook()
+		}
+	}
+	n, _, flags, _, err = unix.Recvmsg(s.fd, b, nil, 0)
+	return n, flags, err
 }
 
 // waitingHook, set by a test only, runs when an inline socket found
