@@ -103,7 +103,11 @@ func (c *conn) exchange(data []byte, fd int) (string, error) {
 		c.drop("set write deadline", err)
 		return "", fmt.Errorf("set write deadline: %w", err)
 	}
-	if _, _, err := c.uc.WriteMsgUnix(data, rights, nil); err != nil {
+	_, _, err := c.uc.WriteMsgUnix(data, rights, nil)
+	// A deadline left set outlives the exchange and fails whatever runs
+	// on the connection after it expires.
+	c.uc.SetWriteDeadline(time.Time{})
+	if err != nil {
 		c.drop("write failed", err)
 		return "", fmt.Errorf("write to ztunnel: %w", err)
 	}
@@ -121,11 +125,14 @@ func (c *conn) exchange(data []byte, fd int) (string, error) {
 	return ack.GetError(), nil
 }
 
-// read reads one packet into m, within the timeout.
+// read reads one packet into m, within the timeout, and clears the
+// deadline after: the connection then idles for hours, and an expired
+// deadline would fail the keepalive's peek (and the next read) at once.
 func (c *conn) read(m proto.Message) error {
 	if err := c.uc.SetReadDeadline(time.Now().Add(c.timeout)); err != nil {
 		return fmt.Errorf("set read deadline: %w", err)
 	}
+	defer c.uc.SetReadDeadline(time.Time{})
 	// One byte more than ztunnel's limit, to see an oversized packet; the
 	// kernel closes any fd ztunnel might attach, as there is no room for it.
 	buf := make([]byte, maxPacket+1)
@@ -171,7 +178,8 @@ func (c *conn) watch(interval time.Duration) {
 	}
 }
 
-// idleCheck peeks at the socket without waiting.
+// idleCheck peeks at the socket without waiting. Control, not Read: a peek
+// needs no poller, and Read would answer a deadline rather than the socket.
 func (c *conn) idleCheck() error {
 	raw, err := c.uc.SyscallConn()
 	if err != nil {
@@ -180,9 +188,8 @@ func (c *conn) idleCheck() error {
 	var n int
 	var rerr error
 	var b [1]byte
-	err = raw.Read(func(fd uintptr) bool {
+	err = raw.Control(func(fd uintptr) {
 		n, _, rerr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		return true
 	})
 	switch {
 	case err != nil:
