@@ -19,19 +19,20 @@ import (
 // config is every flag of sluice-agent. Each flag also reads SLUICE_<NAME>
 // (dashes to underscores, upper case); the command line wins over the env.
 type config struct {
-	socket      string
-	healthAddr  string
-	stateDir    string
-	netnsRoots  string
-	hostProc    string
-	kubeconfig  string
-	defaultMode string
-	allowedUIDs string
-	logLevel    string
-	logFormat   string
-	drain       time.Duration
-	resync      time.Duration
-	maxInflight int
+	socket       string
+	healthAddr   string
+	stateDir     string
+	netnsRoots   string
+	hostProc     string
+	kubeconfig   string
+	defaultMode  string
+	allowedUIDs  string
+	logLevel     string
+	logFormat    string
+	drain        time.Duration
+	resync       time.Duration
+	standaloneSA string
+	maxInflight  int
 
 	install           bool
 	uninstallOnExit   string
@@ -120,6 +121,7 @@ func (c *config) nodeFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.hostProc, "host-proc", "/proc", "the host's /proc as mounted for the agent; /proc/<pid>/ns/net paths are read through it")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for pod policy; empty runs standalone with --default-mode for every pod")
 	fs.StringVar(&c.defaultMode, "default-mode", "sidecar", "capture mode in standalone mode: sidecar, or ambient (with --ambient)")
+	fs.StringVar(&c.standaloneSA, "standalone-service-account", policy.DefaultServiceAccount, "standalone: the service account every pod is given to ztunnel, which matches a workload by name, namespace and service account as istiod publishes it")
 	fs.StringVar(&c.allowedUIDs, "allowed-uids", "0", "comma-separated uids allowed to call the socket")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")

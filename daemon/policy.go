@@ -75,14 +75,14 @@ func newKubePolicy(cfg *config, client kubernetes.Interface, cache *kubecache.Ca
 func staticPolicy(cfg *config) (rpc.Policy, error) {
 	switch cfg.defaultMode {
 	case string(redirect.ModeSidecar):
-		return policy.NewStatic(redirect.DefaultSpec(), splitList(cfg.excludeNamespaces)...)
+		return policy.NewStatic(redirect.DefaultSpec(), cfg.standaloneSA, splitList(cfg.excludeNamespaces)...)
 	case string(redirect.ModeAmbient):
 		if !cfg.ambient {
 			return nil, fmt.Errorf("--default-mode ambient needs --ambient")
 		}
 		spec := cfg.ambientBase()
 		spec.CaptureDNS = cfg.ambientDNSCapture
-		return policy.NewStatic(spec, splitList(cfg.excludeNamespaces)...)
+		return policy.NewStatic(spec, cfg.standaloneSA, splitList(cfg.excludeNamespaces)...)
 	}
 	return nil, fmt.Errorf("--default-mode %q: want sidecar or ambient", cfg.defaultMode)
 }

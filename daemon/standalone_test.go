@@ -26,3 +26,30 @@ func TestStandaloneHonoursExcludedNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// A standalone ambient pod is handed to ztunnel with a service account:
+// ztunnel matches a local workload by name, namespace and service account,
+// and istiod always publishes one, so an empty one fails every connection.
+func TestStandaloneGivesZtunnelAServiceAccount(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ambient", "--default-mode", "ambient"}, "default"},
+		{[]string{"--ambient", "--default-mode", "ambient", "--standalone-service-account", "shop"}, "shop"},
+		{[]string{"--ambient", "--default-mode", "ambient", "--standalone-service-account", ""}, "default"},
+	} {
+		cfg, err := parseConfig(tc.args, func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol, err := staticPolicy(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := pol.Decide(context.Background(), policy.Pod{Namespace: "default", Name: "p"})
+		if err != nil || !d.Capture || d.ServiceAccount != tc.want {
+			t.Errorf("%v: capture %v, service account %q (%v); want %q", tc.args, d.Capture, d.ServiceAccount, err, tc.want)
+		}
+	}
+}

@@ -52,15 +52,26 @@ type Static struct {
 	// ExcludeNamespaces are passed through, as the plugin passes them
 	// itself when it has the list.
 	ExcludeNamespaces []string
+	// ServiceAccount is every pod's, as ztunnel is told it. ztunnel
+	// matches a local workload by name, namespace and service account,
+	// and istiod always sends one, so it is never empty.
+	ServiceAccount string
 }
 
+// DefaultServiceAccount is Kubernetes' own, which a pod gets when its spec
+// names none.
+const DefaultServiceAccount = "default"
+
 // NewStatic validates spec once, so a bad flag fails at start, not at the
-// first pod.
-func NewStatic(spec redirect.Spec, excludeNamespaces ...string) (*Static, error) {
+// first pod. An empty serviceAccount is DefaultServiceAccount.
+func NewStatic(spec redirect.Spec, serviceAccount string, excludeNamespaces ...string) (*Static, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("static policy: %w", err)
 	}
-	return &Static{Spec: spec, ExcludeNamespaces: excludeNamespaces}, nil
+	if serviceAccount == "" {
+		serviceAccount = DefaultServiceAccount
+	}
+	return &Static{Spec: spec, ExcludeNamespaces: excludeNamespaces, ServiceAccount: serviceAccount}, nil
 }
 
 // Decide captures every pod outside the excluded namespaces in the static
@@ -69,8 +80,12 @@ func (s *Static) Decide(_ context.Context, p Pod) (Decision, error) {
 	if p.Namespace != "" && slices.Contains(s.ExcludeNamespaces, p.Namespace) {
 		return excludedNamespace(p.Namespace), nil
 	}
+	sa := s.ServiceAccount
+	if sa == "" {
+		sa = DefaultServiceAccount
+	}
 	return Decision{Capture: true, Spec: s.Spec, Reason: "static policy: " + string(s.Spec.Mode),
-		Inputs: []string{"--default-mode: " + string(s.Spec.Mode)}}, nil
+		Inputs: []string{"--default-mode: " + string(s.Spec.Mode)}, ServiceAccount: sa}, nil
 }
 
 func excludedNamespace(ns string) Decision {

@@ -64,7 +64,7 @@ func TestParseSelectors(t *testing.T) {
 }
 
 func TestStaticExcludesNamespaces(t *testing.T) {
-	s, err := NewStatic(redirect.DefaultSpec(), "kube-system")
+	s, err := NewStatic(redirect.DefaultSpec(), "", "kube-system")
 	if err != nil {
 		t.Fatal(err)
 	}
