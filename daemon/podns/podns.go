@@ -115,6 +115,12 @@ func (o *Opener) open(path string) (netns.NsHandle, error) {
 		return netns.None(), err
 	}
 	defer unix.Close(pfd)
+	return o.reopen(path, pfd)
+}
+
+// reopen checks the O_PATH descriptor pfd, opened for path, and opens the
+// namespace it holds for use.
+func (o *Opener) reopen(path string, pfd int) (netns.NsHandle, error) {
 	if err := o.verifyFile(path, pfd); err != nil {
 		return netns.None(), err
 	}

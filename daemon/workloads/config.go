@@ -18,9 +18,17 @@ import (
 // is an error wrapping podns.ErrNotExist; the caller closes the handle.
 // OpenContext is the one the ADD path uses: it returns by ctx's deadline
 // even when the path blocks (a FIFO, a hung mount).
+//
+// A namespace is known by its inode and netns cookie (netnsid.go): Cookie
+// reads the cookie (0 on kernels without one), and Find opens the
+// namespace (inode, cookie) through another path when the enrolled one has
+// gone, or says it is held only outside the roots (podns.ErrHeldElsewhere)
+// or gone (podns.ErrNotExist).
 type NetnsOpener interface {
 	Open(path string) (netns.NsHandle, error)
 	OpenContext(ctx context.Context, path string) (netns.NsHandle, error)
+	Cookie(ns netns.NsHandle) (uint64, error)
+	Find(ino, cookie uint64) (netns.NsHandle, string, error)
 }
 
 // Config is everything a Store works with, given once to Open.

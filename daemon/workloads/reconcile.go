@@ -65,15 +65,26 @@ func (s *Store) reconcileOne(r Record) error {
 		return nil // released since List
 	}
 	r = *cur
-	ns, err := s.openEnrolled(r.Netns, r.NetnsInode)
-	if errors.Is(err, podns.ErrNotExist) {
+	ns, path, err := s.openLive(&r)
+	switch {
+	case errors.Is(err, podns.ErrNotExist):
 		s.log.Info("netns gone; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns)
 		return s.drop(context.Background(), r.Attachment)
-	}
-	if err != nil {
+	case errors.Is(err, podns.ErrHeldElsewhere):
+		// Alive, so not dropped (ztunnel keeps the pod, the table its
+		// rules); out of reach, so not reasserted until it is gone.
+		s.log.Warn("netns held only outside the netns roots; record kept", "attachment", r.Attachment.String(), "err", err)
+		return nil
+	case err != nil:
 		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 	}
 	defer ns.Close()
+	if path != r.Netns {
+		s.log.Info("netns outlived its path; following it", "attachment", r.Attachment.String(), "from", r.Netns, "to", path)
+		if err := s.follow(&r, path); err != nil {
+			return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
+		}
+	}
 	if !s.hasRecord(r.Attachment) {
 		// The state dir was emptied under us: the kernel state is still
 		// ours, so the journal must say so again before a restart.

@@ -91,7 +91,7 @@ func (s *Store) removeUnshared(r *Record) error {
 		s.log.Info("netns still owned by another attachment; table kept", "attachment", r.Attachment.String(), "netns", r.Netns)
 		return nil
 	}
-	ns, err := s.openEnrolled(r.Netns, r.NetnsInode)
+	ns, err := s.openEnrolled(r)
 	if errors.Is(err, podns.ErrNotExist) {
 		return nil
 	}

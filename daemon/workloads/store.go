@@ -18,9 +18,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
-	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
@@ -55,6 +53,10 @@ type Record struct {
 	// another one (a /proc/<pid> path after pid reuse), which must then be
 	// treated as this one gone, never touched.
 	NetnsInode uint64 `json:"netnsInode,omitempty"`
+	// NetnsCookie is the namespace's netns cookie, which the kernel never
+	// reuses (an inode it does): with it, a namespace whose path has gone
+	// can be found again and known for this one (netnsid.go). 0: unknown.
+	NetnsCookie uint64 `json:"netnsCookie,omitempty"`
 	// Late marks an enrolment the agent made for a pod found running
 	// uncaptured, not a CNI ADD: the runtime never lists it as a valid
 	// attachment, so GC leaves it to the reconciler.
@@ -143,6 +145,9 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	}
 	r.RulesetHash = rs.Hash()
 	if r.NetnsInode, err = inode(ns); err != nil {
+		return fmt.Errorf("enroll %s: %w", r.Attachment, err)
+	}
+	if r.NetnsCookie, err = s.opener.Cookie(ns); err != nil {
 		return fmt.Errorf("enroll %s: %w", r.Attachment, err)
 	}
 	if r.EnrolledAt.IsZero() {
@@ -295,38 +300,10 @@ func (s *Store) Verify(r Record) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := s.openEnrolled(r.Netns, r.NetnsInode)
+	ns, err := s.openEnrolled(&r)
 	if err != nil {
 		return nil, err
 	}
 	defer ns.Close()
 	return s.kernel.Verify(ns, rs)
-}
-
-// openEnrolled opens an enrolled netns by path, and reports it gone when the
-// path now names another namespace than the one enrolled (ino; 0 = unknown,
-// a journal from before inodes were recorded).
-func (s *Store) openEnrolled(path string, ino uint64) (netns.NsHandle, error) {
-	ns, err := s.opener.Open(path)
-	if err != nil || ino == 0 {
-		return ns, err
-	}
-	got, err := inode(ns)
-	if err != nil {
-		ns.Close()
-		return netns.None(), err
-	}
-	if got != ino {
-		ns.Close()
-		return netns.None(), fmt.Errorf("netns %s is no longer the one enrolled (inode %d, was %d): %w", path, got, ino, podns.ErrNotExist)
-	}
-	return ns, nil
-}
-
-func inode(ns netns.NsHandle) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(ns), &st); err != nil {
-		return 0, fmt.Errorf("stat netns: %w", err)
-	}
-	return st.Ino, nil
 }

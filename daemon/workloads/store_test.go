@@ -32,7 +32,7 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) open(t *testing.T) *Store {
 	t.Helper()
-	o, err := podns.NewOpener([]string{f.root}, "/proc")
+	o, err := podns.NewOpener([]string{f.root, "/proc"}, "/proc")
 	if err != nil {
 		t.Fatal(err)
 	}

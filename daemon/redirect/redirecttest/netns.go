@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -49,6 +50,14 @@ func (n *Namespaces) Add(path string) uint64 {
 // Replace makes path name another, new namespace (pid reuse) and returns
 // its inode.
 func (n *Namespaces) Replace(path string) uint64 { return n.Add(path) }
+
+// Alias makes other name the namespace path names, as a second process
+// in a pod, or a bind mount, does: it outlives path's Delete.
+func (n *Namespaces) Alias(path, other string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.files[other] = n.files[path]
+}
 
 // Delete makes path name nothing, as when a pod's netns is torn down.
 func (n *Namespaces) Delete(path string) {
@@ -101,4 +110,35 @@ func fileInode(file string) uint64 {
 		panic(fmt.Sprintf("redirecttest: stat stand-in netns: %v", err))
 	}
 	return st.Ino
+}
+
+// Cookie is the stand-in's netns cookie: derived from its inode, which a
+// test never sees reused.
+func (n *Namespaces) Cookie(ns netns.NsHandle) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(ns), &st); err != nil {
+		return 0, fmt.Errorf("stat netns: %w", err)
+	}
+	return st.Ino | 1<<62, nil
+}
+
+// Find answers as podns.Opener's does, searching the paths it knows: the
+// first (by name) that names the namespace (ino, cookie), else
+// podns.ErrNotExist.
+func (n *Namespaces) Find(ino, cookie uint64) (netns.NsHandle, string, error) {
+	n.mu.Lock()
+	var paths []string
+	for p, f := range n.files {
+		if fileInode(f) == ino && ino|1<<62 == cookie {
+			paths = append(paths, p)
+		}
+	}
+	n.mu.Unlock()
+	slices.Sort(paths)
+	for _, p := range paths {
+		if h, err := n.Open(p); err == nil {
+			return h, p, nil
+		}
+	}
+	return netns.None(), "", fmt.Errorf("find netns inode %d: %w", ino, podns.ErrNotExist)
 }

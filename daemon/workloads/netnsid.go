@@ -1,0 +1,101 @@
+package workloads
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/daemon/podns"
+)
+
+// A record names its namespace by a path, but knows it by its inode and
+// netns cookie: a path can die while the namespace lives on (the process
+// of a /proc/<pid>/ns/net path exits while the pod's other processes, or a
+// bind mount, keep the netns), and can come to name another namespace (pid
+// reuse). Only a namespace no process or mount holds is gone.
+
+// openEnrolled opens the namespace r enrolled, wherever it is reachable
+// now (openLive).
+func (s *Store) openEnrolled(r *Record) (netns.NsHandle, error) {
+	ns, _, err := s.openLive(r)
+	return ns, err
+}
+
+// openLive opens the namespace r enrolled and returns the path it is
+// reachable by now: r.Netns while that names it, else the path Find gives.
+// An error wraps podns.ErrNotExist only when the namespace is gone (or,
+// for a record without a cookie, when its path no longer names it, as
+// nothing else can tell it from a new pod's), and podns.ErrHeldElsewhere
+// when it lives only where the netns roots do not reach.
+func (s *Store) openLive(r *Record) (netns.NsHandle, string, error) {
+	ns, err := s.openByPath(r)
+	if err == nil || !errors.Is(err, podns.ErrNotExist) || r.NetnsCookie == 0 {
+		return ns, r.Netns, err
+	}
+	ns, path, ferr := s.opener.Find(r.NetnsInode, r.NetnsCookie)
+	if ferr != nil {
+		return netns.None(), "", fmt.Errorf("netns of %s (was %s): %w", r.Attachment, r.Netns, ferr)
+	}
+	return ns, path, nil
+}
+
+// openByPath opens r.Netns and reports it gone when the path now names
+// another namespace than the one enrolled: another inode, or (for a
+// /proc/<pid> path, which pid reuse can point at another pod whose netns
+// took a freed inode) another cookie. An inode of 0 is unknown (a journal
+// from before inodes were kept) and checks nothing.
+func (s *Store) openByPath(r *Record) (netns.NsHandle, error) {
+	ns, err := s.opener.Open(r.Netns)
+	if err != nil || r.NetnsInode == 0 {
+		return ns, err
+	}
+	got, err := inode(ns)
+	if err != nil {
+		ns.Close()
+		return netns.None(), err
+	}
+	if got != r.NetnsInode {
+		ns.Close()
+		return netns.None(), fmt.Errorf("netns %s is no longer the one enrolled (inode %d, was %d): %w", r.Netns, got, r.NetnsInode, podns.ErrNotExist)
+	}
+	if r.NetnsCookie == 0 || !strings.HasPrefix(r.Netns, "/proc/") {
+		return ns, nil
+	}
+	cookie, err := s.opener.Cookie(ns)
+	if err != nil {
+		ns.Close()
+		return netns.None(), err
+	}
+	if cookie != r.NetnsCookie {
+		ns.Close()
+		return netns.None(), fmt.Errorf("netns %s is no longer the one enrolled (cookie %d, was %d): %w", r.Netns, cookie, r.NetnsCookie, podns.ErrNotExist)
+	}
+	return ns, nil
+}
+
+func inode(ns netns.NsHandle) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(ns), &st); err != nil {
+		return 0, fmt.Errorf("stat netns: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// follow makes path r's netns path, on disk and in the listed record:
+// ztunnel's snapshot, CHECK and the next reconcile open it there. The
+// caller holds r's attachment lock.
+func (s *Store) follow(r *Record, path string) error {
+	r.Netns = path
+	if err := s.writeRecord(r); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur := s.recs[r.Attachment]; cur != nil {
+		cur.Netns = path
+	}
+	return nil
+}
