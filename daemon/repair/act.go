@@ -42,8 +42,20 @@ func (r *Repairer) enroll(ctx context.Context, pod *corev1.Pod, d policy.Decisio
 
 // enrollAt enrols the pod whose netns is at the path netns.
 func (r *Repairer) enrollAt(ctx context.Context, pod *corev1.Pod, d policy.Decision, netns string) error {
+	rec := r.lateRecord(pod, d, netns)
+	if err := r.cfg.Store.Enroll(ctx, rec); err != nil {
+		return fmt.Errorf("enroll pod %s/%s late: %w", pod.Namespace, pod.Name, err)
+	}
+	r.log.Info("programmed capture for a running pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID,
+		"netns", netns, "attachment", rec.Attachment.String(), "mode", d.Spec.Mode)
+	return nil
+}
+
+// lateRecord is the record of a running pod enrolled by the agent, not by
+// an ADD.
+func (r *Repairer) lateRecord(pod *corev1.Pod, d policy.Decision, netns string) workloads.Record {
 	ips := podIPs(pod)
-	rec := workloads.Record{
+	return workloads.Record{
 		Attachment:     workloads.Attachment{ContainerID: LateContainerID(string(pod.UID)), IfName: "eth0"},
 		PodNamespace:   pod.Namespace,
 		PodName:        pod.Name,
@@ -54,12 +66,6 @@ func (r *Repairer) enrollAt(ctx context.Context, pod *corev1.Pod, d policy.Decis
 		Spec:           d.Spec,
 		Late:           true,
 	}
-	if err := r.cfg.Store.Enroll(ctx, rec); err != nil {
-		return fmt.Errorf("enroll pod %s/%s late: %w", pod.Namespace, pod.Name, err)
-	}
-	r.log.Info("programmed capture for a running pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID,
-		"netns", netns, "attachment", rec.Attachment.String(), "mode", d.Spec.Mode)
-	return nil
 }
 
 // label marks the pod for someone else to act on. The patch carries the

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/workloads"
 )
 
 // The outcomes of a pod istio-cni captured, counted beside the repairs.
@@ -105,7 +106,7 @@ func (r *Repairer) istio(ctx context.Context, pod *corev1.Pod, d policy.Decision
 			return "", true, nil
 		}
 	}
-	if err := r.takeOver(ctx, pod, d, path, ns, c); err != nil {
+	if err := r.takeOver(ctx, pod, d, path, c); err != nil {
 		return "", true, err
 	}
 	if ambient {
@@ -173,38 +174,27 @@ func (r *Repairer) leaveToIstio(pod *corev1.Pod, c istioadopt.Capture) {
 		"istio-cni captures this pod's traffic (%s); sluice leaves it as it is (--istio-takeover is off) and captures the pod when it is recreated", c))
 }
 
-// takeOver swaps Istio's capture for sluice's without a moment of neither:
-// sluice's table first (both capture to the same proxy ports meanwhile;
-// the first NAT binding wins), then Istio's removed in a second batch. A
-// removal that fails takes sluice's table back, leaving the pod as Istio
-// had it. Last, the pod is journaled (which re-applies the same table in
-// one batch) and an ambient pod is handed to ztunnel, which already holds
-// it.
-func (r *Repairer) takeOver(ctx context.Context, pod *corev1.Pod, d policy.Decision, path string, ns netns.NsHandle, c istioadopt.Capture) error {
+// takeOver swaps Istio's capture for sluice's through the store, which
+// journals the pod first, puts sluice's table in beside Istio's, hands an
+// ambient pod to ztunnel (which held it for istio-cni), and only then
+// removes Istio's rules. A failure at any step leaves the pod as Istio had
+// it: its rules, none of sluice's, nothing journaled, and ztunnel still
+// holding an ambient pod. ns is the handle Detect read; the store opens
+// path again for itself.
+func (r *Repairer) takeOver(ctx context.Context, pod *corev1.Pod, d policy.Decision, path string, c istioadopt.Capture) error {
 	key := pod.Namespace + "/" + pod.Name
-	rs, err := redirect.Build(d.Spec)
-	if err != nil {
-		return fmt.Errorf("build ruleset for pod %s: %w", key, err)
-	}
-	if err := redirect.Apply(ns, rs); err != nil {
-		return fmt.Errorf("take over pod %s from istio-cni: apply sluice's table: %w", key, err)
-	}
-	if err := r.istioCNI.Remove(ns, c); err != nil {
-		err = fmt.Errorf("take over pod %s from istio-cni: remove Istio's capture (%s): %w", key, c, err)
-		if rerr := redirect.Remove(ns); rerr != nil {
-			return errors.Join(err, fmt.Errorf("roll back sluice's table (the pod is captured twice): %w", rerr))
+	err := r.cfg.Store.TakeOver(ctx, r.lateRecord(pod, d, path), func(ns netns.NsHandle) error {
+		if err := r.istioCNI.Remove(ns, c); err != nil {
+			return fmt.Errorf("remove Istio's capture (%s): %w", c, err)
 		}
-		return fmt.Errorf("%w; sluice's table was taken back, Istio's capture is as it was", err)
-	}
-	if err := r.enrollAt(ctx, pod, d, path); err != nil {
-		// Enroll's own rollback removes the table of an ambient pod
-		// ztunnel did not take; Istio's is gone, so put sluice's back: the
-		// pod stays captured, unjournaled, and is enrolled on its next
-		// update.
-		if aerr := redirect.Apply(ns, rs); aerr != nil {
-			return errors.Join(err, fmt.Errorf("re-apply sluice's table to pod %s: %w", key, aerr))
-		}
-		return err
+		return nil
+	})
+	var rb workloads.RolledBack
+	switch {
+	case errors.As(err, &rb):
+		return fmt.Errorf("take over pod %s from istio-cni: %w; sluice's table was taken back, Istio's capture is as it was", key, err)
+	case err != nil:
+		return fmt.Errorf("take over pod %s from istio-cni: %w", key, err)
 	}
 	r.log.Info("took over a pod from istio-cni", "pod", key, "uid", pod.UID, "istio", c.String(), "mode", d.Spec.Mode)
 	return nil

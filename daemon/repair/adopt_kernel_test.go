@@ -2,6 +2,8 @@ package repair
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -33,6 +36,12 @@ type takeoverRig struct {
 
 func newTakeoverRig(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI) *takeoverRig {
 	t.Helper()
+	return newTakeoverRigWith(t, rules, kernel, nil)
+}
+
+// newTakeoverRigWith is newTakeoverRig with the store's ambient side.
+func newTakeoverRigWith(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI, ambient *workloads.Ambient) *takeoverRig {
+	t.Helper()
 	nstest.RequireRoot(t)
 	uid := types.UID("0a0d0000-0000-4000-8000-" + strings.Repeat("0", 11) + "1")
 	ip := nstest.TestIP(t)
@@ -42,7 +51,7 @@ func newTakeoverRig(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI) *tak
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: opener, Kernel: redirect.Netlink{}, Log: testLog(t)})
+	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: opener, Kernel: redirect.Netlink{}, Log: testLog(t), Ambient: ambient})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,12 +77,17 @@ func newTakeoverRig(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI) *tak
 
 func (g *takeoverRig) takeOver(t *testing.T) error {
 	t.Helper()
+	return g.takeOverAs(t, redirect.DefaultSpec())
+}
+
+func (g *takeoverRig) takeOverAs(t *testing.T, spec redirect.Spec) error {
+	t.Helper()
 	c, err := istioadopt.Detect(g.ns)
 	if err != nil || !c.Found() {
 		t.Fatalf("Detect = %s, %v", c, err)
 	}
-	d := policy.Decision{Capture: true, Spec: redirect.DefaultSpec(), Reason: "test"}
-	return g.r.takeOver(context.Background(), g.pod, d, g.path, g.ns, c)
+	d := policy.Decision{Capture: true, Spec: spec, Reason: "test", ServiceAccount: "default"}
+	return g.r.takeOver(context.Background(), g.pod, d, g.path, c)
 }
 
 // sluice's table is in before Istio's rules go (the pod is never without
@@ -144,6 +158,76 @@ func TestTakeOverRollsBackFailedRemoval(t *testing.T) {
 		t.Error("journaled after a failed takeover")
 	}
 	istiotest.ExpectCaptured(t, g.sb, landed, "Istio's rules after the rollback")
+}
+
+// An ambient pod istio-cni enrolled, whose takeover ztunnel refuses, stays
+// captured at every moment through two tries (as on two pod updates): at
+// ztunnel's Add sluice's table is in beside Istio's rules and a connection
+// lands on the proxy; after each refusal Istio's rules are as they were,
+// none of sluice's is left, nothing is journaled, and ztunnel never hears
+// Del (it still serves the pod for istio-cni).
+func TestRefusedAmbientTakeOverKeepsIstio(t *testing.T) {
+	nstest.RequireRoot(t)
+	host := nstest.New(t, "host")
+	hostNS, err := netns.GetFromPath(host.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hostNS.Close() })
+	if err := redirect.EnsureHostTable(hostNS, redirect.DefaultHostConfig()); err != nil {
+		t.Fatal(err)
+	}
+	zt := &refusingZtunnel{}
+	g := newTakeoverRigWith(t, istiotest.AmbientIptables, nil, &workloads.Ambient{Ztunnel: zt, Host: hostNS})
+	landed := istiotest.Proxy(t, g.sb, 15001)
+	// Traffic moves the counters; the rules are what must not change.
+	counters := regexp.MustCompile(`counter packets \d+ bytes \d+|\[\d+:\d+\]`)
+	save := func() string {
+		return strings.TrimSpace(counters.ReplaceAllString(istiotest.Save(t, g.sb), "counter"))
+	}
+	before := save()
+	zt.onAdd = func() {
+		during := istiotest.Save(t, g.sb)
+		if !strings.Contains(during, "table inet sluice") || !strings.Contains(during, "ISTIO_") {
+			t.Errorf("at ztunnel's Add, want sluice's table beside Istio's rules:\n%s", during)
+		}
+		istiotest.ExpectCaptured(t, g.sb, landed, "both rulesets, at ztunnel's Add")
+	}
+	for try := 1; try <= 2; try++ {
+		err := g.takeOverAs(t, redirect.DefaultAmbientSpec())
+		if err == nil || !strings.Contains(err.Error(), "Istio's capture is as it was") {
+			t.Fatalf("try %d: takeOver = %v, want ztunnel's refusal, rolled back", try, err)
+		}
+		if after := save(); after != before {
+			t.Fatalf("try %d: the netns is not as Istio had it:\nbefore:\n%s\nafter:\n%s", try, before, after)
+		}
+		istiotest.ExpectCaptured(t, g.sb, landed, "Istio's rules after the refusal")
+		if _, ok := enrolledAs(g.store, string(g.pod.UID)); ok {
+			t.Fatalf("try %d: journaled after a refused takeover", try)
+		}
+	}
+	if zt.adds != 2 || zt.dels != 0 {
+		t.Errorf("ztunnel heard %d adds and %d dels, want 2 and 0", zt.adds, zt.dels)
+	}
+}
+
+// refusingZtunnel refuses every Add, after onAdd looks at the kernel.
+type refusingZtunnel struct {
+	onAdd      func()
+	adds, dels int
+}
+
+func (z *refusingZtunnel) Add(context.Context, ztunnel.Workload) error {
+	z.adds++
+	if z.onAdd != nil {
+		z.onAdd()
+	}
+	return fmt.Errorf("%w: workload has no identity", ztunnel.ErrRefused)
+}
+
+func (z *refusingZtunnel) Del(context.Context, string) error {
+	z.dels++
+	return nil
 }
 
 // withoutSluice drops the `table inet sluice { ... }` block from nft's

@@ -80,24 +80,40 @@ func (s *Store) takeBack(ctx context.Context, r *Record) error {
 		return nil
 	}
 	defer lockStripe(&s.podStripes, r.PodUID)()
+	err := s.removeHostIPsLocked(r)
+	s.mu.RLock()
+	podLeft := r.PodUID != "" && slices.ContainsFunc(s.listedLocked(), func(o *Record) bool { return isAmbient(o) && o.PodUID == r.PodUID })
+	s.mu.RUnlock()
+	if podLeft {
+		return err
+	}
+	return errors.Join(err, s.ambient.Ztunnel.Del(ctx, r.PodUID))
+}
+
+// dropHostIPs removes from the host probe table the addresses of r, which
+// is no longer listed, that no listed record holds; ztunnel is not told.
+func (s *Store) dropHostIPs(_ context.Context, r *Record) error {
+	if s.ambient == nil || !isAmbient(r) {
+		return nil
+	}
+	defer lockStripe(&s.podStripes, r.PodUID)()
+	return s.removeHostIPsLocked(r)
+}
+
+// removeHostIPsLocked is dropHostIPs for a caller holding r's pod stripe.
+func (s *Store) removeHostIPsLocked(r *Record) error {
 	s.hostMu.Lock()
+	defer s.hostMu.Unlock()
 	s.mu.RLock()
 	var gone []netip.Addr
-	podLeft := false
 	listed := s.listedLocked()
 	for _, a := range podAddrs(r) {
 		if !slices.ContainsFunc(listed, func(o *Record) bool { return isAmbient(o) && slices.Contains(podAddrs(o), a) }) {
 			gone = append(gone, a)
 		}
 	}
-	podLeft = r.PodUID != "" && slices.ContainsFunc(listed, func(o *Record) bool { return isAmbient(o) && o.PodUID == r.PodUID })
 	s.mu.RUnlock()
-	err := s.kernel.RemoveHostIPs(s.ambient.Host, gone...)
-	s.hostMu.Unlock()
-	if podLeft {
-		return err
-	}
-	return errors.Join(err, s.ambient.Ztunnel.Del(ctx, r.PodUID))
+	return s.kernel.RemoveHostIPs(s.ambient.Host, gone...)
 }
 
 // ZtunnelSnapshot lists the ambient pods for a ztunnel that (re)connects:

@@ -251,13 +251,18 @@ type fakeZtunnel struct {
 	mu     sync.Mutex
 	calls  []string
 	refuse error
-	// onDel runs inside Del, to look at the kernel at that moment.
+	// onDel and onAdd run inside Del and Add, to look at the kernel at
+	// that moment.
 	onDel func()
+	onAdd func()
 	// addDeadline is the deadline the last Add was given.
 	addDeadline time.Time
 }
 
 func (z *fakeZtunnel) Add(ctx context.Context, w ztunnel.Workload) error {
+	if z.onAdd != nil {
+		z.onAdd()
+	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.addDeadline, _ = ctx.Deadline()

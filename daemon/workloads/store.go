@@ -126,24 +126,62 @@ func (s *Store) lockNetns(ino uint64) func() {
 // first, as intent: if the agent dies after the kernel change, the
 // reconciler still knows the netns is ours. A retried Enroll converges; one
 // into another netns moves the attachment, and the netns it leaves loses
-// the table unless another attachment still owns it there.
+// the table unless another attachment still owns it there. A failure
+// leaves the netns and the journal as they were before the call.
 func (s *Store) Enroll(ctx context.Context, r Record) error {
-	rs, err := redirect.Build(r.Spec)
-	if err != nil {
-		return fmt.Errorf("build ruleset for %s: %w", r.Attachment, err)
-	}
-	// Opened before the lock, within the call's deadline: nothing
-	// unbounded runs while a stripe is held.
-	ns, err := s.opener.OpenContext(ctx, r.Netns)
+	rs, ns, err := s.begin(ctx, &r)
 	if err != nil {
 		return err
 	}
 	defer ns.Close()
 	defer s.lock(r.Attachment)()
+	if err := s.stamp(ctx, &r, rs, ns); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	prev := s.recs[r.Attachment]
+	s.mu.RUnlock()
+	if err := s.writeRecord(&r); err != nil {
+		return err
+	}
+	if err := s.applyListed(ns, rs, &r); err != nil {
+		s.restore(r.Attachment, prev)
+		return err
+	}
+	if isAmbient(&r) {
+		if err := s.handOver(ctx, &r); err != nil {
+			// All or nothing: an ambient pod without ztunnel is a black
+			// hole; and nothing less than what was there: a re-ADD keeps
+			// the capture it had.
+			return s.rollBack(context.WithoutCancel(ctx), ns, &r, prev, err)
+		}
+	}
+	// Only now: a hand-over that fails must find the netns it left as it was.
+	s.releaseLeft(ctx, prev, &r)
+	return nil
+}
+
+// begin builds r's ruleset and opens its netns, before any lock and within
+// the call's deadline: nothing unbounded runs while a stripe is held.
+func (s *Store) begin(ctx context.Context, r *Record) (*redirect.Ruleset, netns.NsHandle, error) {
+	rs, err := redirect.Build(r.Spec)
+	if err != nil {
+		return nil, netns.None(), fmt.Errorf("build ruleset for %s: %w", r.Attachment, err)
+	}
+	ns, err := s.opener.OpenContext(ctx, r.Netns)
+	if err != nil {
+		return nil, netns.None(), err
+	}
+	return rs, ns, nil
+}
+
+// stamp fills in what the store computes of r, under r's lock.
+func (s *Store) stamp(ctx context.Context, r *Record, rs *redirect.Ruleset, ns netns.NsHandle) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("enroll %s: %w", r.Attachment, err)
 	}
 	r.RulesetHash = rs.Hash()
+	var err error
 	if r.NetnsInode, err = inode(ns); err != nil {
 		return fmt.Errorf("enroll %s: %w", r.Attachment, err)
 	}
@@ -154,39 +192,22 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 		r.EnrolledAt = time.Now().UTC().Truncate(time.Second)
 	}
 	r.NFTGen, r.genPending = 0, false
-	s.mu.RLock()
-	prev := s.recs[r.Attachment]
-	s.mu.RUnlock()
-	if err := s.writeRecord(&r); err != nil {
-		return err
-	}
-	unlockNS := s.lockNetns(r.NetnsInode)
-	if r.NFTGen, err = s.apply(ns, rs); err != nil {
-		unlockNS()
-		s.restore(r.Attachment, prev)
+	return nil
+}
+
+// applyListed applies rs to ns and lists r, one step under the netns's
+// lock; r's record is already written.
+func (s *Store) applyListed(ns netns.NsHandle, rs *redirect.Ruleset, r *Record) error {
+	defer s.lockNetns(r.NetnsInode)()
+	gen, err := s.apply(ns, rs)
+	if err != nil {
 		return fmt.Errorf("apply ruleset to %s (netns %s): %w", r.Attachment, r.Netns, err)
 	}
-	r.genPending = true
+	r.NFTGen, r.genPending = gen, true
 	s.mu.Lock()
-	s.recs[r.Attachment] = &r
+	s.recs[r.Attachment] = r
 	delete(s.released, r.Attachment)
 	s.mu.Unlock()
-	unlockNS()
-	s.releaseLeft(ctx, prev, &r)
-	if !isAmbient(&r) {
-		return nil
-	}
-	if err := s.handOver(ctx, &r); err != nil {
-		// All or nothing: an ambient pod without ztunnel is a black hole.
-		s.mu.Lock()
-		delete(s.recs, r.Attachment)
-		s.mu.Unlock()
-		if cleanup := s.letGo(context.WithoutCancel(ctx), &r); cleanup != nil {
-			s.log.Error("rolling back a failed ambient enrolment", "attachment", r.Attachment.String(), "err", cleanup)
-		}
-		s.forget(r.Attachment)
-		return err
-	}
 	return nil
 }
 
