@@ -51,7 +51,7 @@ func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Wor
 		Logger:   log.With("component", "ztunnel"),
 	}
 	if informers != nil {
-		pending, err := repair.NewPendingAmbient(informers.Pods, records, cfg.hostProc, log.With("component", "adopt"))
+		pending, err := repair.NewPendingAmbient(informers.Pods, records, cfg.hostProc, opener.Open, nil, log.With("component", "adopt"))
 		if err != nil {
 			host.Close()
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,9 +25,17 @@ import (
 // out, so until the repairer adopts them they are listed in each snapshot
 // (ztunnel.Config.Pending), and ztunnel keeps their proxies across the
 // swap of node agents.
+//
+// The annotation is only a hint: a pod may set it on itself. A pod is
+// listed only when istio-cni's rules are found in its netns, the proof
+// that istio-cni, not the pod, decided it is ambient; one whose netns
+// cannot be read is left out, and ztunnel then drops a proxy that Istio's
+// rules still send to (closed, never open).
 type PendingAmbient struct {
 	records  func() []workloads.Record // what sluice holds (Store.List)
 	hostProc string
+	open     func(path string) (netns.NsHandle, error)
+	istio    IstioCNI
 	log      *slog.Logger
 	reg      cache.ResourceEventHandlerRegistration
 
@@ -36,9 +45,14 @@ type PendingAmbient struct {
 
 // NewPendingAmbient watches pods, the agent's shared pod informer; it may
 // be called before the informer runs. records lists what sluice holds; it
-// is called only from List.
-func NewPendingAmbient(pods coreinformers.PodInformer, records func() []workloads.Record, hostProc string, log *slog.Logger) (*PendingAmbient, error) {
-	p := &PendingAmbient{records: records, hostProc: hostProc, log: log, pods: map[types.UID]*corev1.Pod{}}
+// is called only from List. open opens a pod's netns (podns.Opener.Open);
+// istio reads istio-cni's rules there (nil: the kernel's).
+func NewPendingAmbient(pods coreinformers.PodInformer, records func() []workloads.Record, hostProc string,
+	open func(string) (netns.NsHandle, error), istio IstioCNI, log *slog.Logger) (*PendingAmbient, error) {
+	if istio == nil {
+		istio = istioKernel{}
+	}
+	p := &PendingAmbient{records: records, hostProc: hostProc, open: open, istio: istio, log: log, pods: map[types.UID]*corev1.Pod{}}
 	reg, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.update,
 		UpdateFunc: func(_, obj any) { p.update(obj) },
@@ -71,10 +85,10 @@ func (p *PendingAmbient) update(obj any) {
 	}
 }
 
-// List returns the pods marked enabled that have no sluice record, each
-// with its netns (empty when it cannot be found: ztunnel is then asked to
-// keep the pod as it is). It waits for the pod cache to list once, within
-// ctx: an unsynced cache would make the list short.
+// List returns the pods marked enabled that have no sluice record and
+// whose netns holds istio-cni's rules, each with its netns. It waits for
+// the pod cache to list once, within ctx: an unsynced cache would make the
+// list short.
 func (p *PendingAmbient) List(ctx context.Context) ([]ztunnel.Workload, error) {
 	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 		return p.reg.HasSynced(), nil
@@ -95,12 +109,35 @@ func (p *PendingAmbient) List(ctx context.Context) ([]ztunnel.Workload, error) {
 	p.mu.Unlock()
 	out := make([]ztunnel.Workload, 0, len(pods))
 	for _, pod := range pods {
-		path, err := podns.FindPodNetns(p.hostProc, string(pod.UID), podIPs(pod))
+		path, err := p.istioEnrolled(pod)
 		if err != nil {
-			p.log.Warn("netns of a pod pending adoption not found", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "err", err)
+			p.log.Warn("pod marked ambient by annotation is not listed to ztunnel", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "why", err)
+			continue
 		}
 		out = append(out, ztunnel.Workload{UID: string(pod.UID), Name: pod.Name, Namespace: pod.Namespace,
 			ServiceAccount: pod.Spec.ServiceAccountName, Netns: path})
 	}
 	return out, nil
+}
+
+// istioEnrolled returns the pod's netns path when istio-cni's rules are
+// there, or why not.
+func (p *PendingAmbient) istioEnrolled(pod *corev1.Pod) (string, error) {
+	path, err := podns.FindPodNetns(p.hostProc, string(pod.UID), podIPs(pod))
+	if err != nil {
+		return "", fmt.Errorf("its netns was not found: %w", err)
+	}
+	ns, err := p.open(path)
+	if err != nil {
+		return "", fmt.Errorf("open its netns %s: %w", path, err)
+	}
+	defer ns.Close()
+	c, err := p.istio.Detect(ns)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("read istio-cni's rules in %s: %w", path, err)
+	case !c.Found():
+		return "", fmt.Errorf("no istio-cni rules in its netns %s: only istio-cni's or sluice's decision puts a pod in ztunnel's snapshot", path)
+	}
+	return path, nil
 }

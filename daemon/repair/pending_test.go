@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sluicemesh/sluice/daemon/istioadopt/istiotest"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
@@ -18,13 +19,18 @@ import (
 )
 
 // The pending list is the node's running pods marked
-// ambient.istio.io/redirection=enabled that sluice has not enrolled, each
-// with its netns: what ztunnel must keep across the swap.
+// ambient.istio.io/redirection=enabled that sluice has not enrolled and
+// whose netns holds istio-cni's rules, each with its netns: what ztunnel
+// must keep across the swap. A pod that marked itself is not listed.
 func TestPendingAmbientListsIstioEnrolledPods(t *testing.T) {
 	a := startAgentParts(t)
 	_, admin := kube(t)
 	ns := namespace(t, admin)
-	p, err := NewPendingAmbient(a.cache.Pods, a.store.List, "/proc", testLog(t))
+	opener, err := podns.NewOpener([]string{"/proc"}, "/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPendingAmbient(a.cache.Pods, a.store.List, "/proc", opener.Open, nil, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +47,11 @@ func TestPendingAmbientListsIstioEnrolledPods(t *testing.T) {
 	podA := mark("istio-a")
 	runA := setRunning(t, admin, mustGet(t, admin, ns, "istio-a"), ipA)
 	sbA := sandbox(t, string(runA.UID), ipA, true)
+	istiotest.Program(t, sbA, istiotest.AmbientIptables)
+	// A pod opted out of ambient that set the annotation on itself.
+	ipS := nstest.TestIP(t)
+	self := setRunning(t, admin, mustGet(t, admin, ns, mark("self-marked").Name), ipS)
+	sandbox(t, string(self.UID), ipS, true)
 	podB := mark("adopted")
 	setRunning(t, admin, mustGet(t, admin, ns, "adopted"), ipB)
 	setRunning(t, admin, a.createPod(t, admin, ns, "plain", false), nstest.TestIP(t))
@@ -81,7 +92,7 @@ func TestPendingAmbientWaitsForTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPendingAmbient(c.Pods, store.List, "/proc", testLog(t))
+	p, err := NewPendingAmbient(c.Pods, store.List, "/proc", redirecttest.NewNamespaces(t).Open, nil, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
