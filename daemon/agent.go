@@ -225,6 +225,9 @@ func (a *agent) serve() (net.Listener, error) {
 	}
 	a.auth = rpc.NewAuthorizer(a.uids(), a.log.With("component", "rpc"))
 	debug := &rpc.Debug{Workloads: a.store, Policy: a.pol, ExcludeNamespaces: splitList(a.cfg.excludeNamespaces)}
+	if a.amb != nil {
+		debug.ZDS, debug.ZtunnelSocket = a.amb.zds, a.cfg.ztunnelSocket
+	}
 	a.gs, a.hs = rpc.NewServer(cni, debug, a.auth, a.metrics.Unary, a.log.With("component", "rpc"))
 	lis, err := rpc.Listen(a.cfg.socket)
 	if err != nil {

@@ -8,167 +8,168 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 )
 
-func printStatus(c clients, _ []string, out io.Writer) error {
+// Each command asks the agent, builds its view and prints the view as a
+// table; every string that came from the agent goes through printable.
+
+type statusView struct {
+	Version       string         `json:"version"`
+	APIVersion    int32          `json:"apiVersion"`
+	MinAPIVersion int32          `json:"minApiVersion"`
+	Ready         bool           `json:"ready"`
+	Reason        string         `json:"reason,omitempty"`
+	Ztunnel       *ztunnelView   `json:"ztunnel,omitempty"` // nil: an agent without Debug.Ztunnel
+	Workloads     int            `json:"workloads"`
+	ByMode        map[string]int `json:"byMode"`
+}
+
+type ztunnelView struct {
+	Ambient     bool   `json:"ambient"`
+	Socket      string `json:"socket,omitempty"`
+	Connections int32  `json:"connections"`
+	Ready       bool   `json:"ready"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+func getStatus(c clients, _ []string) (view, error) {
 	ctx, cancel := callContext()
 	defer cancel()
 	v, err := c.debug.Version(ctx, &sluicev1.VersionRequest{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	st, err := c.cni.Status(ctx, &sluicev1.StatusRequest{ApiVersion: v.ApiVersion})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ws, err := c.debug.ListWorkloads(ctx, &sluicev1.ListWorkloadsRequest{})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ready := "yes"
-	if !st.Ready {
-		ready = "no: " + st.Reason
-	}
-	byMode := map[string]int{}
+	s := &statusView{Version: v.Version, APIVersion: int32(v.ApiVersion), MinAPIVersion: int32(v.MinApiVersion),
+		Ready: st.Ready, Reason: st.Reason, Workloads: len(ws.Workloads), ByMode: map[string]int{}}
 	for _, w := range ws.Workloads {
-		byMode[modeName(w.Mode)]++
+		s.ByMode[modeName(w.Mode)]++
+	}
+	z, err := c.debug.Ztunnel(ctx, &sluicev1.ZtunnelRequest{})
+	switch {
+	case err == nil:
+		s.Ztunnel = &ztunnelView{Ambient: z.Ambient, Socket: z.Socket, Connections: z.Connections, Ready: z.Ready, Reason: z.Reason}
+	case status.Code(err) != codes.Unimplemented:
+		return nil, err
+	}
+	return s, nil
+}
+
+// failed makes status exit 1 after printing: scripts and exec probes read it.
+func (s *statusView) failed() bool { return !s.Ready }
+
+func (s *statusView) table(out io.Writer) error {
+	ready := "yes"
+	if !s.Ready {
+		ready = "no: " + printable(s.Reason)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "version\t%s (api %d, serves %d–%d)\n", v.Version, v.ApiVersion, v.MinApiVersion, v.ApiVersion)
+	fmt.Fprintf(tw, "version\t%s (api %d, serves %d–%d)\n", printable(s.Version), s.APIVersion, s.MinAPIVersion, s.APIVersion)
 	fmt.Fprintf(tw, "ready\t%s\n", ready)
-	fmt.Fprintf(tw, "workloads\t%d", len(ws.Workloads))
-	modes := make([]string, 0, len(byMode))
-	for mode := range byMode {
+	fmt.Fprintf(tw, "ztunnel\t%s\n", s.Ztunnel.line())
+	fmt.Fprintf(tw, "workloads\t%d", s.Workloads)
+	modes := make([]string, 0, len(s.ByMode))
+	for mode := range s.ByMode {
 		modes = append(modes, mode)
 	}
 	slices.Sort(modes)
 	for _, mode := range modes {
-		fmt.Fprintf(tw, " (%s %d)", mode, byMode[mode])
+		fmt.Fprintf(tw, " (%s %d)", mode, s.ByMode[mode])
 	}
 	fmt.Fprintln(tw)
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if !st.Ready {
-		return errNotReady
-	}
-	return nil
+	return tw.Flush()
 }
 
-func printWorkloads(c clients, _ []string, out io.Writer) error {
+// line is the ztunnel link in one line: ambient pods start only when it
+// says connected, whatever "ready" says of the agent.
+func (z *ztunnelView) line() string {
+	switch {
+	case z == nil:
+		return "unknown: the agent is older than this client"
+	case !z.Ambient:
+		return "off (the agent runs without --ambient)"
+	case z.Ready:
+		return fmt.Sprintf("connected (%d) on %s", z.Connections, printable(z.Socket))
+	}
+	return fmt.Sprintf("NOT CONNECTED: %s; ambient pods wait until ztunnel connects", printable(z.Reason))
+}
+
+type workloadView struct {
+	Namespace   string   `json:"namespace,omitempty"`
+	Pod         string   `json:"pod,omitempty"`
+	UID         string   `json:"uid,omitempty"`
+	ContainerID string   `json:"containerID"`
+	Interface   string   `json:"interface"`
+	Mode        string   `json:"mode"`
+	IPs         []string `json:"ips"`
+	Netns       string   `json:"netns"`
+	Enrolled    string   `json:"enrolled"` // RFC 3339
+	RulesetHash string   `json:"rulesetHash"`
+	enrolled    time.Time
+}
+
+func workloadViewOf(w *sluicev1.Workload) workloadView {
+	v := workloadView{Namespace: w.Pod.GetNamespace(), Pod: w.Pod.GetName(), UID: w.Pod.GetUid(), ContainerID: w.ContainerId,
+		Interface: w.IfName, Mode: modeName(w.Mode), IPs: []string{}, Netns: w.Netns, RulesetHash: w.RulesetHash,
+		enrolled: time.Unix(w.EnrolledUnix, 0).UTC()}
+	v.Enrolled = v.enrolled.Format(time.RFC3339)
+	for _, ip := range w.Ips {
+		v.IPs = append(v.IPs, ip.Address)
+	}
+	return v
+}
+
+func (w workloadView) podName() string {
+	if w.Pod == "" {
+		return "-"
+	}
+	return printable(w.Namespace + "/" + w.Pod)
+}
+
+func (w workloadView) ipList() string {
+	if len(w.IPs) == 0 {
+		return "-"
+	}
+	return printable(strings.Join(w.IPs, ","))
+}
+
+func (w workloadView) age() time.Duration { return time.Since(w.enrolled).Truncate(time.Second) }
+
+type workloadsView struct {
+	Workloads []workloadView `json:"workloads"`
+}
+
+func getWorkloads(c clients, _ []string) (view, error) {
 	ctx, cancel := callContext()
 	defer cancel()
 	ws, err := c.debug.ListWorkloads(ctx, &sluicev1.ListWorkloadsRequest{})
 	if err != nil {
-		return err
+		return nil, err
 	}
+	v := &workloadsView{Workloads: []workloadView{}}
+	for _, w := range ws.Workloads {
+		v.Workloads = append(v.Workloads, workloadViewOf(w))
+	}
+	return v, nil
+}
+
+func (v *workloadsView) table(out io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POD\tCONTAINER\tIF\tMODE\tIPS\tNETNS\tAGE")
-	for _, w := range ws.Workloads {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", podName(w.Pod), short(w.ContainerId), w.IfName, modeName(w.Mode),
-			ipList(w.Ips), w.Netns, age(w.EnrolledUnix))
+	for _, w := range v.Workloads {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.podName(), printable(short(w.ContainerID)), printable(w.Interface),
+			w.Mode, w.ipList(), printable(w.Netns), w.age())
 	}
 	return tw.Flush()
-}
-
-// printGet looks one attachment up by namespace/name or by container id
-// (prefix), and prints it with its ruleset and the kernel's drift.
-func printGet(c clients, args []string, out io.Writer) error {
-	ctx, cancel := callContext()
-	defer cancel()
-	req := &sluicev1.GetWorkloadRequest{IfName: c.ifName}
-	if ns, name, ok := strings.Cut(args[0], "/"); ok {
-		req.Pod = &sluicev1.PodRef{Namespace: ns, Name: name}
-	} else {
-		req.ContainerId = args[0]
-	}
-	resp, err := c.debug.GetWorkload(ctx, req)
-	if err != nil {
-		return err
-	}
-	w := resp.Workload
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	if uid := w.Pod.GetUid(); uid != "" {
-		fmt.Fprintf(tw, "pod\t%s (uid %s)\n", podName(w.Pod), uid)
-	} else {
-		fmt.Fprintf(tw, "pod\t%s\n", podName(w.Pod))
-	}
-	fmt.Fprintf(tw, "container\t%s\n", w.ContainerId)
-	fmt.Fprintf(tw, "interface\t%s\n", w.IfName)
-	fmt.Fprintf(tw, "mode\t%s\n", modeName(w.Mode))
-	fmt.Fprintf(tw, "ips\t%s\n", ipList(w.Ips))
-	fmt.Fprintf(tw, "netns\t%s\n", w.Netns)
-	fmt.Fprintf(tw, "enrolled\t%s ago\n", age(w.EnrolledUnix))
-	fmt.Fprintf(tw, "ruleset hash\t%s\n", w.RulesetHash)
-	if len(resp.Drift) == 0 {
-		fmt.Fprintf(tw, "kernel\tin sync with the ruleset below\n")
-	} else {
-		fmt.Fprintf(tw, "kernel\tDRIFTED (reasserted on the next resync):\n")
-		for _, d := range resp.Drift {
-			fmt.Fprintf(tw, "\t  %s\n", d)
-		}
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "\n%s", resp.Ruleset)
-	return nil
-}
-
-// printExplain asks the policy about a pod, enrolled or not.
-func printExplain(c clients, args []string, out io.Writer) error {
-	ns, name, ok := strings.Cut(args[0], "/")
-	if !ok || ns == "" || name == "" {
-		return fmt.Errorf("explain %q: want NAMESPACE/NAME", args[0])
-	}
-	ctx, cancel := callContext()
-	defer cancel()
-	resp, err := c.debug.Explain(ctx, &sluicev1.ExplainRequest{Pod: &sluicev1.PodRef{Namespace: ns, Name: name}})
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	if resp.Capture {
-		fmt.Fprintf(tw, "capture\tyes, %s mode\n", modeName(resp.Mode))
-	} else {
-		fmt.Fprintf(tw, "capture\tno: passed through\n")
-	}
-	fmt.Fprintf(tw, "reason\t%s\n", resp.Reason)
-	for i, in := range resp.Inputs {
-		label := ""
-		if i == 0 {
-			label = "inputs"
-		}
-		fmt.Fprintf(tw, "%s\t%s\n", label, in)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if resp.Ruleset != "" {
-		fmt.Fprintf(out, "\nan ADD would program:\n%s", resp.Ruleset)
-	}
-	return nil
-}
-
-func podName(p *sluicev1.PodRef) string {
-	if p.GetName() == "" {
-		return "-"
-	}
-	return p.GetNamespace() + "/" + p.GetName()
-}
-
-func ipList(ips []*sluicev1.IPConfig) string {
-	var out []string
-	for _, ip := range ips {
-		out = append(out, ip.Address)
-	}
-	if len(out) == 0 {
-		return "-"
-	}
-	return strings.Join(out, ",")
-}
-
-func age(unix int64) time.Duration {
-	return time.Since(time.Unix(unix, 0)).Truncate(time.Second)
 }

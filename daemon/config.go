@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -79,22 +80,19 @@ const (
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("sluice-agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice-agent [flags]   run the node agent")
-		for _, name := range commandNames() {
-			cmd := commands[name]
-			fmt.Fprintf(stderr, "       %s\n           %s\n", strings.TrimSpace("sluice-agent "+name+" [--socket PATH] "+cmd.usage), cmd.help)
-		}
-		fmt.Fprintln(stderr, "\nflags (each also read from its env var; the command line wins):")
-		fs.PrintDefaults()
-	}
+	// A wrong flag is one line naming it (main prints it): the whole usage
+	// in a crash-looping pod's log buries the line that matters.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	c.nodeFlags(fs)
 	c.policyFlags(fs, getenv)
 	if err := envDefaults(fs, getenv); err != nil {
 		return nil, err
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(fs, stderr)
+		}
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -160,6 +158,19 @@ func (c *config) policyFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.trigger, "trigger", triggerCNI, "what enrols a pod: cni (the chained plugin's ADD), nri (the runtime's NRI pod events; no conflist entry is installed) or both (migration)")
 	fs.StringVar(&c.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket, with --trigger nri or both")
 	fs.BoolVar(&c.checkConfig, "check-config", false, "validate flags and env without touching the node (the same checks every start runs), print 'config ok' and exit 0; invalid: exit 2")
+}
+
+func printUsage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintln(w, "usage: sluice-agent [flags]   run the node agent")
+	fmt.Fprintln(w, "       sluice-agent --version   print this binary's version")
+	for _, name := range commandNames() {
+		cmd := commands[name]
+		fmt.Fprintf(w, "       %s\n           %s\n", strings.TrimSpace("sluice-agent "+name+" [--socket PATH] [-o table|json|yaml] "+cmd.usage), cmd.help)
+	}
+	fmt.Fprintln(w, "\nflags (each also read from its env var; the command line wins):")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 }
 
 // envDefaults reads every flag's env var (SLUICE_...) before the command

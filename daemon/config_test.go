@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"flag"
 	"io"
 	"strings"
 	"testing"
@@ -209,5 +212,32 @@ func TestProbeSNATFlags(t *testing.T) {
 		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "probe-snat") {
 			t.Errorf("%v: err %v, want a probe-snat error", args, err)
 		}
+	}
+}
+
+// A wrong flag or value is one line naming it, not the whole usage: in a
+// crash-looping pod's log the usage buries the line that matters.
+func TestWrongFlagIsOneLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		name string
+	}{
+		{[]string{"--no-such-flag"}, "-no-such-flag"},
+		{[]string{"--resync-interval", "soon"}, "-resync-interval"},
+		{[]string{"--install=maybe"}, "-install"},
+	} {
+		var stderr bytes.Buffer
+		_, err := parseConfig(tc.args, func(string) string { return "" }, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tc.name) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: %v, want one line naming %s", tc.args, err, tc.name)
+		}
+		if stderr.Len() != 0 {
+			t.Errorf("%v printed %d lines besides the error:\n%s", tc.args, strings.Count(stderr.String(), "\n"), stderr.String())
+		}
+	}
+	var stderr bytes.Buffer
+	if _, err := parseConfig([]string{"--help"}, func(string) string { return "" }, &stderr); !errors.Is(err, flag.ErrHelp) ||
+		!strings.Contains(stderr.String(), "-resync-interval duration") {
+		t.Errorf("--help: %v\n%s", err, stderr.String())
 	}
 }

@@ -12,11 +12,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sluicemesh/sluice/internal/buildinfo"
 )
 
 func main() {
 	if isCommand(os.Args[1:]) {
 		os.Exit(runCommand(os.Args[1], os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
+	if isVersionFlag(os.Args[1:]) {
+		fmt.Println("sluice-agent", buildinfo.Version)
+		return
 	}
 	// parseConfig validates every flag (config.check): the one path that
 	// --check-config and a real start share.
@@ -25,7 +31,7 @@ func main() {
 		return
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sluice-agent:", err)
+		fmt.Fprintf(os.Stderr, "sluice-agent: %v (see sluice-agent --help)\n", err)
 		os.Exit(2)
 	}
 	log, err := cfg.logger(os.Stderr)
@@ -47,4 +53,10 @@ func main() {
 		log.Error("exiting", "err", err)
 		os.Exit(1)
 	}
+}
+
+// isVersionFlag is `sluice-agent --version` alone: it prints and exits
+// before any flag or env var is read, so it works in any environment.
+func isVersionFlag(args []string) bool {
+	return len(args) == 1 && (args[0] == "--version" || args[0] == "-version")
 }

@@ -62,6 +62,10 @@ func (c statusClients) ListWorkloads(context.Context, *sluicev1.ListWorkloadsReq
 	return &sluicev1.ListWorkloadsResponse{Workloads: c.workloads}, nil
 }
 
+func (c statusClients) Ztunnel(context.Context, *sluicev1.ZtunnelRequest, ...grpc.CallOption) (*sluicev1.ZtunnelResponse, error) {
+	return &sluicev1.ZtunnelResponse{}, nil
+}
+
 func TestStatusModeCountsSorted(t *testing.T) {
 	c := statusClients{workloads: []*sluicev1.Workload{
 		{Mode: sluicev1.Mode_MODE_SIDECAR}, {Mode: sluicev1.Mode_MODE_AMBIENT}, {Mode: sluicev1.Mode_MODE_SIDECAR},
@@ -70,7 +74,11 @@ func TestStatusModeCountsSorted(t *testing.T) {
 	var want string
 	for range 20 {
 		var out bytes.Buffer
-		if err := printStatus(clients{cni: c, debug: c}, nil, &out); err != nil {
+		v, err := getStatus(clients{cni: c, debug: c}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.table(&out); err != nil {
 			t.Fatal(err)
 		}
 		line := out.String()[strings.Index(out.String(), "workloads"):]

@@ -42,9 +42,20 @@ func (f decide) Decide(_ context.Context, p policy.Pod) (policy.Decision, error)
 
 func startAgent(t *testing.T) *agentUnderTest {
 	t.Helper()
+	return startAgentWith(t, redirect.DefaultSpec(), nil)
+}
+
+// startAgentWith captures pods with spec; amb, when set, builds the Store's
+// ambient side from its namespaces.
+func startAgentWith(t *testing.T, spec redirect.Spec, amb func(*redirecttest.Namespaces) *workloads.Ambient) *agentUnderTest {
+	t.Helper()
 	a := &agentUnderTest{sock: filepath.Join(t.TempDir(), "agent.sock"), ns: redirecttest.NewNamespaces(t), kernel: redirecttest.NewFake()}
+	cfg := workloads.Config{Dir: t.TempDir(), Opener: a.ns, Kernel: a.kernel}
+	if amb != nil {
+		cfg.Ambient = amb(a.ns)
+	}
 	var err error
-	a.store, err = workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: a.ns, Kernel: a.kernel})
+	a.store, err = workloads.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +64,7 @@ func startAgent(t *testing.T) *agentUnderTest {
 			if p.Namespace == "kube-system" {
 				return policy.Decision{Reason: "namespace kube-system is excluded"}, nil
 			}
-			return policy.Decision{Capture: true, Spec: redirect.DefaultSpec()}, nil
+			return policy.Decision{Capture: true, Spec: spec}, nil
 		})}
 	gs, _ := rpc.NewServer(a.cni, &rpc.Debug{Workloads: a.store, Policy: a.cni.Policy},
 		rpc.NewAuthorizer([]uint32{uint32(os.Getuid())}, discardLog()), nil, discardLog())

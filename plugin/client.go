@@ -69,23 +69,13 @@ func (a *agent) callError(ctx context.Context, verb string, err error) *types.Er
 	}
 	code, msg := grpccall.Code(err), err.Error()
 	var st *grpccall.Status
+	answered := false
 	if errors.As(err, &st) {
-		msg = st.Message
+		msg, answered = st.Message, st.Answered
 	}
 	switch code {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Canceled, codes.Aborted:
-		cause := msg
-		if ctx.Err() != nil {
-			if dl, ok := ctx.Deadline(); ok {
-				cause = fmt.Sprintf("no answer before the plugin's deadline (%s)", dl.Format("15:04:05.000"))
-			}
-		}
-		what := "is not available"
-		if code == codes.ResourceExhausted || code == codes.Aborted {
-			what = "cannot take the call now" // busy, or its state dir is full: it said which
-		}
-		return types.NewError(types.ErrTryAgainLater,
-			fmt.Sprintf("sluice %s: sluice-agent at %s %s: %s", verb, a.socket, what, cause), "")
+		return types.NewError(types.ErrTryAgainLater, a.retryMessage(ctx, verb, code, answered, msg), "")
 	case codes.InvalidArgument:
 		return types.NewError(types.ErrInvalidEnvironmentVariables,
 			fmt.Sprintf("sluice %s: refused by sluice-agent: %s", verb, msg), "")
@@ -93,6 +83,22 @@ func (a *agent) callError(ctx context.Context, verb string, err error) *types.Er
 		return types.NewError(types.ErrInternal,
 			fmt.Sprintf("sluice %s: sluice-agent at %s: %s: %s", verb, a.socket, code, msg), "")
 	}
+}
+
+// retryMessage names who cannot take the call now. The agent that answered
+// is up: its message names the cause (no ztunnel connected, its state dir
+// full, busy), and blaming the agent would send an operator to the wrong pod.
+func (a *agent) retryMessage(ctx context.Context, verb string, code codes.Code, answered bool, msg string) string {
+	if answered {
+		return fmt.Sprintf("sluice %s: sluice-agent at %s cannot capture the pod now (it retries): %s", verb, a.socket, msg)
+	}
+	cause := msg
+	if ctx.Err() != nil {
+		if dl, ok := ctx.Deadline(); ok {
+			cause = fmt.Sprintf("no answer before the plugin's deadline (%s)", dl.Format("15:04:05.000"))
+		}
+	}
+	return fmt.Sprintf("sluice %s: sluice-agent at %s is not available: %s", verb, a.socket, cause)
 }
 
 // encodeError is a request that cannot be encoded: a string from the

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,15 +42,37 @@ type PodRef struct {
 	UID       string
 }
 
+// Sandbox is the pod sandbox a CNI ADD was for: its container id and netns
+// path. Each retry of a failing pod is a new sandbox.
+type Sandbox struct {
+	ID    string
+	Netns string
+}
+
 // CaptureFailed records that the agent could not set up capture for a pod
 // during its CNI ADD. The runtime's own error reaches the kubelet; this one
-// lands on the pod, where its owner looks.
-func (r *Recorder) CaptureFailed(pod PodRef, err error) {
+// lands on the pod, where its owner looks. The sandbox's id and netns path
+// are taken out of the message: the kubelet retries with a new sandbox
+// every few seconds, and one cause must count up on one Event rather than
+// pile up a new Event per retry.
+func (r *Recorder) CaptureFailed(pod PodRef, sb Sandbox, err error) {
 	if !named(pod) {
 		return
 	}
 	r.Pod(pod.Namespace, pod.Name, types.UID(pod.UID), corev1.EventTypeWarning, ReasonCaptureFailed,
-		fmt.Sprintf("sluice could not set up traffic capture; the pod's sandbox will not start until it can: %v", err))
+		"sluice could not set up traffic capture; the pod's sandbox will not start until it can: "+withoutSandbox(err.Error(), sb))
+}
+
+// withoutSandbox replaces sb's netns path and id in msg (the netns first:
+// its path may hold the id).
+func withoutSandbox(msg string, sb Sandbox) string {
+	if sb.Netns != "" {
+		msg = strings.ReplaceAll(msg, sb.Netns, "<netns>")
+	}
+	if sb.ID != "" {
+		msg = strings.ReplaceAll(msg, sb.ID, "<sandbox>")
+	}
+	return msg
 }
 
 // RulesetReasserted records that the pod's capture rules had drifted from

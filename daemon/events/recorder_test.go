@@ -45,7 +45,7 @@ func TestRecorderCreatesEventsOnPods(t *testing.T) {
 	ns := namespace(t, admin)
 	r := newRecorder(t, agentClient)
 	pod := PodRef{Namespace: ns, Name: "cart", UID: "0000-cart"}
-	r.CaptureFailed(pod, errors.New("apply ruleset: netlink said no"))
+	r.CaptureFailed(pod, Sandbox{}, errors.New("apply ruleset: netlink said no"))
 	r.RulesetReasserted(pod, []string{"rule out-redirect missing"})
 	r.Pod(ns, "other", "0000-other", corev1.EventTypeNormal, ReasonCaptureRepaired, "programmed late")
 	shutdown(t, r)
@@ -80,9 +80,9 @@ func TestRecorderCountsRepeats(t *testing.T) {
 	r := newRecorder(t, agentClient)
 	pod := PodRef{Namespace: ns, Name: "flaky", UID: "0000-flaky"}
 	for range 3 {
-		r.CaptureFailed(pod, errors.New("same cause"))
+		r.CaptureFailed(pod, Sandbox{}, errors.New("same cause"))
 	}
-	r.CaptureFailed(pod, errors.New("another cause"))
+	r.CaptureFailed(pod, Sandbox{}, errors.New("another cause"))
 	shutdown(t, r)
 
 	counts := map[string]int32{}
@@ -103,6 +103,31 @@ func TestRecorderCountsRepeats(t *testing.T) {
 		if n != want {
 			t.Errorf("event %q has count %d, want %d", msg, n, want)
 		}
+	}
+}
+
+// A pod failing ADD for one cause gets one Event counting up, though each
+// kubelet retry is a new sandbox whose id and netns the error names.
+func TestCaptureFailedAggregatesAcrossSandboxes(t *testing.T) {
+	agentClient, admin := kube(t)
+	ns := namespace(t, admin)
+	r := newRecorder(t, agentClient)
+	pod := PodRef{Namespace: ns, Name: "ambient", UID: "0000-ambient"}
+	for _, id := range []string{"3f9a0c1d2e4b", "77c1e0b2a9d4", "a0b1c2d3e4f5"} {
+		netns := "/var/run/netns/cni-" + id
+		r.CaptureFailed(pod, Sandbox{ID: id, Netns: netns},
+			fmt.Errorf("enroll %s/eth0 in %s: hand %s/eth0 to ztunnel: no ztunnel connected", id, netns, id))
+	}
+	shutdown(t, r)
+	evs := listEvents(t, admin, ns)
+	if len(evs) != 1 || evs[0].Count != 3 {
+		for _, ev := range evs {
+			t.Logf("event x%d: %s", ev.Count, ev.Message)
+		}
+		t.Fatalf("%d Events for one cause over 3 sandboxes, want 1 with count 3", len(evs))
+	}
+	if strings.Contains(evs[0].Message, "3f9a0c1d2e4b") || !strings.Contains(evs[0].Message, "no ztunnel connected") {
+		t.Fatalf("message %q: want the cause without the sandbox id", evs[0].Message)
 	}
 }
 
@@ -140,7 +165,7 @@ func TestRecorderAPIServerAway(t *testing.T) {
 func TestNilRecorder(t *testing.T) {
 	var r *Recorder
 	r.Pod("ns", "p", "u", corev1.EventTypeNormal, "Reason", "msg")
-	r.CaptureFailed(PodRef{Namespace: "ns", Name: "p"}, errors.New("x"))
+	r.CaptureFailed(PodRef{Namespace: "ns", Name: "p"}, Sandbox{}, errors.New("x"))
 	r.RulesetReasserted(PodRef{Namespace: "ns", Name: "p"}, nil)
 	r.Shutdown(context.Background())
 	if r.Dropped() != 0 || r.Failed() != 0 {

@@ -65,7 +65,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	d, err := s.Policy.Decide(ctx, pod)
 	defer func() { s.Decisions.Added(pod, req.ContainerId, req.RequestId, d, err) }()
 	if err != nil {
-		s.captureFailed(pod, err)
+		s.captureFailed(pod, req, err)
 		return nil, withRequestID(toStatus(err), req.RequestId)
 	}
 	if !d.Capture {
@@ -84,7 +84,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	}
 	ambient := d.Spec.Mode == redirect.ModeAmbient
 	if err = s.Workloads.Enroll(ctx, rec); err != nil {
-		s.captureFailed(pod, err)
+		s.captureFailed(pod, req, err)
 		if ambient && errors.Is(err, workloads.ErrZtunnel) {
 			s.annotate(ctx, pod, "pending") // as Istio marks a pod ztunnel refused
 		}
@@ -166,9 +166,10 @@ func (s *CNI) GC(ctx context.Context, req *sluicev1.GCRequest) (*sluicev1.GCResp
 	return resp, nil
 }
 
-func (s *CNI) captureFailed(pod policy.Pod, err error) {
+func (s *CNI) captureFailed(pod policy.Pod, req *sluicev1.AddRequest, err error) {
 	if s.Events != nil {
-		s.Events.CaptureFailed(events.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, err)
+		s.Events.CaptureFailed(events.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+			events.Sandbox{ID: req.ContainerId, Netns: req.Netns}, err)
 	}
 }
 
@@ -230,7 +231,8 @@ func toStatus(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ztunnel.ErrNotConnected):
 		// ztunnel restarts and upgrades are routine: the runtime retries.
-		return status.Error(codes.Unavailable, err.Error())
+		// The cause comes first: the agent is up, ztunnel is not.
+		return status.Error(codes.Unavailable, "no ztunnel is connected to the agent, ambient pods wait for one (is ztunnel running on this node?): "+err.Error())
 	case errors.Is(err, podns.ErrNotExist):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

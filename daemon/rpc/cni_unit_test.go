@@ -37,7 +37,7 @@ type sinkEvents struct {
 	got []string
 }
 
-func (s *sinkEvents) CaptureFailed(pod events.PodRef, err error) {
+func (s *sinkEvents) CaptureFailed(pod events.PodRef, _ events.Sandbox, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got = append(s.got, pod.Name)

@@ -24,6 +24,21 @@ type Debug struct {
 	// Kubernetes policy applies them itself; the plugin applies them before
 	// it calls the agent, so Explain must say so in standalone mode too.
 	ExcludeNamespaces []string
+	// ZDS is the ZDS server when the agent runs with --ambient, nil
+	// otherwise; ZtunnelSocket is its path.
+	ZDS           ZtunnelLink
+	ZtunnelSocket string
+}
+
+// Ztunnel says whether ztunnel is connected: with none, ambient ADDs fail
+// while the agent itself is up, and an operator needs to tell the two apart.
+func (d *Debug) Ztunnel(context.Context, *sluicev1.ZtunnelRequest) (*sluicev1.ZtunnelResponse, error) {
+	if d.ZDS == nil {
+		return &sluicev1.ZtunnelResponse{}, nil
+	}
+	ready, why := d.ZDS.Ready()
+	return &sluicev1.ZtunnelResponse{Ambient: true, Socket: d.ZtunnelSocket,
+		Connections: int32(d.ZDS.Connections()), Ready: ready, Reason: why}, nil
 }
 
 func (d *Debug) ListWorkloads(context.Context, *sluicev1.ListWorkloadsRequest) (*sluicev1.ListWorkloadsResponse, error) {

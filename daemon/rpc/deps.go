@@ -6,6 +6,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
 
 // What the services need of the parts below them, each the narrowest
@@ -29,10 +30,17 @@ type Inventory interface {
 
 // EventSink records Events on pods (events.Recorder).
 type EventSink interface {
-	CaptureFailed(pod events.PodRef, err error)
+	CaptureFailed(pod events.PodRef, sb events.Sandbox, err error)
+}
+
+// ZtunnelLink is what Debug reads of the ZDS server (ztunnel.Server).
+type ZtunnelLink interface {
+	Connections() int
+	Ready() (bool, string)
 }
 
 var (
-	_ Workloads = (*workloads.Store)(nil)
-	_ Inventory = (*workloads.Store)(nil)
+	_ Workloads   = (*workloads.Store)(nil)
+	_ Inventory   = (*workloads.Store)(nil)
+	_ ZtunnelLink = (*ztunnel.Server)(nil)
 )

@@ -32,6 +32,10 @@ const MaxResponseBytes = 4 << 20
 type Status struct {
 	Code    codes.Code
 	Message string
+	// Answered is true when the server sent this status: it took and ran
+	// the call. A status made on this side (no connection, deadline,
+	// broken protocol) leaves it false.
+	Answered bool
 }
 
 // Error reads as grpc-go's status errors do, so logs look the same.

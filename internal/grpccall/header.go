@@ -109,7 +109,7 @@ func (h headerBlock) status() *Status {
 	if err != nil {
 		return protocolError("malformed grpc-status %q", h.grpcStatus)
 	}
-	return &Status{Code: codes.Code(n), Message: decodeMessage(h.grpcMessage)}
+	return &Status{Code: codes.Code(n), Message: decodeMessage(h.grpcMessage), Answered: true}
 }
 
 // check refuses response headers that do not start a gRPC

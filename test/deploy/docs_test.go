@@ -140,7 +140,7 @@ func TestDocsNameRealFlags(t *testing.T) {
 			}
 			for _, m := range flag.FindAllStringSubmatch(line, -1) {
 				name := m[2]
-				if _, ok := help[name]; ok || name == "help" || name == "socket" || name == "if" || slices.Contains(foreignFlags, "--"+name) {
+				if _, ok := help[name]; ok || name == "help" || name == "socket" || name == "if" || name == "output" || name == "client" || name == "version" || slices.Contains(foreignFlags, "--"+name) {
 					continue
 				}
 				t.Errorf("%s:%d names --%s, which sluice-agent does not have", doc, i+1, name)

@@ -1620,6 +1620,124 @@ func (x *ExplainResponse) GetRuleset() string {
 	return ""
 }
 
+type ZtunnelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZtunnelRequest) Reset() {
+	*x = ZtunnelRequest{}
+	mi := &file_sluice_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZtunnelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZtunnelRequest) ProtoMessage() {}
+
+func (x *ZtunnelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZtunnelRequest.ProtoReflect.Descriptor instead.
+func (*ZtunnelRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+type ZtunnelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the agent runs without --ambient: there is no ZDS socket.
+	Ambient bool `protobuf:"varint,1,opt,name=ambient,proto3" json:"ambient,omitempty"`
+	// The ZDS socket ztunnel connects to.
+	Socket string `protobuf:"bytes,2,opt,name=socket,proto3" json:"socket,omitempty"`
+	// ztunnel instances connected (two during a ztunnel upgrade).
+	Connections int32 `protobuf:"varint,3,opt,name=connections,proto3" json:"connections,omitempty"`
+	// True when a connected ztunnel has acked its snapshot: ambient ADDs
+	// can be handed over.
+	Ready bool `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`
+	// Why not ready.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZtunnelResponse) Reset() {
+	*x = ZtunnelResponse{}
+	mi := &file_sluice_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZtunnelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZtunnelResponse) ProtoMessage() {}
+
+func (x *ZtunnelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZtunnelResponse.ProtoReflect.Descriptor instead.
+func (*ZtunnelResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ZtunnelResponse) GetAmbient() bool {
+	if x != nil {
+		return x.Ambient
+	}
+	return false
+}
+
+func (x *ZtunnelResponse) GetSocket() string {
+	if x != nil {
+		return x.Socket
+	}
+	return ""
+}
+
+func (x *ZtunnelResponse) GetConnections() int32 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *ZtunnelResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *ZtunnelResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_sluice_v1_agent_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_agent_proto_rawDesc = "" +
@@ -1739,7 +1857,14 @@ const file_sluice_v1_agent_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\x0e2\x0f.sluice.v1.ModeR\x04mode\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
 	"\x06inputs\x18\x04 \x03(\tR\x06inputs\x12\x18\n" +
-	"\aruleset\x18\x05 \x01(\tR\aruleset*O\n" +
+	"\aruleset\x18\x05 \x01(\tR\aruleset\"\x10\n" +
+	"\x0eZtunnelRequest\"\x93\x01\n" +
+	"\x0fZtunnelResponse\x12\x18\n" +
+	"\aambient\x18\x01 \x01(\bR\aambient\x12\x16\n" +
+	"\x06socket\x18\x02 \x01(\tR\x06socket\x12 \n" +
+	"\vconnections\x18\x03 \x01(\x05R\vconnections\x12\x14\n" +
+	"\x05ready\x18\x04 \x01(\bR\x05ready\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason*O\n" +
 	"\n" +
 	"ApiVersion\x12\x1b\n" +
 	"\x17API_VERSION_UNSPECIFIED\x10\x00\x12\x11\n" +
@@ -1754,12 +1879,13 @@ const file_sluice_v1_agent_proto_rawDesc = "" +
 	"\x03Del\x12\x15.sluice.v1.DelRequest\x1a\x16.sluice.v1.DelResponse\x12:\n" +
 	"\x05Check\x12\x17.sluice.v1.CheckRequest\x1a\x18.sluice.v1.CheckResponse\x12=\n" +
 	"\x06Status\x12\x18.sluice.v1.StatusRequest\x1a\x19.sluice.v1.StatusResponse\x121\n" +
-	"\x02GC\x12\x14.sluice.v1.GCRequest\x1a\x15.sluice.v1.GCResponse2\xad\x02\n" +
+	"\x02GC\x12\x14.sluice.v1.GCRequest\x1a\x15.sluice.v1.GCResponse2\xef\x02\n" +
 	"\x05Debug\x12R\n" +
 	"\rListWorkloads\x12\x1f.sluice.v1.ListWorkloadsRequest\x1a .sluice.v1.ListWorkloadsResponse\x12L\n" +
 	"\vGetWorkload\x12\x1d.sluice.v1.GetWorkloadRequest\x1a\x1e.sluice.v1.GetWorkloadResponse\x12@\n" +
 	"\aVersion\x12\x19.sluice.v1.VersionRequest\x1a\x1a.sluice.v1.VersionResponse\x12@\n" +
-	"\aExplain\x12\x19.sluice.v1.ExplainRequest\x1a\x1a.sluice.v1.ExplainResponseB5Z3github.com/sluicemesh/sluice/api/sluice/v1;sluicev1b\x06proto3"
+	"\aExplain\x12\x19.sluice.v1.ExplainRequest\x1a\x1a.sluice.v1.ExplainResponse\x12@\n" +
+	"\aZtunnel\x12\x19.sluice.v1.ZtunnelRequest\x1a\x1a.sluice.v1.ZtunnelResponseB5Z3github.com/sluicemesh/sluice/api/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_agent_proto_rawDescOnce sync.Once
@@ -1774,7 +1900,7 @@ func file_sluice_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_sluice_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_sluice_v1_agent_proto_goTypes = []any{
 	(ApiVersion)(0),               // 0: sluice.v1.ApiVersion
 	(Mode)(0),                     // 1: sluice.v1.Mode
@@ -1801,6 +1927,8 @@ var file_sluice_v1_agent_proto_goTypes = []any{
 	(*VersionResponse)(nil),       // 22: sluice.v1.VersionResponse
 	(*ExplainRequest)(nil),        // 23: sluice.v1.ExplainRequest
 	(*ExplainResponse)(nil),       // 24: sluice.v1.ExplainResponse
+	(*ZtunnelRequest)(nil),        // 25: sluice.v1.ZtunnelRequest
+	(*ZtunnelResponse)(nil),       // 26: sluice.v1.ZtunnelResponse
 }
 var file_sluice_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.AddRequest.api_version:type_name -> sluice.v1.ApiVersion
@@ -1840,17 +1968,19 @@ var file_sluice_v1_agent_proto_depIdxs = []int32{
 	19, // 34: sluice.v1.Debug.GetWorkload:input_type -> sluice.v1.GetWorkloadRequest
 	21, // 35: sluice.v1.Debug.Version:input_type -> sluice.v1.VersionRequest
 	23, // 36: sluice.v1.Debug.Explain:input_type -> sluice.v1.ExplainRequest
-	7,  // 37: sluice.v1.CNI.Add:output_type -> sluice.v1.AddResponse
-	9,  // 38: sluice.v1.CNI.Del:output_type -> sluice.v1.DelResponse
-	11, // 39: sluice.v1.CNI.Check:output_type -> sluice.v1.CheckResponse
-	13, // 40: sluice.v1.CNI.Status:output_type -> sluice.v1.StatusResponse
-	15, // 41: sluice.v1.CNI.GC:output_type -> sluice.v1.GCResponse
-	18, // 42: sluice.v1.Debug.ListWorkloads:output_type -> sluice.v1.ListWorkloadsResponse
-	20, // 43: sluice.v1.Debug.GetWorkload:output_type -> sluice.v1.GetWorkloadResponse
-	22, // 44: sluice.v1.Debug.Version:output_type -> sluice.v1.VersionResponse
-	24, // 45: sluice.v1.Debug.Explain:output_type -> sluice.v1.ExplainResponse
-	37, // [37:46] is the sub-list for method output_type
-	28, // [28:37] is the sub-list for method input_type
+	25, // 37: sluice.v1.Debug.Ztunnel:input_type -> sluice.v1.ZtunnelRequest
+	7,  // 38: sluice.v1.CNI.Add:output_type -> sluice.v1.AddResponse
+	9,  // 39: sluice.v1.CNI.Del:output_type -> sluice.v1.DelResponse
+	11, // 40: sluice.v1.CNI.Check:output_type -> sluice.v1.CheckResponse
+	13, // 41: sluice.v1.CNI.Status:output_type -> sluice.v1.StatusResponse
+	15, // 42: sluice.v1.CNI.GC:output_type -> sluice.v1.GCResponse
+	18, // 43: sluice.v1.Debug.ListWorkloads:output_type -> sluice.v1.ListWorkloadsResponse
+	20, // 44: sluice.v1.Debug.GetWorkload:output_type -> sluice.v1.GetWorkloadResponse
+	22, // 45: sluice.v1.Debug.Version:output_type -> sluice.v1.VersionResponse
+	24, // 46: sluice.v1.Debug.Explain:output_type -> sluice.v1.ExplainResponse
+	26, // 47: sluice.v1.Debug.Ztunnel:output_type -> sluice.v1.ZtunnelResponse
+	38, // [38:48] is the sub-list for method output_type
+	28, // [28:38] is the sub-list for method input_type
 	28, // [28:28] is the sub-list for extension type_name
 	28, // [28:28] is the sub-list for extension extendee
 	0,  // [0:28] is the sub-list for field type_name
@@ -1867,7 +1997,7 @@ func file_sluice_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_agent_proto_rawDesc), len(file_sluice_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -307,6 +307,7 @@ const (
 	Debug_GetWorkload_FullMethodName   = "/sluice.v1.Debug/GetWorkload"
 	Debug_Version_FullMethodName       = "/sluice.v1.Debug/Version"
 	Debug_Explain_FullMethodName       = "/sluice.v1.Debug/Explain"
+	Debug_Ztunnel_FullMethodName       = "/sluice.v1.Debug/Ztunnel"
 )
 
 // DebugClient is the client API for Debug service.
@@ -320,6 +321,9 @@ type DebugClient interface {
 	Version(ctx context.Context, in *VersionRequest, opts ...grpc.CallOption) (*VersionResponse, error)
 	// Explain says what ADD would do for a pod, and why, without doing it.
 	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
+	// Ztunnel says whether ztunnel is connected over ZDS: without it ambient
+	// pods cannot start, while the agent itself is up and ready.
+	Ztunnel(ctx context.Context, in *ZtunnelRequest, opts ...grpc.CallOption) (*ZtunnelResponse, error)
 }
 
 type debugClient struct {
@@ -370,6 +374,16 @@ func (c *debugClient) Explain(ctx context.Context, in *ExplainRequest, opts ...g
 	return out, nil
 }
 
+func (c *debugClient) Ztunnel(ctx context.Context, in *ZtunnelRequest, opts ...grpc.CallOption) (*ZtunnelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ZtunnelResponse)
+	err := c.cc.Invoke(ctx, Debug_Ztunnel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DebugServer is the server API for Debug service.
 // All implementations must embed UnimplementedDebugServer
 // for forward compatibility.
@@ -381,6 +395,9 @@ type DebugServer interface {
 	Version(context.Context, *VersionRequest) (*VersionResponse, error)
 	// Explain says what ADD would do for a pod, and why, without doing it.
 	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
+	// Ztunnel says whether ztunnel is connected over ZDS: without it ambient
+	// pods cannot start, while the agent itself is up and ready.
+	Ztunnel(context.Context, *ZtunnelRequest) (*ZtunnelResponse, error)
 	mustEmbedUnimplementedDebugServer()
 }
 
@@ -402,6 +419,9 @@ func (UnimplementedDebugServer) Version(context.Context, *VersionRequest) (*Vers
 }
 func (UnimplementedDebugServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
+}
+func (UnimplementedDebugServer) Ztunnel(context.Context, *ZtunnelRequest) (*ZtunnelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ztunnel not implemented")
 }
 func (UnimplementedDebugServer) mustEmbedUnimplementedDebugServer() {}
 func (UnimplementedDebugServer) testEmbeddedByValue()               {}
@@ -496,6 +516,24 @@ func _Debug_Explain_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Debug_Ztunnel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ZtunnelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DebugServer).Ztunnel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Debug_Ztunnel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DebugServer).Ztunnel(ctx, req.(*ZtunnelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Debug_ServiceDesc is the grpc.ServiceDesc for Debug service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -518,6 +556,10 @@ var Debug_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Explain",
 			Handler:    _Debug_Explain_Handler,
+		},
+		{
+			MethodName: "Ztunnel",
+			Handler:    _Debug_Ztunnel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
