@@ -20,9 +20,6 @@ const ownConfPerm fs.FileMode = 0o644
 const editAttempts = 5
 
 func (in *Installer) syncConf() error {
-	if err := os.MkdirAll(in.cfg.ConfDir, 0o755); err != nil {
-		return fmt.Errorf("create CNI config directory: %w", err)
-	}
 	if in.cfg.Chained {
 		return in.syncChained()
 	}
@@ -38,8 +35,8 @@ func (in *Installer) syncChained() error {
 	// A file left by a non-chained run would hand every pod to sluice alone
 	// (00-) or sit unused (YYY-); both are ours.
 	for _, name := range []string{OwnConfName, legacyOwnConfName} {
-		if own := filepath.Join(in.cfg.ConfDir, name); fileExists(own) {
-			in.log.Warn("removing the non-chained config of an earlier run", "path", own)
+		if own := filepath.Join(in.conf, name); fileExists(own) {
+			in.log.Warn("removing the non-chained config of an earlier run", "path", in.show(own))
 			in.countWrite()
 			if err := removeFile(own); err != nil {
 				return err
@@ -59,9 +56,9 @@ func (in *Installer) chainOnce() error {
 	}
 	target := p.target()
 	if in.primary != "" && in.primary != target {
-		in.log.Info("primary CNI config changed, moving the sluice entry", "from", in.primary, "to", target)
+		in.log.Info("primary CNI config changed, moving the sluice entry", "from", in.show(in.primary), "to", in.show(target))
 		if err := in.dropEntry(in.primary); err != nil {
-			in.log.Warn("could not remove the sluice entry from the former primary", "path", in.primary, "err", err)
+			in.log.Warn("could not remove the sluice entry from the former primary", "path", in.show(in.primary), "err", err)
 		}
 		in.primary = ""
 	}
@@ -145,11 +142,11 @@ func describeChange(data []byte) string {
 
 // syncOwn keeps OwnConfName exactly as this agent would write it.
 func (in *Installer) syncOwn() error {
-	path := filepath.Join(in.cfg.ConfDir, OwnConfName)
+	path := filepath.Join(in.conf, OwnConfName)
 	// Earlier versions wrote 00-sluice.conflist, which sorts first: it would
 	// hand every pod to sluice alone instead of to the primary CNI.
-	if legacy := filepath.Join(in.cfg.ConfDir, legacyOwnConfName); fileExists(legacy) {
-		in.log.Warn("removing the non-chained config of an earlier version, which sorts first", "path", legacy)
+	if legacy := filepath.Join(in.conf, legacyOwnConfName); fileExists(legacy) {
+		in.log.Warn("removing the non-chained config of an earlier version, which sorts first", "path", in.show(legacy))
 		in.countWrite()
 		if err := removeFile(legacy); err != nil {
 			return err

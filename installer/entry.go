@@ -34,15 +34,15 @@ func (in *Installer) listWithoutLeftovers(p primaryConf) ([]byte, error) {
 		return list, err
 	}
 	if !in.cfg.RemoveIstioCNIEntry {
-		in.warnOnce("istio-cni:"+p.path, "the primary CNI config still holds an istio-cni entry: pods are captured by both, or fail ADD once istio-cni's agent is gone; remove it, or start the agent with --remove-istio-cni-entry",
-			"path", p.path, "plugins", types)
+		in.warnOnce("istio-cni:"+in.show(p.path), "the primary CNI config still holds an istio-cni entry: pods are captured by both, or fail ADD once istio-cni's agent is gone; remove it, or start the agent with --remove-istio-cni-entry",
+			"path", in.show(p.path), "plugins", types)
 		return list, nil
 	}
 	out, err := conflist.RemovePlugins(list, istioCNIType)
 	if err != nil {
 		return nil, fmt.Errorf("remove the istio-cni entry from %s: %w", p.path, err)
 	}
-	in.log.Info("removing the leftover istio-cni entry", "path", p.path, "plugins", types)
+	in.log.Info("removing the leftover istio-cni entry", "path", in.show(p.path), "plugins", types)
 	return out, nil
 }
 
@@ -73,7 +73,7 @@ func (in *Installer) dropEntry(path string) error {
 		if err := rewrite(cur, out); err != nil {
 			return fmt.Errorf("write %s without the sluice entry: %w", path, err)
 		}
-		in.log.Info("removed the sluice entry", "path", path)
+		in.log.Info("removed the sluice entry", "path", in.show(path))
 		return nil
 	})
 }
@@ -82,12 +82,12 @@ func (in *Installer) dropEntry(path string) error {
 // single-plugin config for which drop holds. Only a file that holds a
 // sluice entry counts as ours, whatever its name.
 func (in *Installer) removeChainedConfs(drop func(path string) bool) {
-	entries, err := os.ReadDir(in.cfg.ConfDir)
+	entries, err := os.ReadDir(in.conf)
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
-		path := filepath.Join(in.cfg.ConfDir, e.Name())
+		path := filepath.Join(in.conf, e.Name())
 		if !strings.HasSuffix(e.Name(), chainedSuffix) || !drop(path) {
 			continue
 		}
@@ -96,10 +96,10 @@ func (in *Installer) removeChainedConfs(drop func(path string) bool) {
 		}
 		in.countWrite()
 		if err := removeFile(path); err != nil {
-			in.log.Warn("could not remove a sluice conflist no longer in use", "path", path, "err", err)
+			in.log.Warn("could not remove a sluice conflist no longer in use", "path", in.show(path), "err", err)
 			continue
 		}
-		in.log.Info("removed a sluice conflist no longer in use", "path", path)
+		in.log.Info("removed a sluice conflist no longer in use", "path", in.show(path))
 	}
 }
 

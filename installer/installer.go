@@ -33,6 +33,8 @@ type Installer struct {
 	primary     string                 // the conflist our entry was last placed in
 	warnedOnce  map[string]bool        // log lines that would repeat on every resync
 	restores    restoreLog
+	pins        map[string]*pinnedDir // configured dir → the one written in (pindir.go)
+	conf        string                // the pinned conf dir to work in, set by each sync
 
 	stateMu sync.Mutex
 	ready   bool
@@ -77,6 +79,7 @@ func New(cfg Config) (*Installer, error) {
 		placed:     map[string]bool{},
 		warnedOnce: map[string]bool{},
 		restores:   restoreLog{},
+		pins:       map[string]*pinnedDir{},
 		reason:     "not installed yet",
 	}
 	if !cfg.Chained {
@@ -117,9 +120,14 @@ func (in *Installer) Uninstall() error {
 	// Asked for, so not worth a warning.
 	defer in.updateState(false, "uninstalled")
 
+	conf, err := in.pin(in.cfg.ConfDir)
+	if err != nil {
+		return err
+	}
+	in.conf = conf
 	if !in.cfg.Chained {
 		in.countWrite()
-		return removeFile(filepath.Join(in.cfg.ConfDir, OwnConfName))
+		return removeFile(filepath.Join(in.conf, OwnConfName))
 	}
 	// Every conflist of ours chained from a single-plugin config goes.
 	in.removeChainedConfs(func(string) bool { return true })
@@ -144,12 +152,21 @@ func (in *Installer) sync() {
 	}
 	var problems []string
 	for _, dir := range in.cfg.BinDirs {
-		if err := in.syncBinary(dir); err != nil {
-			problems = append(problems, err.Error())
+		at, err := in.pin(dir)
+		if err == nil {
+			err = in.syncBinary(at)
+		}
+		if err != nil {
+			problems = append(problems, in.show(err.Error()))
 		}
 	}
-	if err := in.syncConf(); err != nil {
-		problems = append(problems, err.Error())
+	conf, err := in.pin(in.cfg.ConfDir)
+	if err == nil {
+		in.conf = conf
+		err = in.syncConf()
+	}
+	if err != nil {
+		problems = append(problems, in.show(err.Error()))
 	}
 	if len(problems) > 0 {
 		in.setState(false, strings.Join(problems, "; "))
@@ -161,10 +178,11 @@ func (in *Installer) sync() {
 // repairing drops readiness before a write, so a reader never sees "ready"
 // while something is missing, and counts the write as a restore when the
 // target had been in place before.
-func (in *Installer) repairing(path, what string) {
+func (in *Installer) repairing(at, what string) {
+	path := in.show(at)
 	in.updateState(false, fmt.Sprintf("writing %s: %s", path, what))
 	in.countWrite()
-	if !in.placed[path] {
+	if !in.placed[at] {
 		in.log.Info("installing", "path", path, "reason", what)
 		return
 	}

@@ -22,7 +22,7 @@ func TestConcurrentRewriteNotReverted(t *testing.T) {
 
 			var injected atomic.Bool
 			testHookBeforeRename = func(path string) {
-				if path != primary || !injected.CompareAndSwap(false, true) {
+				if filepath.Base(path) != filepath.Base(primary) || !injected.CompareAndSwap(false, true) {
 					return
 				}
 				if how == "in place" {

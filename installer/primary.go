@@ -49,7 +49,7 @@ func ours(name string) bool {
 // its CNI, and moving to the next file would edit (or shadow) a file for no
 // reason but a half-written one. The caller goes not ready and waits.
 func (in *Installer) findPrimary() (primaryConf, error) {
-	dir := in.cfg.ConfDir
+	dir := in.conf
 	if in.cfg.ConfName != "" {
 		return in.namedPrimary(filepath.Join(dir, in.cfg.ConfName))
 	}

@@ -82,8 +82,12 @@ func (in *Installer) removeStaleTemps() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for _, dir := range in.dirs() {
-		if err := removeStaleTemps(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-			in.log.Warn("could not remove stale temp files", "dir", dir, "err", err)
+		at, err := in.pin(dir)
+		if err == nil {
+			err = removeStaleTemps(at)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			in.log.Warn("could not remove stale temp files", "dir", dir, "err", in.show(err.Error()))
 		}
 	}
 }
