@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"google.golang.org/grpc"
@@ -139,8 +138,12 @@ func (a *agent) buildAmbient() (err error) {
 	// ZDS reads the store only once it serves, after buildStore.
 	snapshot := func() []ztunnel.Workload { return a.store.ZtunnelSnapshot() }
 	records := func() []workloads.Record { return a.store.List() }
-	a.amb, err = newAmbient(a.cfg, a.opener, snapshot, records, a.informers, a.log)
-	return err
+	if a.amb, err = newAmbient(a.cfg, a.opener, snapshot, records, a.informers, a.log); err != nil {
+		return err
+	}
+	// A removed or replaced ZDS socket strands every ztunnel that restarts.
+	a.checks.AddLiveness("ztunnel-socket", a.amb.zds.SocketOurs)
+	return nil
 }
 
 func (a *agent) buildStore() (err error) {
@@ -233,17 +236,21 @@ func (a *agent) serve() (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.closers = append(a.closers, func() { removeIfOurs(lis, a.cfg.socket) })
+	// Closing removes the file only while it is still ours.
+	a.closers = append(a.closers, func() { lis.Close() })
 	a.checks.AddLiveness("socket", lis.Ours)
 	a.checks.Add("grpc", socketServes(a.cfg.socket))
 	a.registerMetrics()
 
 	go func() { a.errc <- a.gs.Serve(lis) }()
+	// Readiness is computed here, on the agent's schedule; /readyz,
+	// /metrics and CNI STATUS read the last verdict.
+	go a.checks.Run(a.ctx, checkPeriod)
 	a.hsrv = health.NewServer(health.Handler(a.checks, a.metrics.Handler()))
-	hl, err := net.Listen("tcp", a.cfg.healthAddr)
+	hl, err := health.Listen(a.cfg.healthAddr)
 	if err != nil {
 		a.gs.Stop()
-		return nil, fmt.Errorf("health listener %s: %w", a.cfg.healthAddr, err)
+		return nil, err
 	}
 	go func() { a.errc <- a.hsrv.Serve(hl) }()
 	a.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -318,6 +325,10 @@ func drain(gs *grpc.Server, timeout time.Duration) {
 	}
 }
 
+// checkPeriod is how often a ready agent runs its readiness checks (sooner
+// while not ready); a change is seen by /readyz and STATUS within it.
+const checkPeriod = time.Second
+
 // socketServes is ready when a real gRPC health call over the socket works,
 // which is what the plugin needs.
 func socketServes(socket string) health.Check {
@@ -337,13 +348,5 @@ func socketServes(socket string) health.Check {
 			return false, "socket " + socket + ": " + resp.Status.String()
 		}
 		return true, ""
-	}
-}
-
-// removeIfOurs removes the socket file on exit unless another agent's has
-// taken its place.
-func removeIfOurs(lis *rpc.Listener, path string) {
-	if ok, _ := lis.Ours(); ok {
-		os.Remove(path)
 	}
 }

@@ -2,13 +2,18 @@
 // alive and every liveness check passes: a failure there is one only a
 // restart mends) and /readyz (every liveness and readiness check passes),
 // and hosts /metrics on the same address.
+//
+// Health is cheap and cannot be used against the node: the checks run on
+// the agent's own schedule (Checks.Run), never per request, and every
+// request, probe, scrape or CNI STATUS, reads the last verdict.
 package health
 
 import (
+	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,11 +25,26 @@ type Checks struct {
 	mu   sync.Mutex
 	all  []named // readiness: every check
 	live []named // liveness: the ones only a restart mends
+
+	last atomic.Pointer[verdict] // nil until Run has checked once
 }
 
 type named struct {
 	name  string
 	check Check
+}
+
+// verdict is one run of every check.
+type verdict struct {
+	at    time.Time
+	stale time.Duration // the verdict stands this long
+	ready result        // every check
+	live  result        // the liveness checks
+}
+
+type result struct {
+	ok  bool
+	why string
 }
 
 // Add registers a named readiness check.
@@ -43,68 +63,90 @@ func (c *Checks) AddLiveness(name string, check Check) {
 	c.live = append(c.live, named{name, check})
 }
 
-// Ready runs every check; the reason names each failing one.
+// Ready is the last verdict of every check; the reason names each failing
+// one. It runs no check.
 func (c *Checks) Ready() (bool, string) {
-	c.mu.Lock()
-	all := c.all
-	c.mu.Unlock()
-	return run(all)
+	v, why := c.current()
+	if v == nil {
+		return false, why
+	}
+	return v.ready.ok, v.ready.why
 }
 
-// Live runs the liveness checks.
+// Live is the last verdict of the liveness checks. It runs no check.
 func (c *Checks) Live() (bool, string) {
-	c.mu.Lock()
-	live := c.live
-	c.mu.Unlock()
-	return run(live)
+	v, why := c.current()
+	if v == nil {
+		return false, why
+	}
+	return v.live.ok, v.live.why
 }
 
-func run(checks []named) (bool, string) {
+// current is the last verdict while it stands, else nil and why: none yet,
+// or the checker has not finished a run for many periods (a check hangs).
+func (c *Checks) current() (*verdict, string) {
+	v := c.last.Load()
+	if v == nil {
+		return nil, "not checked yet"
+	}
+	if age := time.Since(v.at); age > v.stale {
+		return nil, fmt.Sprintf("checks last completed %v ago (a check hangs?)", age.Round(time.Second))
+	}
+	return v, ""
+}
+
+// Run checks now and then every period until ctx ends, and publishes each
+// verdict. While not ready it checks sooner, from period/20 doubling up to
+// period, so a starting agent is found ready within milliseconds. A verdict
+// stands for 10 periods: a checker that stops finishing fails readiness and
+// liveness rather than leaving an old answer green for ever.
+func (c *Checks) Run(ctx context.Context, period time.Duration) {
+	backoff := period / 20
+	for {
+		v := c.check(10 * period)
+		c.last.Store(v)
+		wait := period
+		if v.ready.ok {
+			backoff = period / 20
+		} else {
+			wait, backoff = backoff, min(backoff*2, period)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// check runs every check once (liveness checks are in all too).
+func (c *Checks) check(stale time.Duration) *verdict {
+	c.mu.Lock()
+	all, live := c.all, c.live
+	c.mu.Unlock()
+	seen := map[string]string{}
+	return &verdict{at: time.Now(), stale: stale, ready: run(all, seen), live: run(live, seen)}
+}
+
+// run runs each check not in seen yet (recording its reason, "" when it
+// passes) and reports every failing one.
+func run(checks []named, seen map[string]string) result {
 	var failed []string
 	for _, n := range checks {
-		if ok, why := n.check(); !ok {
+		why, done := seen[n.name]
+		if !done {
+			ok, w := n.check()
+			switch {
+			case ok:
+				w = ""
+			case w == "":
+				w = "failed"
+			}
+			why, seen[n.name] = w, w
+		}
+		if why != "" {
 			failed = append(failed, n.name+": "+why)
 		}
 	}
-	if len(failed) > 0 {
-		return false, strings.Join(failed, "; ")
-	}
-	return true, ""
-}
-
-// Handler serves /healthz, /readyz and, when given, /metrics.
-func Handler(c *Checks, metrics http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	if metrics != nil {
-		mux.Handle("GET /metrics", metrics)
-	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if ok, why := c.Live(); !ok {
-			http.Error(w, "not live: "+why, http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if ok, why := c.Ready(); !ok {
-			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	return mux
-}
-
-// Limits of the health server. It listens on the node's network (the agent
-// is hostNetwork), so anyone who can reach the port can open connections:
-// each is bounded in header size and in how long it may sit idle or slow.
-var limits = struct {
-	readHeader, read, write, idle time.Duration
-	maxHeaderBytes                int
-}{5 * time.Second, 10 * time.Second, 10 * time.Second, 30 * time.Second, 8 << 10}
-
-// NewServer is the HTTP server for Handler, bounded by limits.
-func NewServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: limits.readHeader, ReadTimeout: limits.read,
-		WriteTimeout: limits.write, IdleTimeout: limits.idle, MaxHeaderBytes: limits.maxHeaderBytes}
+	return result{ok: len(failed) == 0, why: strings.Join(failed, "; ")}
 }

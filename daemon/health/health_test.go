@@ -1,17 +1,47 @@
 package health
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicemesh/sluice/internal/nstest"
 )
+
+// running runs c's checker every period until the test ends.
+func running(t *testing.T, c *Checks, period time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx, period); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// answers waits until path answers code.
+func answers(t *testing.T, url string, code int) {
+	t.Helper()
+	nstest.Eventually(t, 5*time.Second, func() bool { got, _ := get(t, url); return got == code }, "%s never answered %d", url, code)
+}
 
 func TestReadyz(t *testing.T) {
 	c := &Checks{}
@@ -20,26 +50,16 @@ func TestReadyz(t *testing.T) {
 	c.Add("installer", func() (bool, string) { return installed.Load(), "conflist entry missing" })
 	srv := httptest.NewServer(Handler(c, nil))
 	defer srv.Close()
-
-	get := func(path string) (int, string) {
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+	if code, body := get(t, srv.URL+"/readyz"); code != 503 || !strings.Contains(body, "not checked yet") {
+		t.Errorf("/readyz before the first check = %d %q", code, body)
 	}
-	if code, _ := get("/healthz"); code != 200 {
-		t.Errorf("/healthz = %d", code)
-	}
-	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "installer: conflist entry missing") {
+	running(t, c, 20*time.Millisecond)
+	answers(t, srv.URL+"/healthz", 200)
+	if code, body := get(t, srv.URL+"/readyz"); code != 503 || !strings.Contains(body, "installer: conflist entry missing") {
 		t.Errorf("/readyz = %d %q, want 503 naming the installer", code, body)
 	}
 	installed.Store(true)
-	if code, _ := get("/readyz"); code != 200 {
-		t.Errorf("/readyz = %d once every check passes", code)
-	}
+	answers(t, srv.URL+"/readyz", 200)
 }
 
 // A liveness failure fails /healthz, and readiness with it.
@@ -49,21 +69,114 @@ func TestHealthzFailsOnLiveness(t *testing.T) {
 	c.AddLiveness("socket", func() (bool, string) { return !gone.Load(), "socket file removed" })
 	srv := httptest.NewServer(Handler(c, nil))
 	defer srv.Close()
-	code := func(path string) int {
-		resp, err := http.Get(srv.URL + path)
+	running(t, c, 20*time.Millisecond)
+	answers(t, srv.URL+"/healthz", 200)
+	answers(t, srv.URL+"/readyz", 200)
+	gone.Store(true)
+	answers(t, srv.URL+"/healthz", 503)
+	if code, body := get(t, srv.URL+"/readyz"); code != 503 || !strings.Contains(body, "socket: socket file removed") {
+		t.Errorf("/readyz = %d %q with the socket gone", code, body)
+	}
+}
+
+// A flood of probes runs no check: the checks run on the checker's
+// schedule alone. Before, every request ran every check (the gRPC one
+// dialled the agent's own socket), so a flood on /readyz or /metrics held
+// the socket's connection slots and failed ADDs.
+func TestFloodRunsNoCheck(t *testing.T) {
+	c := &Checks{}
+	var calls atomic.Int64
+	c.AddLiveness("socket", func() (bool, string) { calls.Add(1); return true, "" })
+	c.Add("grpc", func() (bool, string) { calls.Add(1); return true, "" })
+	srv := httptest.NewServer(Handler(c, nil))
+	defer srv.Close()
+	running(t, c, time.Hour)
+	answers(t, srv.URL+"/readyz", 200)
+	before := calls.Load()
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			for j := range 25 {
+				if code, _ := get(t, srv.URL+[]string{"/readyz", "/healthz"}[(i+j)%2]); code != 200 {
+					t.Errorf("probe answered %d", code)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := calls.Load() - before; got != 0 {
+		t.Fatalf("500 probes ran the checks %d times; want 0 (the next run is an hour away)", got)
+	}
+}
+
+// Each check runs once a run, also when it is a liveness check (listed in
+// both).
+func TestEachCheckRunsOnceARun(t *testing.T) {
+	c := &Checks{}
+	var calls atomic.Int64
+	c.AddLiveness("socket", func() (bool, string) { calls.Add(1); return false, "gone" })
+	v := c.check(time.Minute)
+	if calls.Load() != 1 || v.ready.ok || v.live.ok || v.live.why != "socket: gone" || v.ready.why != "socket: gone" {
+		t.Fatalf("one run: %d calls, verdict %+v", calls.Load(), v)
+	}
+}
+
+// A checker that stops finishing (a check hangs) does not leave the last
+// answer green: after 10 periods the agent is neither ready nor live.
+func TestHungCheckerFailsReadinessAndLiveness(t *testing.T) {
+	c := &Checks{}
+	var hang atomic.Bool
+	release := make(chan struct{})
+	defer close(release)
+	c.AddLiveness("socket", func() (bool, string) {
+		if hang.Load() {
+			<-release
+		}
+		return true, ""
+	})
+	running(t, c, 10*time.Millisecond)
+	nstest.Eventually(t, 5*time.Second, func() bool { ok, _ := c.Live(); return ok }, "never live")
+	hang.Store(true)
+	nstest.Eventually(t, 5*time.Second, func() bool { ok, _ := c.Live(); return !ok }, "live with the checker hung")
+	if ok, why := c.Ready(); ok || !strings.Contains(why, "hangs") {
+		t.Fatalf("Ready() = %v %q with the checker hung", ok, why)
+	}
+}
+
+// Past the connection bound, a connection waits for a slot: the health
+// port's connections are bounded.
+func TestHealthPortIsBounded(t *testing.T) {
+	saved := limits
+	defer func() { limits = saved }()
+	limits.maxConns = 2
+	c := &Checks{}
+	c.Add("x", func() (bool, string) { return true, "" })
+	c.last.Store(c.check(time.Hour))
+	l, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(Handler(c, nil))
+	go srv.Serve(l)
+	defer srv.Close()
+	url := fmt.Sprintf("http://%s/healthz", l.Addr())
+	var holders []net.Conn
+	for range 2 {
+		h, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer h.Close()
+		holders = append(holders, h)
+	}
+	client := &http.Client{Timeout: 300 * time.Millisecond}
+	if resp, err := client.Get(url); err == nil {
 		resp.Body.Close()
-		return resp.StatusCode
+		t.Fatal("a third connection was served while two held the slots")
 	}
-	if code("/healthz") != 200 || code("/readyz") != 200 {
-		t.Fatal("not healthy with the socket ours")
-	}
-	gone.Store(true)
-	if code("/healthz") != 503 || code("/readyz") != 503 {
-		t.Fatal("healthy with the socket gone")
-	}
+	holders[0].Close()
+	answers(t, url, 200)
 }
 
 // A connection that sends nothing, or goes idle after a request, is closed
@@ -114,4 +227,36 @@ func TestServerClosesIdleAndSlowConnections(t *testing.T) {
 	if !strings.Contains(string(b), "431") {
 		t.Errorf("a 64 KiB header got %q, want 431", b)
 	}
+}
+
+// Clients that leave their connections open after a request (a leaky
+// scraper, or anyone on the network) hold no slot: each connection serves
+// one request, so the kubelet's probe is answered within its 1 s timeout.
+// With keep-alive, 64 such clients held every slot for the idle timeout.
+func TestLeakyClientsDoNotHoldThePort(t *testing.T) {
+	c := &Checks{}
+	c.last.Store(c.check(time.Hour))
+	l, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(Handler(c, nil))
+	go srv.Serve(l)
+	defer srv.Close()
+	url := fmt.Sprintf("http://%s/healthz", l.Addr())
+	for range 2 * limits.maxConns {
+		leaky := &http.Client{Transport: &http.Transport{}} // never closes its idle connection
+		resp, err := leaky.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := probe.Get(url)
+	if err != nil {
+		t.Fatalf("probe after %d leaky clients: %v", 2*limits.maxConns, err)
+	}
+	resp.Body.Close()
 }

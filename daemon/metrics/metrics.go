@@ -22,6 +22,9 @@ import (
 
 const ns = "sluice"
 
+// maxScrapesInFlight bounds the /metrics requests served at once.
+const maxScrapesInFlight = 4
+
 // Metrics is the agent's registry and the instruments the code observes
 // directly; values read from elsewhere at scrape time are added with Func.
 type Metrics struct {
@@ -87,7 +90,10 @@ func (m *Metrics) Register(c prometheus.Collector) { m.reg.MustRegister(c) }
 
 // Handler serves the registry.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	// A scrape is cheap, but each one in flight holds a gzip writer and the
+	// rendered families: past a few at once, more get 503 at once rather
+	// than growing the agent (the port is reachable from the network).
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, MaxRequestsInFlight: maxScrapesInFlight})
 }
 
 // Unary counts and times the sluice.v1.CNI calls.

@@ -1,12 +1,9 @@
 package rpc
 
 import (
-	"fmt"
 	"net"
-	"path/filepath"
-	"sync"
 
-	"github.com/sluicemesh/sluice/internal/dirlock"
+	"github.com/sluicemesh/sluice/internal/connlimit"
 	"github.com/sluicemesh/sluice/internal/sockfile"
 )
 
@@ -19,75 +16,22 @@ const MaxConnections = 256
 // whether its path still names it.
 type Listener struct {
 	net.Listener
-	stamp sockfile.Stamp
+	sock *sockfile.Listener
 }
 
 // Listen opens the agent's unix socket (0600). Its directory must be the
 // agent's own: created 0700 when missing, else owned by the agent's uid and
 // writable by no one else; a shared directory is refused, never tightened.
+// Closing it removes the file only while it is still ours, never another
+// agent's that took the path.
 func Listen(path string) (*Listener, error) {
-	if !filepath.IsAbs(path) {
-		return nil, fmt.Errorf("socket path %q is not absolute", path)
-	}
-	if err := dirlock.Own(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("socket dir: %w", err)
-	}
 	l, err := sockfile.Listen("unix", path, 0o700)
 	if err != nil {
 		return nil, err
 	}
-	// On exit the file is removed only while it is still ours
-	// (removeIfOurs), never another agent's that took the path.
-	l.SetUnlinkOnClose(false)
-	stamp, err := sockfile.NewStamp(path)
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	return &Listener{Listener: limit(l, MaxConnections), stamp: stamp}, nil
+	return &Listener{Listener: connlimit.Listener(l, MaxConnections), sock: l}, nil
 }
 
 // Ours is a liveness check: false once the socket file was removed or
 // replaced, when no plugin can reach this agent any more.
-func (l *Listener) Ours() (bool, string) {
-	if err := l.stamp.Check(); err != nil {
-		return false, err.Error()
-	}
-	return true, ""
-}
-
-// limit makes Accept wait while n connections are open.
-func limit(l net.Listener, n int) net.Listener {
-	return &limitListener{Listener: l, slots: make(chan struct{}, n)}
-}
-
-type limitListener struct {
-	net.Listener
-	slots chan struct{}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	l.slots <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &slotConn{Conn: c, release: func() { <-l.slots }}, nil
-}
-
-// slotConn gives its slot back on the first Close.
-type slotConn struct {
-	net.Conn
-	release func()
-	once    sync.Once
-}
-
-func (c *slotConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
-
-// Unwrap gives the peer-credential check the unix socket underneath.
-func (c *slotConn) Unwrap() net.Conn { return c.Conn }
+func (l *Listener) Ours() (bool, string) { return l.sock.Ours() }

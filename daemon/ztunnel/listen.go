@@ -1,17 +1,27 @@
 package ztunnel
 
 import (
-	"net"
-
 	"github.com/sluicemesh/sluice/internal/sockfile"
 )
 
+// MaxConnections bounds the ZDS connections open at once (ztunnel needs one,
+// two during its upgrade); more wait in the kernel's backlog. A connection
+// that never says hello is dropped after Timeout.
+const MaxConnections = 8
+
 // listen opens the SOCK_SEQPACKET socket ztunnel dials. Whoever connects is
 // handed every ambient pod's network namespace, so it is root-only
-// (ztunnel runs as root). The directory is a hostPath the ztunnel pod
-// mounts too: created 0755 when missing, an existing one left alone. A
-// sluice server registers a ztunnel only after its hello, so the stale-
-// socket probe is never mistaken for one.
-func listen(path string) (*net.UnixListener, error) {
+// (ztunnel runs as root), and its directory must be the agent's own: a
+// hostPath the ztunnel pod mounts too, created 0755 when missing (ztunnel,
+// root, needs no more), else owned by the agent's uid and writable by no
+// one else, or the agent refuses to start (sockfile, dirlock.Own): in a
+// directory others may write to, anyone could put their own socket in its
+// place and be handed ztunnel's hello. A sluice server registers a ztunnel
+// only after its hello, so the stale-socket probe is never mistaken for one.
+func listen(path string) (*sockfile.Listener, error) {
 	return sockfile.Listen("unixpacket", path, 0o755)
 }
+
+// SocketOurs is a liveness check: false once the socket file was removed or
+// replaced, when no restarted ztunnel can reach this agent any more.
+func (s *Server) SocketOurs() (bool, string) { return s.ln.Ours() }

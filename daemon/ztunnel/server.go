@@ -24,6 +24,9 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/sluicemesh/sluice/internal/connlimit"
+	"github.com/sluicemesh/sluice/internal/sockfile"
 )
 
 // DefaultPath is where ztunnel looks for the node agent, on a hostPath both
@@ -79,7 +82,7 @@ type Config struct {
 type Server struct {
 	cfg Config
 	log *slog.Logger
-	ln  *net.UnixListener
+	ln  *sockfile.Listener
 
 	mu     sync.Mutex
 	conns  []*conn // ztunnels that said hello, oldest first
@@ -128,8 +131,9 @@ func (s *Server) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
 	defer stop()
 	s.log.Info("serving ztunnel")
+	ln := connlimit.Listener(s.ln, MaxConnections)
 	for {
-		uc, err := s.ln.AcceptUnix()
+		lc, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -146,8 +150,11 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		c := s.newConn(uc)
-		wg.Go(func() { s.serve(connCtx, c) })
+		c := s.newConn(lc.(*connlimit.Conn).Unwrap().(*net.UnixConn))
+		wg.Go(func() {
+			defer lc.Close() // gives the slot back
+			s.serve(connCtx, c)
+		})
 	}
 }
 

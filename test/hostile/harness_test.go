@@ -61,10 +61,10 @@ func TestMain(m *testing.M) {
 // HOSTILE_AGENT_SRC=<tree> builds the agent from an older tree instead, to
 // show which rows that tree fails.
 func build(dir string) error {
-	pkgs := []string{"./plugin", "./daemon", "./test/hostile/attacker"}
+	pkgs := []string{"./plugin", "./daemon", "./test/hostile/attacker", "./test/hostile/flood"}
 	old := os.Getenv("HOSTILE_AGENT_SRC")
 	if old != "" {
-		pkgs = []string{"./plugin", "./test/hostile/attacker"}
+		pkgs = []string{"./plugin", "./test/hostile/attacker", "./test/hostile/flood"}
 	}
 	run := func(src string, pkgs ...string) error {
 		cmd := exec.Command("go", append([]string{"build", "-tags", "grpcnotrace", "-o", dir + "/"}, pkgs...)...)

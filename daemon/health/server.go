@@ -1,0 +1,65 @@
+package health
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sluicemesh/sluice/internal/connlimit"
+)
+
+// Handler serves /healthz, /readyz and, when given, /metrics. The probes
+// read the last verdict of c; they run no check.
+func Handler(c *Checks, metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, why := c.Live(); !ok {
+			http.Error(w, "not live: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, why := c.Ready(); !ok {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// Limits of the health server. It listens on the node's network (the agent
+// is hostNetwork), so anyone who can reach the port can open connections:
+// at most maxConns are open at once (more wait in the kernel's backlog),
+// and each is bounded in header size and in how long it may be slow. A
+// probe or a scrape needs one short request.
+var limits = struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes, maxConns      int
+}{2 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 8 << 10, 64}
+
+// NewServer is the HTTP server for Handler, bounded by limits. It serves
+// one request a connection: an idle keep-alive connection would hold one of
+// the maxConns slots for nothing, and a client that leaves many open (a
+// leaky scraper, an attacker) would hold off the kubelet's probes. The
+// kubelet does not keep probe connections alive anyway.
+func NewServer(h http.Handler) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: limits.readHeader, ReadTimeout: limits.read,
+		WriteTimeout: limits.write, IdleTimeout: limits.idle, MaxHeaderBytes: limits.maxHeaderBytes}
+	srv.SetKeepAlivesEnabled(false)
+	return srv
+}
+
+// Listen opens the health port, bounded to limits.maxConns connections.
+func Listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health listener %s: %w", addr, err)
+	}
+	return connlimit.Listener(l, limits.maxConns), nil
+}
