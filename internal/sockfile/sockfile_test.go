@@ -1,6 +1,7 @@
 package sockfile
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,10 +22,9 @@ func TestListen(t *testing.T) {
 	if _, err := Listen("unix", path, 0o700); err == nil || !strings.Contains(err.Error(), "another agent") {
 		t.Fatalf("second Listen on a live socket = %v", err)
 	}
-	// A dead one is replaced. UnixListener.Close removes the file, so
-	// leave a stale socket behind the way a killed process does.
-	l.SetUnlinkOnClose(false)
-	l.Close()
+	// A dead one is replaced: close the listener underneath, which leaves
+	// the file behind the way a killed process does.
+	l.UnixListener.Close()
 	l, err = Listen("unix", path, 0o700)
 	if err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
@@ -38,5 +38,36 @@ func TestListen(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(plain); string(b) != "keep me" {
 		t.Fatal("regular file changed")
+	}
+}
+
+// Close removes the socket file while it is ours, and never a socket that
+// took its place after ours was removed.
+func TestCloseRemovesOnlyOurs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sock")
+	l, err := Listen("unix", path, 0o700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if _, err := os.Lstat(path); err == nil {
+		t.Fatal("our socket left behind on Close")
+	}
+	l, err = Listen("unix", path, 0o700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(path)
+	if ok, why := l.Ours(); ok || !strings.Contains(why, "not ours any more") {
+		t.Fatalf("Ours() = %v %q once removed", ok, why)
+	}
+	other, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	l.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("Close removed another's socket: %v", err)
 	}
 }
