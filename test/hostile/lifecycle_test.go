@@ -1,6 +1,7 @@
 package hostile
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,10 +72,11 @@ func TestSecondAgentOnTheStateDir(t *testing.T) {
 }
 
 // An agent whose socket file is gone (nobody can reach it) fails its
-// liveness probe, so the kubelet restarts it.
+// liveness probe, so the kubelet restarts it; a socket someone then put at
+// the path is not removed by the agent when it exits.
 func TestSocketRemovedFailsLiveness(t *testing.T) {
 	n := newNode(t)
-	n.start(true)
+	a := n.start(true)
 	if code, body := n.get("/healthz"); code != 200 {
 		t.Fatalf("/healthz %d %s", code, body)
 	}
@@ -88,6 +90,27 @@ func TestSocketRemovedFailsLiveness(t *testing.T) {
 	_, body := n.get("/healthz")
 	if !strings.Contains(body, "not ours any more") {
 		t.Fatalf("/healthz says %q", body)
+	}
+	stopLeavesOthersSocket(t, a, "unix", n.socket)
+}
+
+// stopLeavesOthersSocket puts another server's socket at path, stops the
+// agent with SIGTERM and checks the socket outlived the agent's exit.
+func stopLeavesOthersSocket(t *testing.T, a *agent, network, path string) {
+	t.Helper()
+	other, err := net.ListenUnix(network, &net.UnixAddr{Name: path, Net: network})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent did not exit on SIGTERM")
+	}
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the agent removed a socket that was not its own on exit: %v", err)
 	}
 }
 

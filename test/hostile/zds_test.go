@@ -1,7 +1,6 @@
 package hostile
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,21 +44,7 @@ func TestZtunnelSocketRemovedFailsLiveness(t *testing.T) {
 	}
 	n.stillServes(t, nstest.NewIn(t, n.root, "victim"), "")
 
-	// Another server's socket at the path outlives this agent's exit.
-	other, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: zsock, Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("agent did not exit on SIGTERM")
-	}
-	if _, err := os.Lstat(zsock); err != nil {
-		t.Fatalf("the agent removed a socket that was not its own on exit: %v", err)
-	}
+	stopLeavesOthersSocket(t, a, "unixpacket", zsock)
 }
 
 // The ZDS socket's directory follows the agent socket's wall: a directory
