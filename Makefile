@@ -15,7 +15,7 @@ FUZZTIME  ?= 20000x
 FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve \
 	./daemon/rpc:FuzzCheckAttachment ./installer/conflist:FuzzInsertEntry \
 	./installer/conflist:FuzzRemoveEntry ./installer/conflist:FuzzFromConf \
-	./daemon/policy:FuzzSpecFromAnnotations ./internal/grpccall:FuzzAnswer \
+	./daemon/policy:FuzzSpecFromAnnotations ./internal/grpccall:FuzzAnswer ./internal/grpccall:FuzzAnswerOracle \
 	./internal/cniwire:FuzzAddResponse ./internal/cniwire:FuzzDelResponse ./internal/cniwire:FuzzCheckResponse \
 	./internal/cniwire:FuzzStatusResponse ./internal/cniwire:FuzzGCResponse \
 	./internal/cniwire:FuzzAddRequest ./internal/cniwire:FuzzGCRequest

@@ -10,6 +10,7 @@ import (
 const (
 	frameData         = 0x0
 	frameHeaders      = 0x1
+	framePriority     = 0x2
 	frameRSTStream    = 0x3
 	frameSettings     = 0x4
 	framePushPromise  = 0x5

@@ -23,10 +23,9 @@ func (c byteConn) SetDeadline(time.Time) error      { return nil }
 func (c byteConn) SetReadDeadline(time.Time) error  { return nil }
 func (c byteConn) SetWriteDeadline(time.Time) error { return nil }
 
-// FuzzAnswer feeds arbitrary bytes as the server's side of the call: the
-// client must return (every input ends, at EOF at the latest), never panic,
-// and never hand back more than its limit. Seeds: the scripted answers.
-func FuzzAnswer(f *testing.F) {
+// answerSeeds are the scripted answers both fuzz targets start from.
+func answerSeeds() [][]byte {
+	var out [][]byte
 	for _, s := range []*script{
 		newScript().ok().msg(0, []byte("answer")).trailers("grpc-status", "0"),
 		continued(),
@@ -34,8 +33,23 @@ func FuzzAnswer(f *testing.F) {
 		newScript().ok().msg(flagEndStream, []byte("a")),
 		newScript().frame(frameGoAway, 0, 0, make([]byte, 8)),
 		newScript().frame(frameWindowUpdate, 0, streamID, []byte{0, 0, 1, 0}).ok().msg(0, nil).trailers("grpc-status", "0"),
+		newScript().frame(frameSettings, 0, 0, appendSetting(nil, settingMaxFrameSize, 1<<20)).ok().msg(0, []byte("b")).trailers("grpc-status", "0"),
+		newScript().frame(framePing, 0, 0, make([]byte, 8)).ok().msg(flagPadded, []byte("c")).trailers("grpc-status", "0"),
+		newScript().headers(0, ":status", "200", "content-type", "application/grpc", "X-Upper", "1").msg(0, []byte("d")).trailers("grpc-status", "0"),
+		newScript().headers(0, "content-type", "application/grpc", ":status", "200").msg(0, []byte("e")).trailers("grpc-status", "0"),
+		newScript().ok().msg(0, []byte("f")).trailers("grpc-status", "0", ":path", "/x"),
 	} {
-		f.Add(s.b)
+		out = append(out, s.b)
+	}
+	return out
+}
+
+// FuzzAnswer feeds arbitrary bytes as the server's side of the call: the
+// client must return (every input ends, at EOF at the latest), never panic,
+// and never hand back more than its limit. Seeds: the scripted answers.
+func FuzzAnswer(f *testing.F) {
+	for _, s := range answerSeeds() {
+		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, answer []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

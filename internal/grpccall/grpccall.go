@@ -4,12 +4,15 @@
 // The plugin used grpc-go's client. On every pod start that linked a
 // channel (resolver, balancer, callback serializers, a reader goroutine,
 // channelz) and the protobuf runtime, and their package inits alone cost
-// more CPU than the reference loopback plugin's whole ADD (issue 16;
-// numbers in docs/benchmarks.md, the decision in docs/decisions.md). This
+// more CPU than the reference loopback plugin's whole ADD (the plugin
+// rows of docs/benchmarks.md; the decision in docs/decisions.md). This
 // package speaks only what one unary call needs: HTTP/2 framing (RFC 9113)
 // with x/net's HPACK, gRPC's length-prefixed message and its
 // grpc-status/grpc-message trailers. The agent keeps grpc-go's server;
-// tests hold this client to it (interop) and fuzz the reading side.
+// tests hold this client to it (interop), and FuzzAnswerOracle to
+// x/net/http2's Framer: the same server bytes through both must give the
+// same answer or both an error, so the framing rules here are the
+// library's, not a reading of the RFC of their own.
 package grpccall
 
 import (

@@ -34,8 +34,13 @@ func (s *stream) handle(f frame) error {
 		return s.dataFrame(f)
 	case framePushPromise:
 		return protocolError("PUSH_PROMISE, though this client disabled push")
+	case framePriority:
+		// Ignored, but held to its shape (RFC 9113 §6.3).
+		if f.stream == 0 || len(f.payload) != 5 {
+			return protocolError("a malformed PRIORITY")
+		}
 	}
-	// PRIORITY and unknown frame types are ignored (RFC 9113 §4.1, §5.5).
+	// Unknown frame types are ignored (RFC 9113 §4.1, §5.5).
 	return nil
 }
 
@@ -44,11 +49,18 @@ func (s *stream) settings(f frame) error {
 		return protocolError("a malformed SETTINGS frame")
 	}
 	if f.flags&flagAck != 0 {
+		if len(f.payload) != 0 {
+			return protocolError("a SETTINGS ack with a payload") // RFC 9113 §6.5
+		}
 		return nil
 	}
 	for p := f.payload; len(p) > 0; p = p[6:] {
 		id, v := binary.BigEndian.Uint16(p), int64(binary.BigEndian.Uint32(p[2:]))
 		switch id {
+		case settingEnablePush:
+			if v != 0 { // RFC 9113 §6.5.2: a server may only say 0
+				return protocolError("SETTINGS_ENABLE_PUSH %d from a server", v)
+			}
 		case settingInitialWindowSize:
 			if v > maxWindow {
 				return protocolError("SETTINGS_INITIAL_WINDOW_SIZE %d", v)
@@ -104,11 +116,11 @@ func (s *stream) goAway(f frame) error {
 
 // reset maps RST_STREAM codes as grpc-go's client does.
 func (s *stream) reset(f frame) error {
+	if f.stream == 0 || len(f.payload) != 4 {
+		return protocolError("a malformed RST_STREAM") // RFC 9113 §6.4
+	}
 	if f.stream != streamID {
 		return nil
-	}
-	if len(f.payload) != 4 {
-		return protocolError("a malformed RST_STREAM")
 	}
 	c := binary.BigEndian.Uint32(f.payload)
 	code := codes.Internal

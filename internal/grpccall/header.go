@@ -3,6 +3,8 @@ package grpccall
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,9 +73,11 @@ type headerBlock struct {
 // HPACK decoder, keeping the few fields a unary call needs.
 func decodeHeaders(dec *hpack.Decoder, block []byte) (headerBlock, error) {
 	var h headerBlock
+	var fields fieldCheck
 	size := 0
 	dec.SetEmitFunc(func(f hpack.HeaderField) {
 		size += int(f.Size())
+		fields.add(f)
 		switch f.Name {
 		case ":status":
 			h.httpStatus = f.Value
@@ -94,7 +98,78 @@ func decodeHeaders(dec *hpack.Decoder, block []byte) (headerBlock, error) {
 	if size > maxHeaderBytes {
 		return h, protocolError("header list of %d bytes, over the %d this client announced", size, maxHeaderBytes)
 	}
+	if fields.problem != "" {
+		return h, protocolError("a malformed header block: %s", fields.problem)
+	}
 	return h, nil
+}
+
+// fieldCheck holds a header block to RFC 9113 §8.2-8.3 as x/net's Framer
+// does (FuzzAnswerOracle compares them): lowercase token names, values
+// without control characters, known pseudo-header fields before the
+// regular ones, each once, of a request or of a response, not both.
+type fieldCheck struct {
+	problem           string
+	regular           bool
+	request, response bool
+	pseudo            []string
+}
+
+func (c *fieldCheck) add(f hpack.HeaderField) {
+	if c.problem != "" {
+		return
+	}
+	if !validValue(f.Value) {
+		c.problem = fmt.Sprintf("field %q has a control character in its value", f.Name)
+		return
+	}
+	if !strings.HasPrefix(f.Name, ":") {
+		c.regular = true
+		if !validName(f.Name) {
+			c.problem = fmt.Sprintf("invalid field name %q", f.Name)
+		}
+		return
+	}
+	switch {
+	case c.regular:
+		c.problem = "pseudo-header field after a regular one"
+	case slices.Contains(c.pseudo, f.Name):
+		c.problem = fmt.Sprintf("pseudo-header field %s twice", f.Name)
+	case f.Name == ":status":
+		c.response = true
+	case f.Name == ":method", f.Name == ":path", f.Name == ":scheme", f.Name == ":authority", f.Name == ":protocol":
+		c.request = true
+	default:
+		c.problem = fmt.Sprintf("unknown pseudo-header field %q", f.Name)
+	}
+	if c.request && c.response && c.problem == "" {
+		c.problem = "pseudo-header fields of a request and a response"
+	}
+	c.pseudo = append(c.pseudo, f.Name)
+}
+
+// validName: a token (RFC 9110 §5.6.2) in lowercase.
+func validName(n string) bool {
+	if n == "" {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		b := n[i]
+		if !('a' <= b && b <= 'z' || '0' <= b && b <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validValue: no control character but tab (RFC 9110 §5.5).
+func validValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; b < ' ' && b != '\t' || b == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // status is the call's end as the trailers (or a trailers-only answer) say.
