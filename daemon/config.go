@@ -45,6 +45,7 @@ type config struct {
 	cniNetworkName    string
 	pluginBinary      string
 	pluginTimeout     time.Duration
+	pluginLogLevel    string
 	excludeNamespaces string
 
 	nodeName     string
@@ -136,6 +137,7 @@ func (c *config) nodeFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.removeIstioCNI, "remove-istio-cni-entry", false, "remove a leftover istio-cni entry from the primary conflist (migration from istio-cni); false only warns")
 	fs.StringVar(&c.pluginBinary, "plugin-binary", "", "the sluice plugin to install; empty: 'sluice' next to this executable")
 	fs.DurationVar(&c.pluginTimeout, "plugin-timeout", pluginconf.DefaultTimeout, "the plugin's deadline for each call, written into the conflist entry")
+	fs.StringVar(&c.pluginLogLevel, "plugin-log-level", "warn", "the plugin's stderr level (debug, info, warn, error), written into the conflist entry: the runtime keeps that stderr in its own log for every pod")
 }
 
 // policyFlags decide which pods are captured and how, and the agent's

@@ -241,3 +241,26 @@ func TestWrongFlagIsOneLine(t *testing.T) {
 		t.Errorf("--help: %v\n%s", err, stderr.String())
 	}
 }
+
+// The plugin's level is its own (default warn): the agent's info level
+// would put a line per pod into the runtime's log.
+func TestPluginLogLevelIsItsOwn(t *testing.T) {
+	none := func(string) string { return "" }
+	c, err := parseConfig([]string{"--log-level", "info"}, none, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.pluginSettings().LogLevel; got != "warn" {
+		t.Errorf("entry logLevel %q with --log-level info, want warn", got)
+	}
+	c, err = parseConfig([]string{"--plugin-log-level", "debug"}, none, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.pluginSettings().LogLevel; got != "debug" {
+		t.Errorf("entry logLevel %q with --plugin-log-level debug", got)
+	}
+	if _, err := parseConfig([]string{"--plugin-log-level", "loud"}, none, io.Discard); err == nil {
+		t.Error("--plugin-log-level loud accepted")
+	}
+}

@@ -52,7 +52,7 @@ func (c *config) pluginSettings() pluginconf.Settings {
 	return pluginconf.Settings{
 		Socket:            c.socket,
 		Timeout:           c.pluginTimeout.String(),
-		LogLevel:          c.logLevel,
+		LogLevel:          c.pluginLogLevel,
 		ExcludeNamespaces: splitList(c.excludeNamespaces),
 	}
 }

@@ -46,6 +46,11 @@ func newCall(args *skel.CmdArgs, verb string) (*call, error) {
 	return &call{conf: conf, pod: pod, log: log, id: id}, nil
 }
 
+// modeName is a mode as the agent and its CLI print it: sidecar, ambient.
+func modeName(m cniwire.Mode) string {
+	return strings.ToLower(strings.TrimPrefix(m.String(), "MODE_"))
+}
+
 // verbWarnings are what is worth saying only for some verbs. A prevResult
 // with no IPs matters to ADD and CHECK (the agent picks IP families from
 // them); on DEL, libcni passes the plugin's own cached result, which is
@@ -119,7 +124,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		c.log.Error("agent refused or unreachable", "err", err)
 		return a.callError(ctx, "ADD", err)
 	}
-	c.log.Info("done", "enrolled", resp.Enrolled, "mode", resp.Mode, "reason", resp.Reason)
+	c.log.Info("done", "enrolled", resp.Enrolled, "mode", modeName(resp.Mode), "reason", resp.Reason)
 	return writeResult(result)
 }
 

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -43,5 +45,29 @@ func TestVerbAddNoZtunnelBlamesZtunnel(t *testing.T) {
 	msg := err.Error()
 	if strings.Contains(msg, "not available") || !strings.Contains(msg, "no ztunnel is connected") || !strings.Contains(msg, a.sock) {
 		t.Fatalf("ambient ADD with no ztunnel: %q; want it to name ztunnel as the cause and the agent's socket, not call the agent unavailable", msg)
+	}
+}
+
+// The plugin's log names modes as the agent and the CLI do.
+func TestVerbAddLogsModeAsTheAgentNamesIt(t *testing.T) {
+	a := startAgent(t)
+	a.ns.Add("/netns/c1")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w
+	_, addErr := stdoutOf(t, func() error {
+		return cmdAdd(cmdArgs(t, a.sock, "c1", "default", map[string]any{"logLevel": "info"}))
+	})
+	os.Stderr = saved
+	w.Close()
+	logged, _ := io.ReadAll(r)
+	if addErr != nil {
+		t.Fatal(addErr)
+	}
+	if !strings.Contains(string(logged), "mode=sidecar") || strings.Contains(string(logged), "MODE_") {
+		t.Fatalf("plugin log:\n%s\nwant mode=sidecar", logged)
 	}
 }
