@@ -219,7 +219,7 @@ func (a *agent) startBackground() error {
 // the health server; an NRI trigger goes through the same CNI service.
 func (a *agent) serve() (net.Listener, error) {
 	cni := &rpc.CNI{Policy: a.pol, Workloads: a.store, Ready: a.checks.Ready, Inflight: rpc.NewInflight(a.cfg.maxInflight),
-		Events: a.rec, Decisions: a.decisions}
+		Events: a.rec, Decisions: a.decisions, Addrs: a.opener}
 	if a.rep != nil {
 		cni.Redirection = a.rep.Redirection()
 	}

@@ -43,6 +43,14 @@ type CNI struct {
 	// Decisions logs each ADD's outcome and counts pass-throughs; nil logs
 	// nothing.
 	Decisions *events.Decisions
+	// Addrs reads a pod's addresses from its netns when the runtime gave
+	// none (podns.Opener); nil leaves them to the pod's status.
+	Addrs NetnsAddrs
+}
+
+// NetnsAddrs lists the addresses a pod's netns holds (podns.Opener.Addrs).
+type NetnsAddrs interface {
+	Addrs(ctx context.Context, netnsPath string) ([]netip.Prefix, error)
 }
 
 // Annotator sets ambient.istio.io/redirection on a pod ("" removes it)
@@ -61,6 +69,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 		return nil, err
 	}
 	defer release()
+	ips = s.netnsAddrs(ctx, req.Netns, ips)
 	pod := podOf(req.Pod, ips)
 	d, err := s.Policy.Decide(ctx, pod)
 	defer func() { s.Decisions.Added(pod, req.ContainerId, req.RequestId, d, err) }()
@@ -117,7 +126,7 @@ func (s *CNI) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluicev1.
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.Policy.Decide(ctx, podOf(req.Pod, ips))
+	d, err := s.Policy.Decide(ctx, podOf(req.Pod, s.netnsAddrs(ctx, req.Netns, ips)))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -177,6 +186,24 @@ func (s *CNI) annotate(ctx context.Context, pod policy.Pod, value string) {
 	if s.Redirection != nil {
 		s.Redirection.Set(ctx, pod, value)
 	}
+}
+
+// netnsAddrs are ips, or when the runtime gave none (no prevResult: an own
+// conflist under Multus, a CNI call chained after nothing), the addresses
+// the pod's netns holds: the pod's status has none yet at ADD, and without
+// them policy would capture both IP families, and a proxy that listens on
+// IPv4 only would refuse every IPv6 connection. istio-iptables reads them
+// from the netns too. A netns that cannot be read leaves them empty: the
+// enrolment that follows opens it and says why.
+func (s *CNI) netnsAddrs(ctx context.Context, netnsPath string, ips []netip.Prefix) []netip.Prefix {
+	if len(ips) > 0 || s.Addrs == nil || netnsPath == "" {
+		return ips
+	}
+	got, err := s.Addrs.Addrs(ctx, netnsPath)
+	if err != nil {
+		return ips
+	}
+	return got
 }
 
 // podOf is the pod the runtime named, with the addresses prevResult gave
