@@ -153,8 +153,10 @@ func (c *config) policyFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.BoolVar(&c.ambient, "ambient", false, "enroll pods labelled istio.io/dataplane-mode=ambient and hand them to ztunnel")
 	fs.BoolVar(&c.ambientDNSCapture, "ambient-dns-capture", true, "capture ambient pods' DNS to ztunnel (per pod: ambient.istio.io/dns-capture)")
 	fs.StringVar(&c.ambientSelectors, "ambient-enablement-selectors", "", "which pods are ambient: Istio's enablement selectors (YAML or JSON list of {podSelector, namespaceSelector}, as the istio-cni chart's ambient.enablementSelectors); empty: Istio's chart default (pod label istio.io/dataplane-mode=ambient, or that namespace label and a pod label other than none)")
-	fs.StringVar(&c.probeSNATIPv4, "probe-snat-ipv4", redirect.DefaultProbeSNATIPv4.String(), "source address kubelet probes to ambient pods are SNATed to, which their in-pod rules let past ztunnel (istio-cni's HOST_PROBE_SNAT_ADDRESS)")
-	fs.StringVar(&c.probeSNATIPv6, "probe-snat-ipv6", redirect.DefaultProbeSNATIPv6.String(), "the same for IPv6 (istio-cni's HOST_PROBE_V6_SNAT_ADDRESS)")
+	// Istio's node agent's env names are read too (under the SLUICE_ ones),
+	// so an istio-cni DaemonSet's env carries over.
+	fs.StringVar(&c.probeSNATIPv4, "probe-snat-ipv4", envOr(getenv, "HOST_PROBE_SNAT_IP", redirect.DefaultProbeSNATIPv4.String()), "source address kubelet probes to ambient pods are SNATed to, which their in-pod rules let past ztunnel (istio-cni's HOST_PROBE_SNAT_IP is read too)")
+	fs.StringVar(&c.probeSNATIPv6, "probe-snat-ipv6", envOr(getenv, "HOST_PROBE_SNAT_IPV6", redirect.DefaultProbeSNATIPv6.String()), "the same for IPv6 (istio-cni's HOST_PROBE_SNAT_IPV6 is read too)")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
 	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
 	fs.StringVar(&c.trigger, "trigger", triggerCNI, "what enrols a pod: cni (the chained plugin's ADD), nri (the runtime's NRI pod events; no conflist entry is installed) or both (migration)")
@@ -231,6 +233,14 @@ func (c *config) validateValues() error {
 // entry is wanted, so nothing is installed.
 func (c *config) installs() bool {
 	return c.install && c.trigger != triggerNRI
+}
+
+// envOr is getenv(name), or def when that is empty.
+func envOr(getenv func(string) string, name, def string) string {
+	if v := getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func envName(flagName string) string {

@@ -17,8 +17,15 @@ type facts map[string]string
 var aspects = []string{
 	"result", "interception", "inbound", "outbound-v4", "outbound-v6", "exclude-v4", "exclude-v6",
 	"include-ports", "exclude-ports", "app-loopback-return", "uid", "gid", "dns", "drop-invalid",
-	"exclude-interfaces", "reroute-interfaces", "ipv6",
+	"exclude-interfaces", "reroute-interfaces", "reroute-to", "ipv6",
 }
+
+// Where TCP from a reroute interface (a KubeVirt guest's own outbound
+// connections) is sent.
+const (
+	rerouteOutbound = "15001 as outbound, original destination kept"
+	rerouteInbound  = "15006 as inbound (TPROXY in mangle runs before the nat reroute)"
+)
 
 // failed is the facts of a pod whose ADD fails: nothing else matters.
 func failed() facts { return facts{"result": "error"} }

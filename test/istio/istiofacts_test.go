@@ -55,6 +55,16 @@ func istioFacts(v4text, v6text string) facts {
 	// A reroute interface also gets a RETURN, inserted ahead of its jumps.
 	excIf = removeAll(excIf, rerouteIf)
 	f["exclude-interfaces"], f["reroute-interfaces"] = nameList(excIf), nameList(rerouteIf)
+	f["reroute-to"] = "-"
+	switch {
+	case len(rerouteIf) == 0:
+	case f["interception"] == "TPROXY" && strings.HasPrefix(f["inbound"], "all"):
+		// mangle PREROUTING sends every TCP packet, from any interface, to
+		// ISTIO_INBOUND's TPROXY before nat PREROUTING's reroute jump.
+		f["reroute-to"] = rerouteInbound
+	default:
+		f["reroute-to"] = rerouteOutbound
+	}
 	return f
 }
 

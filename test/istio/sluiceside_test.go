@@ -40,6 +40,12 @@ func sluiceFacts(pod *corev1.Pod, ips []netip.Addr) (facts, policy.Decision, err
 		"exclude-interfaces":  nameList(s.ExcludeInterfaces),
 		"reroute-interfaces":  nameList(s.RerouteInterfaces),
 		"ipv6":                strconv.FormatBool(s.IPv6),
+		"reroute-to":          "-",
+	}
+	if len(s.RerouteInterfaces) > 0 {
+		// The reroute rule runs ahead of inbound capture in every
+		// interception mode (redirect/reroute_linux_test.go).
+		f["reroute-to"] = rerouteOutbound
 	}
 	switch {
 	case s.IncludeNoInboundPorts:
