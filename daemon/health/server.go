@@ -36,12 +36,14 @@ func Handler(c *Checks, metrics http.Handler) http.Handler {
 // Limits of the health server. It listens on the node's network (the agent
 // is hostNetwork), so anyone who can reach the port can open connections:
 // at most maxConns are open at once (more wait in the kernel's backlog),
-// and each is bounded in header size and in how long it may be slow. A
-// probe or a scrape needs one short request.
+// at most perPeer of them from one address (more are closed at once, so one
+// pod cannot hold the kubelet's probes off), and each is bounded in header
+// size and in how long it may be slow. A probe or a scrape needs one short
+// request.
 var limits = struct {
-	readHeader, read, write, idle time.Duration
-	maxHeaderBytes, maxConns      int
-}{2 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 8 << 10, 64}
+	readHeader, read, write, idle     time.Duration
+	maxHeaderBytes, maxConns, perPeer int
+}{2 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 8 << 10, 64, 8}
 
 // NewServer is the HTTP server for Handler, bounded by limits. It serves
 // one request a connection: an idle keep-alive connection would hold one of
@@ -55,11 +57,12 @@ func NewServer(h http.Handler) *http.Server {
 	return srv
 }
 
-// Listen opens the health port, bounded to limits.maxConns connections.
+// Listen opens the health port, bounded to limits.maxConns connections and
+// limits.perPeer from one address.
 func Listen(addr string) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("health listener %s: %w", addr, err)
 	}
-	return connlimit.Listener(l, limits.maxConns), nil
+	return connlimit.Listener(connlimit.PerPeer(l, limits.perPeer), limits.maxConns), nil
 }

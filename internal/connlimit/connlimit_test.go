@@ -1,7 +1,9 @@
 package connlimit
 
 import (
+	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -49,5 +51,60 @@ func TestConnectionBound(t *testing.T) {
 	}
 	if len(l.(*listener).slots) != 2 {
 		t.Fatalf("slots held: %d", len(l.(*listener).slots))
+	}
+}
+
+// One peer holds at most n connections: past that its new ones are closed
+// at once, while another address is still served.
+func TestPerPeer(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := PerPeer(raw, 2)
+	defer l.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func(from string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	dial("127.0.0.1")
+	dial("127.0.0.1")
+	<-accepted
+	second := <-accepted
+	third := dial("127.0.0.1")
+	third.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := third.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a third connection from one peer was kept open: %v", err)
+	}
+	dial("127.0.0.2")
+	select {
+	case c := <-accepted:
+		if got := peerIP(c); got != "127.0.0.2" {
+			t.Fatalf("accepted a connection from %s, want 127.0.0.2", got)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("another peer was not served")
+	}
+	second.Close()
+	dial("127.0.0.1")
+	select {
+	case <-accepted:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the peer was not served again once one of its connections closed")
 	}
 }

@@ -1,10 +1,15 @@
 package hostile
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
@@ -13,14 +18,19 @@ import (
 // fetch /metrics and /readyz at once.
 const floodRSSBoundKiB = 64 << 10
 
-// floodHealthPort has 2,000 clients on loopback fetch /metrics, /readyz and
-// /healthz as fast as they are answered, for 4 s, while fresh pods' ADDs
+// floodHealthPort has 2,000 clients from 64 loopback addresses (many pods)
+// fetch /metrics, /readyz and /healthz as fast as they are answered and 200
+// more from one address hold connections open with half a request
+// (slowloris), for 4 s, while fresh pods' ADDs
 // and STATUS calls go through the agent: each must succeed within the
-// plugin's deadline, and the agent's peak RSS stay under the bound. Before
+// plugin's deadline, the kubelet's probes (from another address) within
+// their 1 s timeout, and the agent's peak RSS stay under the bound. Before
 // readiness was computed on the agent's own schedule, every request dialled
-// the agent's socket and ADDs failed with "try again later".
+// the agent's socket and ADDs failed with "try again later"; before one
+// peer was held to a few connections, the held ones took every slot and
+// the probes timed out.
 func floodHealthPort(t *testing.T, n *node) {
-	flood := n.ns.Command(filepath.Join(binDir, "flood"), "-addr", "127.0.0.1:9890", "-clients", "2000",
+	flood := n.ns.Command(filepath.Join(binDir, "flood"), "-addr", "127.0.0.1:9890", "-clients", "2000", "-sources", "64", "-hold", "200",
 		"-paths", "/metrics,/readyz,/healthz", "-for", "4s")
 	var out strings.Builder
 	flood.Stdout, flood.Stderr = &out, &out
@@ -46,6 +56,11 @@ func floodHealthPort(t *testing.T, n *node) {
 		if e, took := n.run(call{verb: "STATUS", conf: map[string]any{"cniVersion": "1.1.0"}}); e != nil {
 			t.Errorf("STATUS during the flood: %v (after %v)", e, took)
 		}
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if code, body := n.probe(path); code != 200 {
+				t.Errorf("the kubelet's probe of %s during the flood: %d %s", path, code, body)
+			}
+		}
 	}
 	peak := vmKiB(t, n.agent.cmd.Process.Pid, "VmHWM")
 	t.Logf("flood: %s; %d ADD and STATUS pairs; agent peak RSS %d KiB (bound %d KiB)", strings.TrimSpace(out.String()), calls, peak, floodRSSBoundKiB)
@@ -55,4 +70,30 @@ func floodHealthPort(t *testing.T, n *node) {
 	if peak > floodRSSBoundKiB {
 		t.Errorf("agent peak RSS %d KiB over the bound %d KiB", peak, floodRSSBoundKiB)
 	}
+}
+
+// probe fetches a path of the health address as the kubelet does: from the
+// node's own address (here 127.0.0.2, not the flood's), a connection per
+// probe, within the probe's default 1 s timeout.
+func (n *node) probe(path string) (int, string) {
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := n.ns.Do(func() error {
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+				var err error
+				c, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	resp, err := client.Get("http://127.0.0.1:9890" + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
