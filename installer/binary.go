@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/sluicemesh/sluice/installer/conflist"
 )
@@ -38,15 +39,33 @@ func (in *Installer) syncBinary(dir string) error {
 	if err != nil {
 		return fmt.Errorf("check installed plugin binary: %w", err)
 	}
-	in.verified[target] = fi
+	in.verified[target] = stampOf(fi)
 	in.placed[target] = true
 	return nil
 }
 
+// stamp is what identifies a file's content without reading it: any write
+// or replacement changes at least one field. The change time is the one a
+// writer cannot set back (utimes sets mtime, and moves ctime to now).
+type stamp struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime syscall.Timespec
+}
+
+func stampOf(fi os.FileInfo) stamp {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return stamp{} // never equal to a real one: the file is hashed
+	}
+	return stamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
 // checkBinary says what is wrong with target, or "" when it is in place.
 // Hashing a multi-megabyte binary on every event would be wasteful, so a
-// file whose inode, size and mtime match the last verified one is trusted;
-// any replacement or in-place write changes at least one of them.
+// file whose stamp (inode, size, mtime and ctime) matches the last
+// verified one is trusted; any replacement or in-place write changes at
+// least the ctime, whatever is done to the mtime after.
 func (in *Installer) checkBinary(target string) (string, error) {
 	fi, err := os.Stat(target)
 	switch {
@@ -59,7 +78,7 @@ func (in *Installer) checkBinary(target string) (string, error) {
 	case fi.Mode().Perm() != binaryPerm:
 		return fmt.Sprintf("mode changed to %s", fi.Mode().Perm()), nil
 	}
-	if prev, ok := in.verified[target]; ok && os.SameFile(prev, fi) && prev.Size() == fi.Size() && prev.ModTime().Equal(fi.ModTime()) {
+	if prev, ok := in.verified[target]; ok && prev != (stamp{}) && prev == stampOf(fi) {
 		return "", nil
 	}
 	sum, err := hashFile(target)
@@ -70,7 +89,7 @@ func (in *Installer) checkBinary(target string) (string, error) {
 		delete(in.verified, target)
 		return fmt.Sprintf("content changed (sha256 %x, want %x)", sum[:6], in.srcHash[:6]), nil
 	}
-	in.verified[target] = fi
+	in.verified[target] = stampOf(fi)
 	return "", nil
 }
 

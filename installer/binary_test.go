@@ -129,3 +129,41 @@ func copyFile(t *testing.T, src string) string {
 	writeTestFile(t, dst, readTestFile(t, src), 0o755)
 	return dst
 }
+
+// A same-size write into the installed binary, its mtime set back after:
+// inode, size and mtime all match what was verified, but the content does
+// not. The change time gives it away, and the content is compared again.
+func TestSameSizeInPlaceChangeWithMtimeResetIsRestored(t *testing.T) {
+	e := newEnv(t)
+	in := e.newInstaller(t, e.config(false))
+	in.sync()
+	target := filepath.Join(e.bin, conflist.PluginType)
+	orig := readTestFile(t, e.src)
+	fi, err := os.Stat(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(target, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := make([]byte, len(orig))
+	copy(evil, "#!/bin/sh\nexit 0\n")
+	if _, err := f.WriteAt(evil, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Chtimes(target, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if now, err := os.Stat(target); err != nil || !os.SameFile(now, fi) || now.Size() != fi.Size() || !now.ModTime().Equal(fi.ModTime()) {
+		t.Fatalf("the test's change is not the disguised one: %v", err)
+	}
+	in.sync()
+	if !fileIs(target, orig) {
+		t.Fatal("a same-size in-place change with its mtime reset was not restored")
+	}
+	if ok, why := in.Ready(); !ok {
+		t.Fatalf("not ready after the restore: %s", why)
+	}
+}

@@ -28,10 +28,10 @@ type Installer struct {
 	// touched with it held.
 	mu          sync.Mutex
 	uninstalled bool
-	verified    map[string]os.FileInfo // binaries whose content matched srcHash
-	placed      map[string]bool        // targets that were in place once: writing one again is a restore
-	primary     string                 // the conflist our entry was last placed in
-	warnedOnce  map[string]bool        // log lines that would repeat on every resync
+	verified    map[string]stamp // binaries whose content matched srcHash
+	placed      map[string]bool  // targets that were in place once: writing one again is a restore
+	primary     string           // the conflist our entry was last placed in
+	warnedOnce  map[string]bool  // log lines that would repeat on every resync
 	restores    restoreLog
 	pins        map[string]*pinnedDir // configured dir → the one written in (pindir.go)
 	conf        string                // the pinned conf dir to work in, set by each sync
@@ -75,7 +75,7 @@ func New(cfg Config) (*Installer, error) {
 		cfg:        cfg,
 		log:        cfg.Logger.With("component", "installer"),
 		entry:      entry,
-		verified:   map[string]os.FileInfo{},
+		verified:   map[string]stamp{},
 		placed:     map[string]bool{},
 		warnedOnce: map[string]bool{},
 		restores:   restoreLog{},
