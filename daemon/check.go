@@ -52,6 +52,12 @@ func (c *config) check() error {
 			}
 		}
 	}
+	if len(splitList(c.netnsRoots)) == 0 {
+		errs = append(errs, errors.New("--netns-roots: empty; no pod netns could be opened"))
+	}
+	if c.ambient && filepath.Clean(c.ztunnelSocket) == filepath.Clean(c.socket) {
+		errs = append(errs, fmt.Errorf("--ztunnel-socket %q: the agent's own --socket; ztunnel and the plugin need one each", c.ztunnelSocket))
+	}
 	for _, f := range []flagValue{{"--plugin-binary", c.pluginBinary}, {"--host-netns", c.hostNetns}} {
 		if f.value != "" && !filepath.IsAbs(f.value) {
 			errs = append(errs, fmt.Errorf("%s %q: not an absolute path", f.flag, f.value))

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -121,7 +122,7 @@ func (c *config) nodeFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for pod policy; empty runs standalone with --default-mode for every pod")
 	fs.StringVar(&c.defaultMode, "default-mode", "sidecar", "capture mode in standalone mode: sidecar, or ambient (with --ambient)")
 	fs.StringVar(&c.standaloneSA, "standalone-service-account", policy.DefaultServiceAccount, "standalone: the service account every pod is given to ztunnel, which matches a workload by name, namespace and service account as istiod publishes it")
-	fs.StringVar(&c.allowedUIDs, "allowed-uids", "0", "comma-separated uids allowed to call the socket")
+	fs.StringVar(&c.allowedUIDs, "allowed-uids", "0", "comma-separated uids allowed to call the socket; must include 0, the runtime's")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&c.drain, "drain-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls")
@@ -255,6 +256,11 @@ func (c *config) uids() ([]uint32, error) {
 			return nil, fmt.Errorf("--allowed-uids: %q is not a uid", s)
 		}
 		out = append(out, uint32(n))
+	}
+	// The runtime execs the plugin as root: without 0 no ADD is ever
+	// served, while /healthz stays green.
+	if !slices.Contains(out, 0) {
+		return nil, fmt.Errorf("--allowed-uids %q: must include uid 0, the container runtime's, which the plugin runs as", c.allowedUIDs)
 	}
 	return out, nil
 }

@@ -264,3 +264,37 @@ func TestPluginLogLevelIsItsOwn(t *testing.T) {
 		t.Error("--plugin-log-level loud accepted")
 	}
 }
+
+// An allowed-uid list without 0 (an empty one included) serves no runtime:
+// the runtime execs the plugin as root. It fails --check-config, in one
+// line that says why, and a list with 0 passes.
+func TestAllowedUIDsWithoutRootAreRefused(t *testing.T) {
+	for _, uids := range []string{"", " , ", "1000", "1000,2000"} {
+		_, err := parseConfig([]string{"--allowed-uids", uids}, func(string) string { return "" }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--allowed-uids") || !strings.Contains(err.Error(), "uid 0") || strings.Count(err.Error(), "\n") != 0 {
+			t.Errorf("--allowed-uids %q: err = %v, want one line naming the flag and uid 0", uids, err)
+		}
+	}
+	if _, err := parseConfig([]string{"--allowed-uids", "1000,0"}, func(string) string { return "" }, io.Discard); err != nil {
+		t.Errorf("--allowed-uids 1000,0: %v", err)
+	}
+}
+
+// Other values that passed --check-config and gave an agent that cannot
+// serve: no netns root (the opener refuses to start), and the agent's
+// socket and ztunnel's at one path (one listener takes the other's).
+func TestUselessConfigsAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--netns-roots", ""}, "--netns-roots"},
+		{[]string{"--netns-roots", " , "}, "--netns-roots"},
+		{[]string{"--ambient", "--default-mode", "ambient", "--socket", "/run/s/a.sock", "--ztunnel-socket", "/run/s/a.sock"}, "--ztunnel-socket"},
+	} {
+		_, err := parseConfig(tc.args, func(string) string { return "" }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want it to name %s", tc.args, err, tc.want)
+		}
+	}
+}
