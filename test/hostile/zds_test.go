@@ -1,6 +1,7 @@
 package hostile
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,7 @@ import (
 
 // zdsSocket is a ZDS socket path in a directory of the test's own, reachable
 // by any uid like the agent socket's base.
-func zdsSocket(t *testing.T, n *node) string {
+func zdsSocket(n *node) string {
 	return filepath.Join(filepath.Dir(filepath.Dir(n.socket)), "ztunnel", "ztunnel.sock")
 }
 
@@ -23,11 +24,11 @@ func ambientArgs(zsock string) []string {
 
 // A removed ZDS socket (no restarted ztunnel could reach the agent again)
 // fails liveness and names the socket; a socket someone then put at the
-// path is not removed by the agent when it exits. Pods still get captured
-// meanwhile.
+// path is not removed by the agent when it exits; the restarted agent
+// listens again. Pods still get captured meanwhile.
 func TestZtunnelSocketRemovedFailsLiveness(t *testing.T) {
 	n := newNode(t)
-	zsock := zdsSocket(t, n)
+	zsock := zdsSocket(n)
 	a := n.start(true, ambientArgs(zsock)...)
 	if code, body := n.get("/healthz"); code != 200 {
 		t.Fatalf("/healthz %d %s", code, body)
@@ -45,6 +46,14 @@ func TestZtunnelSocketRemovedFailsLiveness(t *testing.T) {
 	n.stillServes(t, nstest.NewIn(t, n.root, "victim"), "")
 
 	stopLeavesOthersSocket(t, a, "unixpacket", zsock)
+
+	// The restart the kubelet makes listens again: a ztunnel can connect.
+	n.start(true, ambientArgs(zsock)...)
+	c, err := net.DialTimeout("unixpacket", zsock, 2*time.Second)
+	if err != nil {
+		t.Fatalf("a ztunnel cannot reach the restarted agent: %v", err)
+	}
+	c.Close()
 }
 
 // The ZDS socket's directory follows the agent socket's wall: a directory
@@ -75,7 +84,7 @@ func TestSharedZtunnelSocketDirRefused(t *testing.T) {
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			n := newNode(t)
-			zsock := zdsSocket(t, n)
+			zsock := zdsSocket(n)
 			dir := filepath.Dir(zsock)
 			c.make(t, dir)
 			before, _ := os.Lstat(dir)
