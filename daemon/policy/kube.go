@@ -8,6 +8,9 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
@@ -131,8 +134,10 @@ func (k *Kube) Decide(ctx context.Context, p Pod) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	// A namespace not cached (yet) is nil: the pod's own labels decide.
-	ns, _ := k.namespaces.Get(p.Namespace)
+	ns, err := k.namespace(ctx, p.Namespace)
+	if err != nil {
+		return Decision{}, err
+	}
 	d, err := Rules{Sidecar: k.cfg.Base, Ambient: k.cfg.Ambient}.Decide(pod, ns, p.IPs)
 	if err != nil {
 		return Decision{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
@@ -141,4 +146,26 @@ func (k *Kube) Decide(ctx context.Context, p Pod) (Decision, error) {
 		k.log.Warn("pod input ignored", "pod", p.Namespace+"/"+p.Name, "input", w)
 	}
 	return d, nil
+}
+
+// namespace is the pod's namespace from the cache, or from the API server
+// when the cache does not have it yet (created just before its pod, with
+// the namespace watch behind). Its labels can make the pod ambient, so a
+// guess could start a pod of an ambient namespace outside the mesh; Istio's
+// plugin GETs it too. An API server that cannot answer fails the ADD (the
+// runtime retries); a namespace it does not have either is nil, and the
+// pod's own labels decide.
+func (k *Kube) namespace(ctx context.Context, name string) (*corev1.Namespace, error) {
+	if ns, err := k.namespaces.Get(name); err == nil {
+		return ns, nil
+	}
+	ns, err := k.cfg.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("namespace %s: not in the cache, and getting it from the API server failed: %w", name, err)
+	}
+	k.log.Info("namespace found by direct get; the cache was behind", "namespace", name)
+	return ns, nil
 }
