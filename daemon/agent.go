@@ -208,6 +208,11 @@ func (a *agent) startBackground() error {
 	if a.kube == nil {
 		return nil
 	}
+	if a.amb != nil {
+		if err := learnProbeAddrs(a.informers.Pods, a.store, a.log.With("component", "probe-addrs")); err != nil {
+			return err
+		}
+	}
 	// Every handler is registered by now but repair's, which waits for
 	// the caches to sync and is then sent what they hold.
 	go a.informers.Run(a.ctx)
