@@ -92,6 +92,9 @@ func (c *config) checkPluginEntry() error {
 	if err := pluginconf.CheckTimeout(c.pluginTimeout); err != nil {
 		errs = append(errs, fmt.Errorf("--plugin-timeout %s: %w", c.pluginTimeout, err))
 	}
+	if err := pluginconf.CheckStatus(c.pluginStatus); err != nil {
+		errs = append(errs, fmt.Errorf("--plugin-status %q: %w", c.pluginStatus, err))
+	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}

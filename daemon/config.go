@@ -47,6 +47,7 @@ type config struct {
 	pluginBinary      string
 	pluginTimeout     time.Duration
 	pluginLogLevel    string
+	pluginStatus      string
 	excludeNamespaces string
 
 	nodeName     string
@@ -139,6 +140,7 @@ func (c *config) nodeFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.pluginBinary, "plugin-binary", "", "the sluice plugin to install; empty: 'sluice' next to this executable")
 	fs.DurationVar(&c.pluginTimeout, "plugin-timeout", pluginconf.DefaultTimeout, "the plugin's deadline for each call, written into the conflist entry")
 	fs.StringVar(&c.pluginLogLevel, "plugin-log-level", "warn", "the plugin's stderr level (debug, info, warn, error), written into the conflist entry: the runtime keeps that stderr in its own log for every pod")
+	fs.StringVar(&c.pluginStatus, "plugin-status", pluginconf.DefaultStatus, "what the plugin's CNI STATUS reports, written into the conflist entry: config (ready once the entry parses; an agent outage leaves the node Ready) or agent (not ready while the agent is not: with containerd 2.x the node goes NotReady)")
 }
 
 // policyFlags decide which pods are captured and how, and the agent's

@@ -110,6 +110,7 @@ func TestConfigValidatedOnEveryPath(t *testing.T) {
 		{[]string{"--socket", "agent.sock"}, "--socket"},
 		{[]string{"--socket", "/" + strings.Repeat("s", 200) + ".sock"}, "--socket"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--plugin-status", "kubelet"}, "--plugin-status"},
 	} {
 		for _, check := range []bool{false, true} {
 			args := tc.args

@@ -54,5 +54,6 @@ func (c *config) pluginSettings() pluginconf.Settings {
 		Timeout:           c.pluginTimeout.String(),
 		LogLevel:          c.pluginLogLevel,
 		ExcludeNamespaces: splitList(c.excludeNamespaces),
+		Status:            c.pluginStatus,
 	}
 }

@@ -11,6 +11,9 @@
 #     --set image.pullPolicy=Never
 #   hack/node-down.sh
 #
+# Arguments are passed to hack/node, e.g. `hack/node-up.sh -containerd-1`
+# for the machine's containerd 1.x and a cniVersion 1.0.0 primary conflist.
+#
 # Needs root. The state (kubeconfig, logs, pid) is in ${SLUICE_NODE_STATE:-/tmp/sluice-node-up}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +27,7 @@ rm -rf "$state"
 mkdir -p "$state"
 go build -o "$state/node" ./hack/node
 # Its own session: the cluster outlives this script and the terminal.
-setsid "$state/node" -state "$state" >"$state/node.log" 2>&1 </dev/null &
+setsid "$state/node" -state "$state" "$@" >"$state/node.log" 2>&1 </dev/null &
 echo $! >"$state/pid"
 echo "node-up.sh: starting (cold: builds the Kubernetes binaries first, minutes; log $state/node.log)" >&2
 while [[ ! -f "$state/ready" ]]; do

@@ -202,16 +202,34 @@ func TestVerbCheckReportsDrift(t *testing.T) {
 	}
 }
 
-func TestVerbStatus(t *testing.T) {
+// By default STATUS needs nothing but a parsable entry: an agent that is
+// not ready, or not there, does not make the node's network not ready.
+func TestVerbStatusDoesNotNeedTheAgent(t *testing.T) {
 	a := startAgent(t)
-	if err := cmdStatus(cmdArgs(t, a.sock, "", "", nil)); err != nil {
+	a.cni.Ready = func() (bool, string) { return false, "policy caches not synced" }
+	absent := filepath.Join(t.TempDir(), "absent.sock")
+	for _, sock := range []string{a.sock, absent} {
+		if err := cmdStatus(cmdArgs(t, sock, "", "", nil)); err != nil {
+			t.Errorf("STATUS (default) with the agent at %s not ready or away: %v, want success", sock, err)
+		}
+	}
+	if err := cmdStatus(cmdArgs(t, absent, "", "", map[string]any{"timeout": "soon"})); cniCode(t, err) != types.ErrInvalidNetworkConfig {
+		t.Errorf("STATUS of an entry that does not parse: %v, want 7", err)
+	}
+}
+
+// "status": "agent" asks the agent: 50 when it is not ready or not there.
+func TestVerbStatusAsksTheAgent(t *testing.T) {
+	a := startAgent(t)
+	agent := map[string]any{"status": "agent"}
+	if err := cmdStatus(cmdArgs(t, a.sock, "", "", agent)); err != nil {
 		t.Fatalf("STATUS of a ready agent: %v", err)
 	}
 	a.cni.Ready = func() (bool, string) { return false, "policy caches not synced" }
-	if err := cmdStatus(cmdArgs(t, a.sock, "", "", nil)); cniCode(t, err) != types.ErrPluginNotAvailable {
+	if err := cmdStatus(cmdArgs(t, a.sock, "", "", agent)); cniCode(t, err) != types.ErrPluginNotAvailable {
 		t.Fatalf("STATUS of an agent not ready: %v, want 50", err)
 	}
-	if err := cmdStatus(cmdArgs(t, filepath.Join(t.TempDir(), "absent.sock"), "", "", nil)); cniCode(t, err) != types.ErrPluginNotAvailable {
+	if err := cmdStatus(cmdArgs(t, filepath.Join(t.TempDir(), "absent.sock"), "", "", agent)); cniCode(t, err) != types.ErrPluginNotAvailable {
 		t.Fatalf("STATUS with no agent: %v, want 50", err)
 	}
 }

@@ -32,7 +32,7 @@ type NetConf struct {
 // other is most likely a typo an operator wants to hear about.
 var knownKeys = map[string]bool{
 	"cniVersion": true, "name": true, "type": true, "socket": true, "timeout": true, "logLevel": true,
-	"excludeNamespaces": true, "prevResult": true, "capabilities": true, "runtimeConfig": true,
+	"excludeNamespaces": true, "status": true, "prevResult": true, "capabilities": true, "runtimeConfig": true,
 	"args": true, "ipam": true, "dns": true, "cni.dev/valid-attachments": true,
 	// libcni's GC also sends the key under the name the spec first gave it
 	// (containernetworking/cni#1101).

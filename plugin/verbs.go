@@ -13,6 +13,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/sluicemesh/sluice/internal/cniwire"
+	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
 
 // call is what every verb starts with: the parsed config and CNI_ARGS, a
@@ -208,12 +209,20 @@ func cmdCheck(args *skel.CmdArgs) error {
 	return nil
 }
 
-// cmdStatus answers the runtime's "can you take pods?" with the spec's
-// code 50 when the agent cannot.
+// cmdStatus answers the runtime's "can you take pods?". By default the
+// answer is yes once the entry parses: the agent being away is not the
+// node's network being down (ADD fails closed on its own, and excluded
+// namespaces need no agent), and a failing STATUS makes the kubelet stop
+// every pod's sync and, with another node Ready, drains the node. With
+// "status": "agent" it asks the agent too and answers the spec's 50 when
+// the agent cannot take pods (docs/operations.md measures both).
 func cmdStatus(args *skel.CmdArgs) error {
 	c, err := newCall(args, "STATUS")
 	if err != nil {
 		return err
+	}
+	if c.conf.parsed.Status != pluginconf.StatusAgent {
+		return nil
 	}
 	a := newAgent(c.conf.parsed.Socket)
 	ctx, cancel := c.context()

@@ -25,19 +25,20 @@ import (
 func main() {
 	state := flag.String("state", "", "directory for the kubeconfig and the ready/stopped markers")
 	tag := flag.String("tag", "dev", "tag of the sluice image built and loaded into the node")
+	legacy := flag.Bool("containerd-1", false, "run the machine's containerd (1.x, no CNI STATUS) and a primary conflist at cniVersion 1.0.0 instead of containerd 2.x and 1.1.0")
 	flag.Parse()
 	if *state == "" {
 		fmt.Fprintln(os.Stderr, "node: -state is required")
 		os.Exit(2)
 	}
-	if err := run(*state, *tag); err != nil {
+	if err := run(*state, *tag, *legacy); err != nil {
 		fmt.Fprintln(os.Stderr, "node:", err)
 		_ = os.WriteFile(filepath.Join(*state, "stopped"), []byte(err.Error()+"\n"), 0o644)
 		os.Exit(1)
 	}
 }
 
-func run(state, tag string) error {
+func run(state, tag string, legacy bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	bins, err := nodetest.KubeBinaries(ctx)
@@ -56,7 +57,14 @@ func run(state, tag string) error {
 	if err != nil {
 		return err
 	}
-	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: images.Archives})
+	opts := nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: images.Archives}
+	if legacy {
+		if opts.ContainerdBinDir, err = nodetest.SystemContainerd(); err != nil {
+			return err
+		}
+		opts.CNIVersion = "1.0.0"
+	}
+	c, err := nodetest.Start(ctx, opts)
 	if err != nil {
 		return err
 	}

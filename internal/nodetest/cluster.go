@@ -3,8 +3,11 @@
 // machine, and a node (containerd, kubelet, kube-proxy, the reference
 // bridge CNI) in its own network and mount namespaces and its own cgroups,
 // linked to the machine by a veth /30. Everything is built from the Go
-// module proxy (hack/kube/build.sh, cached by version) or comes from
-// Debian; images are loaded with `ctr images import`, never pulled.
+// module proxy (hack/kube/build.sh and hack/containerd/build.sh, cached by
+// version) or comes from Debian; images are loaded with `ctr images
+// import`, never pulled. The node runs containerd 2.x and a primary
+// conflist at cniVersion 1.1.0 unless Options say otherwise, so the
+// runtime calls CNI STATUS as current clusters' do.
 //
 // The machine's own network, /etc/cni, /opt/cni, /var/lib/kubelet and
 // /var/run/netns are never touched: the node sees its own directories at
@@ -36,15 +39,17 @@ type Cluster struct {
 	HostIP   string // the control plane's end of the link
 	NodeIP   string // the node's end, its InternalIP
 
-	id          string
-	hostLink    string
-	cgroup      string // the node's cgroup root, in every hierarchy
-	hierarchies []string
-	bins        string // the Kubernetes binaries
-	plugins     string // the reference CNI plugins
-	tokens      map[string]string
-	nsInodes    map[string]uint64 // the node's net and mnt namespaces
-	nsFiles     []*os.File        // open on them until teardown's proof is done
+	id            string
+	hostLink      string
+	cgroup        string // the node's cgroup root, in every hierarchy
+	hierarchies   []string
+	bins          string // the Kubernetes binaries
+	plugins       string // the reference CNI plugins
+	containerdBin string // containerd, its runc shim and ctr
+	cniVersion    string // the primary conflist's
+	tokens        map[string]string
+	nsInodes      map[string]uint64 // the node's net and mnt namespaces
+	nsFiles       []*os.File        // open on them until teardown's proof is done
 
 	holder             *process // holds the node's namespaces open
 	holderPID          int
@@ -61,12 +66,29 @@ type Options struct {
 	KubeBinDir string   // kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
 	CNIBinDir  string   // bridge, host-local, loopback
 	Images     []string // archives to import into the node's containerd
+	// ContainerdBinDir holds containerd, containerd-shim-runc-v2 and ctr;
+	// "" is the containerd 2.x of ContainerdBinaries, as clusters run
+	// today. SystemContainerd is the machine's (1.x).
+	ContainerdBinDir string
+	// CNIVersion is the primary conflist's cniVersion; "" is
+	// DefaultCNIVersion.
+	CNIVersion string
 }
 
 // Start brings the cluster up and returns once the node is Ready, kube-proxy
 // has synced and the controllers serve. On error everything started is
 // stopped again.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.ContainerdBinDir == "" {
+		dir, err := ContainerdBinaries(ctx)
+		if err != nil {
+			return nil, err
+		}
+		opts.ContainerdBinDir = dir
+	}
+	if opts.CNIVersion == "" {
+		opts.CNIVersion = DefaultCNIVersion
+	}
 	c, err := newCluster(opts)
 	if err != nil {
 		return nil, err
@@ -92,17 +114,19 @@ func newCluster(opts Options) (*Cluster, error) {
 	}
 	base := 198<<24 | 18<<16 | uint32(idx)*4
 	return &Cluster{
-		Dir:      dir,
-		NodeName: "node-" + id,
-		HostIP:   ipv4(base + 1),
-		NodeIP:   ipv4(base + 2),
-		id:       id,
-		hostLink: "snode" + id,
-		cgroup:   cgroupPrefix + id + "-" + strconv.Itoa(os.Getpid()),
-		bins:     opts.KubeBinDir,
-		plugins:  opts.CNIBinDir,
-		tokens:   map[string]string{},
-		nsInodes: map[string]uint64{},
+		Dir:           dir,
+		NodeName:      "node-" + id,
+		HostIP:        ipv4(base + 1),
+		NodeIP:        ipv4(base + 2),
+		id:            id,
+		hostLink:      "snode" + id,
+		cgroup:        cgroupPrefix + id + "-" + strconv.Itoa(os.Getpid()),
+		bins:          opts.KubeBinDir,
+		plugins:       opts.CNIBinDir,
+		containerdBin: opts.ContainerdBinDir,
+		cniVersion:    opts.CNIVersion,
+		tokens:        map[string]string{},
+		nsInodes:      map[string]uint64{},
 	}, nil
 }
 

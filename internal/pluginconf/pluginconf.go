@@ -29,6 +29,17 @@ const (
 	MaxRequestBytes = 1 << 20
 	// DefaultLogLevel is the plugin's stderr level when the entry sets none.
 	DefaultLogLevel = slog.LevelWarn
+	// StatusConfig makes CNI STATUS report only what the plugin itself
+	// needs: its entry parses. The agent being away does not make the
+	// node's network not ready (ADD fails closed on its own), so an agent
+	// outage never turns the node NotReady and never drains it.
+	StatusConfig = "config"
+	// StatusAgent makes STATUS ask the agent too: code 50 while it is not
+	// ready or cannot be reached. With containerd 2.x and a conflist at
+	// cniVersion 1.1.0 that marks the node NotReady during an agent outage.
+	StatusAgent = "agent"
+	// DefaultStatus is what STATUS reports when the entry sets nothing.
+	DefaultStatus = StatusConfig
 	// maxSocketPath is sun_path (108 bytes) less its terminating NUL: a
 	// longer path cannot be dialled or listened on at all.
 	maxSocketPath = 107
@@ -45,6 +56,8 @@ type Settings struct {
 	// ExcludeNamespaces are never sent to the agent, so pods the cluster
 	// needs to boot (DNS, the primary CNI) start while the agent is down.
 	ExcludeNamespaces []string `json:"excludeNamespaces,omitempty"`
+	// Status is what CNI STATUS reports: config or agent.
+	Status string `json:"status,omitempty"`
 }
 
 // Parsed is Settings checked, with defaults filled in.
@@ -53,16 +66,23 @@ type Parsed struct {
 	Timeout           time.Duration
 	LogLevel          slog.Level
 	ExcludeNamespaces []string
+	Status            string
 }
 
 // Parse checks every key and fills in defaults; the error names each key
 // that is wrong.
 func (s Settings) Parse() (Parsed, error) {
-	p := Parsed{Socket: s.Socket, Timeout: DefaultTimeout, LogLevel: DefaultLogLevel, ExcludeNamespaces: s.ExcludeNamespaces}
+	p := Parsed{Socket: s.Socket, Timeout: DefaultTimeout, LogLevel: DefaultLogLevel, ExcludeNamespaces: s.ExcludeNamespaces, Status: s.Status}
 	if p.Socket == "" {
 		p.Socket = DefaultSocket
 	}
+	if p.Status == "" {
+		p.Status = DefaultStatus
+	}
 	var errs []error
+	if err := CheckStatus(p.Status); err != nil {
+		errs = append(errs, fmt.Errorf("status %q: %w", p.Status, err))
+	}
 	if err := CheckSocket(p.Socket); err != nil {
 		errs = append(errs, fmt.Errorf("socket %q: %w", p.Socket, err))
 	}
@@ -105,11 +125,19 @@ func CheckTimeout(d time.Duration) error {
 	return nil
 }
 
+// CheckStatus is the rule for what STATUS reports.
+func CheckStatus(s string) error {
+	if s != StatusConfig && s != StatusAgent {
+		return fmt.Errorf("must be %s or %s", StatusConfig, StatusAgent)
+	}
+	return nil
+}
+
 // Map is s as the installer's PluginConfig: the keys it writes, with
 // empty ones left out as the file would leave them.
 func (s Settings) Map() map[string]any {
 	m := map[string]any{}
-	for k, v := range map[string]string{"socket": s.Socket, "timeout": s.Timeout, "logLevel": s.LogLevel} {
+	for k, v := range map[string]string{"socket": s.Socket, "timeout": s.Timeout, "logLevel": s.LogLevel, "status": s.Status} {
 		if v != "" {
 			m[k] = v
 		}

@@ -11,7 +11,7 @@ import (
 // TestMapRoundTrips: what the agent writes is what the plugin reads, key for
 // key, so a renamed JSON tag cannot silently drop a setting.
 func TestMapRoundTrips(t *testing.T) {
-	in := Settings{Socket: "/run/s.sock", Timeout: "1.5s", LogLevel: "debug", ExcludeNamespaces: []string{"kube-system"}}
+	in := Settings{Socket: "/run/s.sock", Timeout: "1.5s", LogLevel: "debug", ExcludeNamespaces: []string{"kube-system"}, Status: StatusAgent}
 	b, err := json.Marshal(in.Map())
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +27,7 @@ func TestMapRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Timeout != 1500*time.Millisecond || p.Socket != in.Socket || p.LogLevel.String() != "DEBUG" {
+	if p.Timeout != 1500*time.Millisecond || p.Socket != in.Socket || p.LogLevel.String() != "DEBUG" || p.Status != StatusAgent {
 		t.Errorf("parsed %+v", p)
 	}
 }
@@ -37,7 +37,7 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Socket != DefaultSocket || p.Timeout != DefaultTimeout || p.LogLevel != DefaultLogLevel {
+	if p.Socket != DefaultSocket || p.Timeout != DefaultTimeout || p.LogLevel != DefaultLogLevel || p.Status != StatusConfig {
 		t.Errorf("defaults: %+v", p)
 	}
 }
@@ -55,6 +55,7 @@ func TestParseRejects(t *testing.T) {
 		{"negative timeout", Settings{Timeout: "-1s"}, "(0, 1m0s]"},
 		{"timeout over the cap", Settings{Timeout: "90s"}, "(0, 1m0s]"},
 		{"bad log level", Settings{LogLevel: "loud"}, "logLevel"},
+		{"unknown status", Settings{Status: "kubelet"}, "must be config or agent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := tc.s.Parse(); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -28,8 +28,9 @@ func cniEnv(cmd, containerID, netns string) []string {
 		"CNI_ARGS=K8S_POD_NAMESPACE=default;K8S_POD_NAME=p"}
 }
 
-// ADD fails closed: no agent, no pod. DEL must still succeed, and STATUS
-// says "not available" (50).
+// ADD fails closed: no agent, no pod. DEL must still succeed; STATUS
+// succeeds by default (the node's network is not down) and says "not
+// available" (50) with "status": "agent".
 func TestAgentDown(t *testing.T) {
 	n := newNode(t)
 	pod := n.pod("pod")
@@ -44,9 +45,12 @@ func TestAgentDown(t *testing.T) {
 	if out, err := execPlugin(t, n.ns, cniEnv("DEL", "down1", pod.Path), pluginStdin(n.socket, "1.0.0", "")); err != nil {
 		t.Fatalf("DEL with no agent failed: %v %s", err, out)
 	}
-	out, err = execPlugin(t, n.ns, cniEnv("STATUS", "", ""), pluginStdin(n.socket, "1.1.0", ""))
+	if out, err := execPlugin(t, n.ns, cniEnv("STATUS", "", ""), pluginStdin(n.socket, "1.1.0", "")); err != nil {
+		t.Fatalf("STATUS (default) with no agent = %v %s, want success", err, out)
+	}
+	out, err = execPlugin(t, n.ns, cniEnv("STATUS", "", ""), pluginStdin(n.socket, "1.1.0", `,"status":"agent"`))
 	if err == nil || cniError(t, out).Code != types.ErrPluginNotAvailable {
-		t.Fatalf("STATUS with no agent = %v %s, want code 50", err, out)
+		t.Fatalf("STATUS (status: agent) with no agent = %v %s, want code 50", err, out)
 	}
 	// Excluded namespaces never need the agent (no boot deadlock).
 	out, err = execPlugin(t, n.ns, cniEnv("ADD", "down2", pod.Path), pluginStdin(n.socket, "1.0.0", `,"excludeNamespaces":["default"],"prevResult":`+fakePrev))

@@ -77,18 +77,30 @@ func TestGCKeepsOnlyValidAttachments(t *testing.T) {
 	}
 }
 
-// CNI 1.1 STATUS through libcni: fine when the agent is ready, an error
-// naming the cause when it is not.
+// CNI 1.1 STATUS through libcni: by default fine whether or not the agent
+// is there (an agent outage must not make the node's network not ready);
+// with "status": "agent", fine when the agent is ready and an error naming
+// the cause when it is not.
 func TestStatusThroughLibcni(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
-	c := n.cni(n.loopbackChain("2s"))
-	if err := n.ns.Do(func() error { return c.lib.GetStatusNetworkList(context.Background(), c.conf) }); err != nil {
-		t.Fatalf("STATUS with a ready agent: %v", err)
+	byDefault := n.cni(n.loopbackChain("2s"))
+	asksAgent := n.cni([]byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"storm","plugins":[
+  {"type":"loopback"},
+  {"type":"sluice","socket":%q,"timeout":"2s","status":"agent"}]}`, n.socket)))
+	status := func(c *cni) error {
+		return n.ns.Do(func() error { return c.lib.GetStatusNetworkList(context.Background(), c.conf) })
+	}
+	for _, c := range []*cni{byDefault, asksAgent} {
+		if err := status(c); err != nil {
+			t.Fatalf("STATUS with a ready agent: %v", err)
+		}
 	}
 	n.agent.stop(t)
-	err := n.ns.Do(func() error { return c.lib.GetStatusNetworkList(context.Background(), c.conf) })
-	if err == nil || !strings.Contains(err.Error(), "not available") {
-		t.Fatalf("STATUS with no agent = %v, want 'not available'", err)
+	if err := status(byDefault); err != nil {
+		t.Errorf("STATUS (default) with no agent = %v, want success", err)
+	}
+	if err := status(asksAgent); err == nil || !strings.Contains(err.Error(), "not available") {
+		t.Errorf("STATUS (status: agent) with no agent = %v, want 'not available'", err)
 	}
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,7 +22,7 @@ func setAgentNodeSelector(t *testing.T, key, value string) {
 		v = `"` + value + `"`
 	}
 	patch := []byte(`{"spec":{"template":{"spec":{"nodeSelector":{"` + key + `":` + v + `}}}}}`)
-	if _, err := client(t).AppsV1().DaemonSets(releaseNS).Patch(t.Context(), release+"-agent", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := client(t).AppsV1().DaemonSets(releaseNS).Patch(context.Background(), release+"-agent", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("patch the agent DaemonSet's nodeSelector: %v", err)
 	}
 }
@@ -32,7 +33,7 @@ func setAgentNodeSelector(t *testing.T, key, value string) {
 func setAgentImage(t *testing.T, image string) {
 	t.Helper()
 	patch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"sluice-agent","image":"` + image + `"}]}}}}`)
-	if _, err := client(t).AppsV1().DaemonSets(releaseNS).Patch(t.Context(), release+"-agent", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := client(t).AppsV1().DaemonSets(releaseNS).Patch(context.Background(), release+"-agent", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("patch the agent DaemonSet's image: %v", err)
 	}
 }
@@ -49,15 +50,20 @@ func noRunningAgent(t *testing.T) error {
 	return nil
 }
 
-// While the node has no agent, new pods fail closed: their sandbox does
-// not start, the conflist entry stays, and the kubelet says the agent is
-// not there. Once a new agent is Ready they start, captured.
+// An agent outage (a failed upgrade: the DaemonSet's pod replaced by one
+// whose image is not there) is not a node outage. For as long as a failing
+// CNI STATUS takes to show (the node NotReady ~4 s after the agent goes,
+// with containerd 2.x and a 1.1.0 conflist) the node stays Ready and
+// untainted, the kubelet restarts a running pod's killed container, and a
+// pod in an excluded namespace starts; a new mesh pod fails closed, the
+// conflist entry stays, and the pod starts captured within seconds of the
+// agent's return.
 func TestAgentOutage(t *testing.T) {
 	requireAgent(t)
 	ns := namespace(t, nil)
 	image := readyAgent(t, time.Minute).Spec.Containers[0].Image
-	// A failed upgrade: the agent's pod is replaced by one whose image is
-	// not there, and the DaemonSet still selects the node.
+	running := runningPod(t, ns, createPod(t, ns, sidecarPod("running", unreachable, nil)).Name, time.Minute)
+
 	setAgentImage(t, "sluice-absent:outage")
 	restored := false
 	t.Cleanup(func() {
@@ -66,35 +72,116 @@ func TestAgentOutage(t *testing.T) {
 		}
 	})
 	eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
+	watch := watchNode(t, cluster.NodeName)
 	if types := conflistTypes(t); types[len(types)-1] != "sluice" {
 		t.Fatalf("conflist plugins with the agent away = %v, want the sluice entry kept", types)
 	}
 
-	p := createPod(t, ns, sidecarPod("during-outage", unreachable, nil))
-	eventually(t, time.Minute, "the sandbox refused for want of an agent", func() error {
-		evs, err := client(t).CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
-		if err != nil {
-			return err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, "sluice") {
-				return nil
-			}
-		}
-		return fmt.Errorf("no FailedCreatePodSandBox naming sluice; pod %s", podState(getPod(t, ns, p.Name)))
+	killContainer(t, running, "app")
+	excluded := createPod(t, releaseNS, plainPod(fmt.Sprintf("outage-excluded-%d", seq.Add(1)), unreachable))
+	t.Cleanup(func() { deletePod(releaseNS, excluded.Name) })
+	mesh := createPod(t, ns, sidecarPod("during-outage", unreachable, nil))
+
+	whileHeld(t, watch, time.Minute, "the killed container restarted", func() error {
+		return restarted(getPod(t, ns, running.Name), "app")
 	})
-	if got := getPod(t, ns, p.Name); got.Status.Phase != corev1.PodPending {
-		t.Fatalf("pod created with no agent: %s, want Pending", podState(got))
+	t.Logf("killed container running again %.1fs into the outage", time.Since(watch.start).Seconds())
+	whileHeld(t, watch, time.Minute, "the excluded pod running", func() error {
+		return isRunning(getPod(t, releaseNS, excluded.Name))
+	})
+	t.Logf("excluded pod running %.1fs into the outage", time.Since(watch.start).Seconds())
+	whileHeld(t, watch, time.Minute, "the mesh pod's sandbox refused for want of an agent", func() error {
+		return sandboxRefused(t, ns, mesh.Name)
+	})
+	if got := getPod(t, ns, mesh.Name); got.Status.Phase != corev1.PodPending {
+		t.Fatalf("mesh pod created with no agent: %s, want Pending", podState(got))
 	}
+	watch.held(t, 15*time.Second)
 
 	setAgentImage(t, image)
 	restored = true
 	readyAgent(t, 2*time.Minute)
+	back := time.Now()
 	// The kubelet retries a failed sandbox after its pod worker's backoff
 	// (10 s); the pod then starts through the new agent, captured.
-	runningPod(t, ns, p.Name, time.Minute)
-	logShows(t, ns, p.Name, "app", 30*time.Second,
+	runningPod(t, ns, mesh.Name, 30*time.Second)
+	t.Logf("mesh pod running %.1fs after the agent was Ready again", time.Since(back).Seconds())
+	logShows(t, ns, mesh.Name, "app", 30*time.Second,
 		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
+}
+
+// whileHeld is eventually, failing at once if the node watch has seen the
+// node NotReady or tainted.
+func whileHeld(t *testing.T, w *nodeWatch, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	eventually(t, timeout, what, func() error {
+		if err := w.err(); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		return cond()
+	})
+}
+
+// killContainer SIGKILLs the pod's container through the node's runtime.
+func killContainer(t *testing.T, p *corev1.Pod, name string) {
+	t.Helper()
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == name {
+			if err := cluster.KillContainer(t.Context(), cs.ContainerID); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("pod %s/%s has no container %s: %s", p.Namespace, p.Name, name, podState(p))
+}
+
+// restarted is nil once the container has been restarted and runs.
+func restarted(p *corev1.Pod, name string) error {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == name && cs.RestartCount > 0 && cs.State.Running != nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("container %s not restarted: %s", name, podState(p))
+}
+
+// isRunning is nil once every container of the pod runs.
+func isRunning(p *corev1.Pod) error {
+	if p.Status.Phase != corev1.PodRunning {
+		return fmt.Errorf("%s", podState(p))
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return fmt.Errorf("%s", podState(p))
+		}
+	}
+	return nil
+}
+
+// sandboxRefused is nil once the kubelet reports the pod's sandbox failed
+// in the sluice plugin.
+func sandboxRefused(t *testing.T, ns, pod string) error {
+	evs, err := client(t).CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+	if err != nil {
+		return err
+	}
+	for _, e := range evs.Items {
+		if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, "sluice") {
+			return nil
+		}
+	}
+	return fmt.Errorf("no FailedCreatePodSandBox naming sluice; pod %s", podState(getPod(t, ns, pod)))
+}
+
+// deletePod deletes a pod at once, for cleanups.
+func deletePod(ns, name string) {
+	cs, err := cluster.Client()
+	if err != nil {
+		return
+	}
+	zero := int64(0)
+	_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 }
 
 // A DaemonSet that no longer selects the node is leaving it: the agent's

@@ -91,15 +91,10 @@ func runningPod(t testing.TB, ns, name string, timeout time.Duration) *corev1.Po
 	var p *corev1.Pod
 	eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() error {
 		p = getPod(t, ns, name)
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-			return fmt.Errorf("%s", podState(p))
+		if p.Status.PodIP == "" {
+			return fmt.Errorf("%s, no pod IP", podState(p))
 		}
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.State.Running == nil {
-				return fmt.Errorf("%s", podState(p))
-			}
-		}
-		return nil
+		return isRunning(p)
 	})
 	return p
 }

@@ -1,0 +1,255 @@
+package nodetest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	pause "github.com/sluicemesh/sluice/hack/pause/image"
+)
+
+// containerdSocket is containerd's socket in the node's private /run.
+const containerdSocket = "/run/containerd/containerd.sock"
+
+// DefaultCNIVersion is the primary conflist's cniVersion unless Options say
+// otherwise: 1.1.0, the first with STATUS, which containerd 2.x then calls
+// on every plugin of the list (sluice's entry too) to decide whether the
+// node's network is ready.
+const DefaultCNIVersion = "1.1.0"
+
+// ContainerdBinaries returns the directory of containerd 2.x, its runc shim,
+// ctr and crictl, building them with hack/containerd/build.sh on first use
+// (about 4 CPU-minutes, once per machine and version), as `make containerd`
+// does.
+func ContainerdBinaries(ctx context.Context) (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "containerd", "build.sh"))
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("build containerd: %w\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// SystemContainerd is the directory of the machine's own containerd (the
+// first on PATH; Debian's is 1.6, which never calls CNI STATUS), for tests
+// of a node that runs containerd 1.x.
+func SystemContainerd() (string, error) {
+	bin, err := exec.LookPath("containerd")
+	if err != nil {
+		return "", fmt.Errorf("find the machine's containerd: %w", err)
+	}
+	return filepath.Dir(bin), nil
+}
+
+// containerdConfigV3 is a version 3 config, for containerd 2.x: its own
+// root and runc root; plugins that would touch the machine's own paths or
+// cannot work here are off.
+const containerdConfigV3 = `version = 3
+root = %[1]q
+state = "/run/containerd/state"
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.nri.v1.nri",
+]
+
+[grpc]
+  address = %[2]q
+
+[ttrpc]
+  address = "/run/containerd/containerd.sock.ttrpc"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    # The only place the pause image is set: kubelet 1.37 has no flag for it.
+    sandbox = %[3]q
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # This VM's root lacks CAP_SYS_RESOURCE: never lower a child's oom_score_adj.
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  disable_apparmor = true
+  # Pod netns mounts in /var/run/netns, where the agent's chart looks.
+  netns_mounts_under_state_dir = false
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        Root = "/run/containerd/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/opt/cni/bin"]
+    conf_dir = "/etc/cni/net.d"
+    max_conf_num = 1
+
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+`
+
+// containerdConfigV2 is the same for containerd 1.x (version 2 config).
+const containerdConfigV2 = `version = 2
+root = %[1]q
+state = "/run/containerd/state"
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+]
+
+[grpc]
+  address = %[2]q
+
+[ttrpc]
+  address = "/run/containerd/containerd.sock.ttrpc"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  # The only place the pause image is set: kubelet 1.37 has no flag for it.
+  sandbox_image = %[3]q
+  # This VM's root lacks CAP_SYS_RESOURCE: never lower a child's oom_score_adj.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  enable_selinux = false
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "/run/containerd/runc"
+        SystemdCgroup = false
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/opt/cni/bin"
+    conf_dir = "/etc/cni/net.d"
+    max_conf_num = 1
+`
+
+// primaryConflist is the node's primary CNI: the reference bridge with
+// host-local IPAM, as a kubeadm node with the bridge CNI would have. Pod
+// traffic leaving the node is masqueraded to the node IP, so the control
+// plane answers pods without a route back to the pod CIDR.
+const primaryConflist = `{
+  "cniVersion": %[1]q,
+  "name": "nodetest",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": true,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": %[2]q}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+`
+
+// PrimaryConflist is the file name of the node's primary CNI config.
+const PrimaryConflist = "10-nodetest.conflist"
+
+// containerdIsV2 says whether the containerd in dir is 2.x, which wants a
+// version 3 config.
+func containerdIsV2(ctx context.Context, dir string) (bool, error) {
+	out, err := exec.CommandContext(ctx, filepath.Join(dir, "containerd"), "--version").Output()
+	if err != nil {
+		return false, fmt.Errorf("containerd --version in %s: %w", dir, err)
+	}
+	return strings.Contains(string(out), "github.com/containerd/containerd/v2 "), nil
+}
+
+func (c *Cluster) startContainerd(ctx context.Context) error {
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		b, err := os.ReadFile(filepath.Join(c.plugins, p))
+		if err != nil {
+			return fmt.Errorf("read CNI plugin: %w", err)
+		}
+		if err := os.WriteFile(c.path("cni/bin", p), b, 0o755); err != nil {
+			return fmt.Errorf("install CNI plugin: %w", err)
+		}
+	}
+	primary := fmt.Sprintf(primaryConflist, c.cniVersion, podCIDR)
+	if err := os.WriteFile(c.ConfDir(PrimaryConflist), []byte(primary), 0o644); err != nil {
+		return err
+	}
+	v2, err := containerdIsV2(ctx, c.containerdBin)
+	if err != nil {
+		return err
+	}
+	tmpl := containerdConfigV2
+	if v2 {
+		tmpl = containerdConfigV3
+	}
+	conf := fmt.Sprintf(tmpl, c.path("containerd"), containerdSocket, pause.DefaultRef)
+	if err := os.WriteFile(c.path("containerd.toml"), []byte(conf), 0o644); err != nil {
+		return err
+	}
+	// The shim is looked up on PATH: this containerd's own first, not
+	// another version's from the machine.
+	p, err := start("containerd", c.path("containerd.log"), c.InNode("env", "PATH="+c.containerdBin+":"+os.Getenv("PATH"),
+		filepath.Join(c.containerdBin, "containerd"), "--config", c.path("containerd.toml")))
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	c.containerd = p
+	return poll(ctx, p, "containerd to serve", func() error {
+		return c.ctr(ctx, "version").Run()
+	})
+}
+
+// ctr is the node's containerd's own ctr, run from the machine.
+func (c *Cluster) ctr(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, filepath.Join(c.containerdBin, "ctr"),
+		append([]string{"--address", c.NodeRoot() + containerdSocket}, args...)...)
+}
+
+// ImportImage loads an image archive (OCI or docker) into the node's
+// containerd, where the kubelet finds it: pods use imagePullPolicy Never.
+func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
+	out, err := c.ctr(ctx, "-n", "k8s.io", "images", "import", archive).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images import %s: %w\n%s", archive, err, out)
+	}
+	return nil
+}
+
+// KillContainer SIGKILLs a container's process through the node's
+// containerd, as an OOM kill or a crash would end it; the kubelet decides
+// whether it restarts. id is the CRI container ID (a pod status's
+// containerID less its "containerd://").
+func (c *Cluster) KillContainer(ctx context.Context, id string) error {
+	id = strings.TrimPrefix(id, "containerd://")
+	out, err := c.ctr(ctx, "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kill container %s: %w\n%s", id, err, out)
+	}
+	return nil
+}
