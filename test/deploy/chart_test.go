@@ -333,7 +333,7 @@ func TestServiceAccountPermissions(t *testing.T) {
 		{"", "namespaces", "", "list", "", true}, {"", "namespaces", "", "watch", "", true},
 		{"", "events", "", "create", "", true}, {"events.k8s.io", "events", "", "patch", "", true},
 		{"apps", "daemonsets", "", "get", "sluice-agent", true}, {"apps", "daemonsets", "", "get", "calico-node", false},
-		{"", "pods", "", "create", "", false}, {"", "secrets", "", "get", "", false}, {"", "namespaces", "", "get", "", false},
+		{"", "pods", "", "create", "", false}, {"", "secrets", "", "get", "", false}, {"", "namespaces", "", "get", "", true},
 		{"", "configmaps", "", "list", "", false}, {"apps", "daemonsets", "", "list", "", false}, {"", "nodes", "", "get", "", true}, {"", "nodes", "", "list", "", false},
 	}
 	// The authorizer learns new roles and bindings from its own watch, a
