@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/sluicemesh/sluice/internal/dirlock"
@@ -24,6 +25,9 @@ import (
 type Listener struct {
 	*net.UnixListener
 	stamp Stamp
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Listen opens network ("unix" or "unixpacket") at path with mode 0600. The
@@ -93,11 +97,16 @@ func (l *Listener) Ours() (bool, string) {
 // Close stops listening and removes the socket file while it still names
 // this listener: never a file someone put in its place (another agent's
 // socket), which the net package's unlink-on-close would remove by name.
-// It is removed before the listener closes, so no new listener can have
-// taken the path in between (one would find this one answering).
+// The file is checked and removed while this listener still answers, so no
+// new listener can have taken the path in between (it would find this one
+// serving and refuse); only the first Close does either, as a later one
+// could find the path taken by then.
 func (l *Listener) Close() error {
-	if ok, _ := l.Ours(); ok {
-		os.Remove(l.stamp.path)
-	}
-	return l.UnixListener.Close()
+	l.closeOnce.Do(func() {
+		if ok, _ := l.Ours(); ok {
+			os.Remove(l.stamp.path)
+		}
+		l.closeErr = l.UnixListener.Close()
+	})
+	return l.closeErr
 }
