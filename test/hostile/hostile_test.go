@@ -191,4 +191,5 @@ var rows = []row{
 	}},
 	{"a uid the agent does not allow, with the socket mode loosened", attackAsNobody},
 	{"a flood of the health port", floodHealthPort},
+	{"an agent configured to serve no uid", agentServingNoUID},
 }

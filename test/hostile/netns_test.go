@@ -1,0 +1,97 @@
+package hostile
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+// sleeper is a process sleeping in a netns: what keeps a pod's netns alive.
+type sleeper struct{ cmd *exec.Cmd }
+
+func sleepIn(t *testing.T, netnsPath string) *sleeper {
+	t.Helper()
+	s := &sleeper{exec.Command("nsenter", "--net="+netnsPath, "--", "sleep", "300")}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.exit)
+	want, err := os.Stat(netnsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nstest.Eventually(t, 5*time.Second, func() bool {
+		got, err := os.Stat(s.path())
+		return err == nil && os.SameFile(got, want)
+	}, "%s never entered %s", s.path(), netnsPath)
+	return s
+}
+
+func (s *sleeper) path() string { return "/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/ns/net" }
+
+func (s *sleeper) exit() {
+	if s.cmd.ProcessState == nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+}
+
+// journaledNetns is the netns path the agent's journal holds for id's eth0,
+// "" when it holds no record.
+func (n *node) journaledNetns(id string) string {
+	b, err := os.ReadFile(filepath.Join(n.stateDir, id+":eth0.json"))
+	if err != nil {
+		return ""
+	}
+	var r struct {
+		Netns string `json:"netns"`
+	}
+	if json.Unmarshal(b, &r) != nil {
+		return ""
+	}
+	return r.Netns
+}
+
+// A pod enrolled by /proc/<pid>/ns/net whose process exits while another
+// process keeps the netns: the reconciler follows the netns (the journal
+// names the live process) and the table stays, instead of forgetting a
+// pod whose redirect then nobody owns. Once the last holder exits, the
+// record goes.
+func TestProcEnrolmentOutlivesItsProcess(t *testing.T) {
+	n := newNode(t)
+	n.start(true, "--netns-roots", n.root+",/proc", "--resync-interval", "1s")
+	victim := nstest.NewIn(t, n.root, "victim")
+	if e, _ := n.run(call{verb: "ADD", id: "victim", netns: victim.Path}); e != nil {
+		t.Fatal(e)
+	}
+	before := ruleset(t, victim)
+
+	pod := nstest.NewIn(t, n.root, "procpod")
+	first, second := sleepIn(t, pod.Path), sleepIn(t, pod.Path)
+	if e, _ := n.run(call{verb: "ADD", id: "procpod", netns: first.path()}); e != nil {
+		t.Fatal(e)
+	}
+	if err := unix.Unmount(pod.Path, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	first.exit() // the path the runtime gave is gone; the netns is not
+	nstest.Eventually(t, 10*time.Second, func() bool { return n.journaledNetns("procpod") == second.path() },
+		"the journal never followed the netns to %s (the record was dropped, or kept the dead path)", second.path())
+	table := exec.Command("nsenter", "--net="+second.path(), "--", "nft", "list", "table", "inet", "sluice")
+	if out, err := table.CombinedOutput(); err != nil {
+		t.Fatalf("the pod's table is gone: %v %s", err, out)
+	}
+
+	second.exit()
+	nstest.Eventually(t, 10*time.Second, func() bool { return n.journaledNetns("procpod") == "" },
+		"the record of a netns nothing holds was kept")
+	n.stillServes(t, victim, before)
+}
