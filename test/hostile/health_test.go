@@ -53,7 +53,7 @@ func floodHealthPort(t *testing.T, n *node) {
 		if e, took := n.run(call{verb: "ADD", id: pod.Name, netns: pod.Path}); e != nil {
 			t.Errorf("ADD during the flood: %v (after %v)", e, took)
 		}
-		if e, took := n.run(call{verb: "STATUS", conf: map[string]any{"cniVersion": "1.1.0"}}); e != nil {
+		if e, took := n.run(call{verb: "STATUS", conf: map[string]any{"cniVersion": "1.1.0", "status": "agent"}}); e != nil {
 			t.Errorf("STATUS during the flood: %v (after %v)", e, took)
 		}
 		for _, path := range []string{"/healthz", "/readyz"} {
