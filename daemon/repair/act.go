@@ -69,7 +69,9 @@ func (r *Repairer) lateRecord(pod *corev1.Pod, d policy.Decision, netns string) 
 }
 
 // label marks the pod for someone else to act on. The patch carries the
-// pod's uid, so a pod recreated under the same name is never marked.
+// pod's uid, so a pod recreated under the same name is never marked. It
+// goes through pods/status, as istio-cni's does: the only pod write the
+// ClusterRole then needs cannot change a pod's spec.
 func (r *Repairer) label(ctx context.Context, pod *corev1.Pod) (string, error) {
 	l := r.cfg.Label
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
@@ -79,7 +81,7 @@ func (r *Repairer) label(ctx context.Context, pod *corev1.Pod) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encode label patch: %w", err)
 	}
-	_, err = r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err = r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return "", fmt.Errorf("label pod %s/%s %s: %w", pod.Namespace, pod.Name, l, err)
 	}

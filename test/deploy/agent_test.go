@@ -29,21 +29,31 @@ func TestAgentAcceptsDaemonSetCommandLine(t *testing.T) {
 	}
 }
 
-// TestAgentCheckCatchesDrift shows the check above has teeth: a flag the
-// agent lacks, or a value it refuses, makes it fail.
+// TestAgentCheckCatchesDrift shows the check above has teeth: a value the
+// agent refuses makes it fail, in one line naming the flag or variable (a
+// crash-looping pod's log shows that line, not the usage). A flag the agent
+// lacks fails earlier, at helm time (TestSchemaRejects).
 func TestAgentCheckCatchesDrift(t *testing.T) {
-	for name, values := range map[string]string{
-		"unknown flag":  "extraArgs: [--no-such-flag=1]\n",
-		"refused value": "extraArgs: [--uninstall-on-exit=sometimes]\n",
-		"bad env":       "extraEnv: [{name: SLUICE_MAX_INFLIGHT, value: many}]\n",
+	for name, tc := range map[string]struct{ values, names string }{
+		"refused value": {"extraArgs: [--uninstall-on-exit=sometimes]\n", "--uninstall-on-exit"},
+		"bad value":     {"extraArgs: [--max-inflight=many]\n", "-max-inflight"},
+		"bad env":       {"extraEnv: [{name: SLUICE_MAX_INFLIGHT, value: many}]\n", "SLUICE_MAX_INFLIGHT"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ds := render(t, valueSet{name: "drift", namespace: "kube-system", values: values}).daemonSet(t)
-			if out, err := checkConfig(t, ds); err == nil {
-				t.Errorf("sluice-agent accepted %s:\n%s", strings.TrimSpace(values), out)
+			ds := render(t, valueSet{name: "drift", namespace: "kube-system", values: tc.values}).daemonSet(t)
+			out, err := checkConfig(t, ds)
+			if err == nil {
+				t.Fatalf("sluice-agent accepted %s:\n%s", strings.TrimSpace(tc.values), out)
+			}
+			if lines := strings.Count(strings.TrimSpace(out), "\n") + 1; lines != 1 || !strings.Contains(out, tc.names) {
+				t.Errorf("%s: %d lines, want one naming %s:\n%s", strings.TrimSpace(tc.values), lines, tc.names, out)
 			}
 		})
+	}
+	out, err := exec.Command(agentBin, "--no-such-flag=1", "--check-config").CombinedOutput()
+	if lines := strings.Count(strings.TrimSpace(string(out)), "\n") + 1; err == nil || lines != 1 || !strings.Contains(string(out), "-no-such-flag") {
+		t.Errorf("an unknown flag: %v, %d lines, want one naming it:\n%s", err, lines, out)
 	}
 }
 

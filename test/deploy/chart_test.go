@@ -428,9 +428,10 @@ func grants(rules []rbacv1.PolicyRule) map[string]bool {
 func TestClusterRolePerRepairMode(t *testing.T) {
 	for values, want := range map[string][]string{
 		"repair: {mode: apply}\n":                  nil,
-		"repair: {mode: label}\n":                  {"patch /pods"},
+		"repair: {mode: label}\n":                  {"patch /pods/status"},
 		"repair: {mode: delete}\n":                 {"create /pods/eviction"},
 		"repair: {mode: delete, enabled: false}\n": nil,
+		"repair: {mode: \"off\"}\n":                nil,
 		"ambient: {enabled: true}\n":               {"patch /pods/status"},
 	} {
 		var role rbacv1.ClusterRole
@@ -470,7 +471,7 @@ func TestManifestsFresh(t *testing.T) {
 // TestSchemaRejects: values the agent would refuse fail at helm time.
 func TestSchemaRejects(t *testing.T) {
 	for _, set := range []string{"repair.mode=evict", "repair.moed=label", "ambient.enabeld=true", "misspelt=1", "variant=fat",
-		"repair.label=novalue", "healthBind=eth0", "seLinuxOptions.typ=spc_t", "logFormat=xml", "logLevel=trace", "cniBinDir=opt/cni/bin", "cniConfFileName=a/b.conflist", "healthPort=0"} {
+		"repair.label=novalue", "healthBind=eth0", "seLinuxOptions.typ=spc_t", "logFormat=xml", "logLevel=trace", "image.digest=sha256:abc", "imagePullSecrets[0].nme=x", "cniBinDir=opt/cni/bin", "cniConfFileName=a/b.conflist", "healthPort=0"} {
 		if out, err := command(repoRoot, nil, helmBin, "template", "sluice", chartDir, "--set", set); err == nil {
 			t.Errorf("--set %s rendered:\n%s", set, out)
 		}

@@ -22,10 +22,46 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* The image: repository, or <hub>/sluice with hub from image.hub,
+global.hub (as istio-cni reads it) or the project's registry; by digest
+when one is given. */}}
 {{- define "sluice.image" -}}
 {{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
 {{- if eq .Values.variant "debug" }}{{ $tag = printf "%s-debug" $tag }}{{ end -}}
-{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- $repo := .Values.image.repository -}}
+{{- if not $repo -}}
+{{- $hub := .Values.image.hub | default (.Values.global).hub | default "ghcr.io/sluicemesh" -}}
+{{- $repo = printf "%s/sluice" (trimSuffix "/" $hub) -}}
+{{- end -}}
+{{- with .Values.image.digest }}{{ printf "%s@%s" $repo . }}{{ else }}{{ printf "%s:%s" $repo $tag }}{{ end -}}
+{{- end -}}
+
+{{/* imagePullSecrets and global.imagePullSecrets, as objects; Istio's
+values give names. */}}
+{{- define "sluice.imagePullSecrets" -}}
+{{- $out := list -}}
+{{- range concat (.Values.imagePullSecrets | default list) ((.Values.global).imagePullSecrets | default list) -}}
+{{- if kindIs "string" . }}{{ $out = append $out (dict "name" .) }}{{ else }}{{ $out = append $out . }}{{ end -}}
+{{- end -}}
+{{- with uniq $out }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* The pod's labels: the chart's, podLabels over them, the selector's
+last (a pod the selector misses would never be the DaemonSet's). */}}
+{{- define "sluice.podLabels" -}}
+{{- $l := dict "app" "sluice-agent" -}}
+{{- $l = mustMergeOverwrite $l (deepCopy (.Values.podLabels | default dict)) (include "sluice.selectorLabels" . | fromYaml) -}}
+{{- toYaml $l -}}
+{{- end -}}
+
+{{/* The pod's annotations: the chart's, podAnnotations over them. */}}
+{{- define "sluice.podAnnotations" -}}
+{{- $a := dict "prometheus.io/scrape" "true" "prometheus.io/port" (toString .Values.healthPort) "prometheus.io/path" "/metrics" -}}
+{{- if and .Values.appArmorAnnotation .Values.appArmorProfile -}}
+{{- $_ := set $a "container.apparmor.security.beta.kubernetes.io/sluice-agent" (include "sluice.appArmorAnnotation" .) -}}
+{{- end -}}
+{{- $a = mustMergeOverwrite $a (deepCopy (.Values.podAnnotations | default dict)) -}}
+{{- toYaml $a -}}
 {{- end -}}
 
 {{/* Where the host's CNI directories appear inside the container. */}}
@@ -39,5 +75,38 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- else if eq $p.type "Unconfined" -}}unconfined
 {{- else if eq $p.type "Localhost" -}}localhost/{{ $p.localhostProfile }}
 {{- else -}}{{ fail (printf "appArmorProfile.type %q: want RuntimeDefault, Unconfined or Localhost" $p.type) }}
+{{- end -}}
+{{- end -}}
+
+{{/* sluice-agent's flags (test/deploy checks the list against
+`sluice-agent --help`): extraArgs and SLUICE_ env names outside it fail
+the render with one line naming the value, before a pod crash-loops. */}}
+{{- define "sluice.agentFlags" -}}
+  allowed-uids ambient ambient-dns-capture ambient-enablement-selectors
+  chained check-config cni-bin-dir cni-conf-dir cni-conf-name
+  cni-network-name default-mode drain-timeout exclude-namespaces
+  health-addr host-netns host-proc install istio-takeover kubeconfig
+  log-format log-level max-inflight netns-roots node-name nri-socket
+  plugin-binary plugin-log-level plugin-timeout pod-name pod-namespace
+  probe-snat-ipv4 probe-snat-ipv6 remove-istio-cni-entry repair-label
+  repair-mode resync-interval socket standalone-service-account state-dir
+  trigger uninstall-on-exit ztunnel-socket
+{{- end -}}
+
+{{- define "sluice.checkArgs" -}}
+{{- $known := include "sluice.agentFlags" . | splitList "\n" | join " " | splitList " " | compact -}}
+{{- range .Values.extraArgs -}}
+{{- $name := regexReplaceAll "^--?([^=]*).*$" . "${1}" -}}
+{{- if not (has $name $known) -}}
+{{- fail (printf "extraArgs: %q: sluice-agent has no flag --%s (sluice-agent --help lists them)" . $name) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $_ := .Values.env -}}
+{{- if hasPrefix "SLUICE_" $k -}}
+{{- $name := $k | trimPrefix "SLUICE_" | lower | replace "_" "-" -}}
+{{- if not (has $name $known) -}}
+{{- fail (printf "env: %s is not a sluice-agent variable (each flag --x-y reads SLUICE_X_Y; sluice-agent --help lists them)" $k) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
