@@ -146,7 +146,8 @@ func TestChartFlagListMatchesAgent(t *testing.T) {
 	slices.Sort(chart)
 	agent := slices.Sorted(maps.Keys(agentFlags(t)))
 	if !slices.Equal(chart, agent) {
-		t.Errorf("the chart's sluice.agentFlags:\n%v\nsluice-agent --help:\n%v", chart, agent)
+		t.Errorf("sluice.agentFlags in %s/templates/_helpers.tpl lists the agent's flags: make it\n%s",
+			chartDir, strings.Join(agent, " "))
 	}
 }
 

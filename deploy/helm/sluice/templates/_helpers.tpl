@@ -87,7 +87,8 @@ the render with one line naming the value, before a pod crash-loops. */}}
   cni-network-name default-mode drain-timeout exclude-namespaces
   health-addr host-netns host-proc install istio-takeover kubeconfig
   log-format log-level max-inflight netns-roots node-name nri-socket
-  plugin-binary plugin-log-level plugin-timeout pod-name pod-namespace
+  plugin-binary plugin-log-level plugin-status plugin-timeout pod-name
+  pod-namespace
   probe-snat-ipv4 probe-snat-ipv6 remove-istio-cni-entry repair-label
   repair-mode resync-interval socket standalone-service-account state-dir
   trigger uninstall-on-exit ztunnel-socket
