@@ -126,7 +126,9 @@ func (s *Store) ZtunnelSnapshot() []ztunnel.Workload {
 			continue
 		}
 		seen[r.PodUID] = true
-		out = append(out, ztunnelWorkload(&r))
+		w := ztunnelWorkload(&r)
+		w.Netns = s.ztunnelNetns(&r)
+		out = append(out, w)
 	}
 	return out
 }

@@ -135,3 +135,32 @@ func TestUnitZtunnelSnapshotOnePerPod(t *testing.T) {
 		t.Fatalf("snapshot %+v, want one entry per pod", got)
 	}
 }
+
+// ztunnel is given, for each pod, a path that names the pod's netns now:
+// where it lives after its first path died, and none (ztunnel keeps what
+// it holds) when the path has come to name another pod's netns and the
+// pod's own is gone. Never the other pod's.
+func TestUnitZtunnelSnapshotNamesTheEnrolledNetns(t *testing.T) {
+	u, _ := newAmbientUnit(t)
+	u.ns.Add("/proc/10/ns/net")
+	u.ns.Add("/proc/20/ns/net")
+	moved := ambientUnitRecord("moved", "uid-m", "10.0.0.1/24")
+	moved.Netns = "/proc/10/ns/net"
+	reused := ambientUnitRecord("reused", "uid-r", "10.0.0.2/24")
+	reused.Netns = "/proc/20/ns/net"
+	for _, r := range []Record{moved, reused} {
+		if err := u.store.Enroll(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u.ns.Alias(moved.Netns, "/proc/11/ns/net") // a second process of the pod
+	u.ns.Delete(moved.Netns)                   // the first exits
+	u.ns.Replace(reused.Netns)                 // pid reuse: another pod's netns
+	got := map[string]string{}
+	for _, w := range u.store.ZtunnelSnapshot() {
+		got[w.UID] = w.Netns
+	}
+	if got["uid-m"] != "/proc/11/ns/net" || got["uid-r"] != "" || len(got) != 2 {
+		t.Fatalf("snapshot netns paths %v, want uid-m at /proc/11/ns/net and uid-r at none", got)
+	}
+}

@@ -99,3 +99,19 @@ func (s *Store) follow(r *Record, path string) error {
 	}
 	return nil
 }
+
+// ztunnelNetns is the path ztunnel is to open r's netns by, which the
+// snapshot hands it long after the ADD: where the namespace enrolled is
+// reachable now, or "" when it is not (gone, out of reach, or the path
+// names another pod's netns after pid reuse), which the ZDS server cannot
+// open and so asks ztunnel to keep what it holds until the reconciler
+// decides. Never a path that names another namespace.
+func (s *Store) ztunnelNetns(r *Record) string {
+	ns, path, err := s.openLive(r)
+	if err != nil {
+		s.log.Warn("netns not reachable for ztunnel's snapshot", "attachment", r.Attachment.String(), "err", err)
+		return ""
+	}
+	ns.Close()
+	return path
+}
