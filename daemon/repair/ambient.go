@@ -179,6 +179,30 @@ func (r *Redirection) Set(ctx context.Context, pod policy.Pod, value string) {
 	r.done(uid, w.gen)
 }
 
+// Apply patches the pod's annotation to value once, within ctx's deadline
+// (less a reserve for the caller's answer), and returns the error: the ADD
+// path fails when istiod cannot be told, as Istio's does. A failed value is
+// not retried (the ADD that wanted it is being rolled back); a pending
+// want it replaced is dropped too, as Set would have replaced it.
+func (r *Redirection) Apply(ctx context.Context, pod policy.Pod, value string) error {
+	if r == nil || pod.UID == "" || pod.Name == "" {
+		return nil
+	}
+	uid := types.UID(pod.UID)
+	w := redirectionWant{pod: pod, value: value, gen: redirectionGen.Add(1)}
+	r.mu.Lock()
+	r.want[uid] = w
+	r.mu.Unlock()
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > 2*patchReserve {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-patchReserve))
+		defer cancel()
+	}
+	err := r.patch(ctx, w)
+	r.done(uid, w.gen)
+	return err
+}
+
 // done forgets a want once applied, unless a newer one replaced it.
 func (r *Redirection) done(uid types.UID, gen uint64) {
 	r.mu.Lock()

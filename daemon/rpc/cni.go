@@ -6,7 +6,9 @@ package rpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -54,9 +56,11 @@ type NetnsAddrs interface {
 }
 
 // Annotator sets ambient.istio.io/redirection on a pod ("" removes it)
-// within ctx, retrying on its own when that fails (repair.Redirection).
+// within ctx (repair.Redirection): Set retries on its own when that fails,
+// Apply tries once and says.
 type Annotator interface {
 	Set(ctx context.Context, pod policy.Pod, value string)
+	Apply(ctx context.Context, pod policy.Pod, value string) error
 }
 
 func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddResponse, error) {
@@ -92,6 +96,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 		IPs:            ips,
 	}
 	ambient := d.Spec.Mode == redirect.ModeAmbient
+	_, had := s.Workloads.Get(a)
 	if err = s.Workloads.Enroll(ctx, rec); err != nil {
 		s.captureFailed(pod, req, err)
 		if ambient && errors.Is(err, workloads.ErrZtunnel) {
@@ -100,9 +105,10 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 		return nil, withRequestID(toStatus(err), req.RequestId)
 	}
 	if ambient {
-		// Before the ADD returns, as Istio does: istiod sends this pod HBONE
-		// only once it reads "enabled".
-		s.annotate(ctx, pod, "enabled")
+		if err = s.markEnabled(ctx, pod, a, req.Netns, had); err != nil {
+			s.captureFailed(pod, req, err)
+			return nil, withRequestID(status.Error(codes.Unavailable, err.Error()), req.RequestId)
+		}
 	}
 	return &sluicev1.AddResponse{Enrolled: true, Mode: modeOf(d.Spec.Mode), Reason: d.Reason}, nil
 }
@@ -181,6 +187,34 @@ func (s *CNI) captureFailed(pod policy.Pod, req *sluicev1.AddRequest, err error)
 			events.Sandbox{ID: req.ContainerId, Netns: req.Netns}, err)
 	}
 }
+
+// markEnabled tells istiod the pod is captured (redirection "enabled")
+// before the ADD returns: istiod sends a pod HBONE only once it reads it.
+// When the API server does not take it the ADD fails, as Istio's does:
+// running, the pod would pass its probes and be a Ready endpoint that
+// istiod sends plaintext, which its STRICT mTLS refuses. A fresh enrolment
+// is rolled back; a retried ADD's earlier one stays for the runtime's DEL.
+func (s *CNI) markEnabled(ctx context.Context, pod policy.Pod, a workloads.Attachment, netnsPath string, had bool) error {
+	if s.Redirection == nil {
+		return nil
+	}
+	err := s.Redirection.Apply(ctx, pod, "enabled")
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("the ambient pod is captured, but istiod cannot be told (the API server did not take the redirection annotation): %w", err)
+	if !had {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		if rerr := s.Workloads.Release(rctx, a, netnsPath); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("rolling the enrolment back: %w", rerr))
+		}
+	}
+	return err
+}
+
+// rollbackTimeout bounds undoing an enrolment whose ADD fails late.
+const rollbackTimeout = 5 * time.Second
 
 func (s *CNI) annotate(ctx context.Context, pod policy.Pod, value string) {
 	if s.Redirection != nil {

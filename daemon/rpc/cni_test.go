@@ -152,6 +152,11 @@ func (a *fakeAnnotator) Set(_ context.Context, pod policy.Pod, value string) {
 	a.got = append(a.got, pod.UID+"="+value)
 }
 
+func (a *fakeAnnotator) Apply(ctx context.Context, pod policy.Pod, value string) error {
+	a.Set(ctx, pod, value)
+	return nil
+}
+
 type fakeZtunnel struct{ refuse error }
 
 func (z *fakeZtunnel) Add(context.Context, ztunnel.Workload) error { return z.refuse }

@@ -16,6 +16,7 @@ import (
 // Workloads is what CNI asks of the enrolled-workload store.
 type Workloads interface {
 	Enroll(ctx context.Context, r workloads.Record) error
+	Get(a workloads.Attachment) (workloads.Record, bool)
 	Release(ctx context.Context, a workloads.Attachment, netnsPath string) error
 	Check(ctx context.Context, a workloads.Attachment, netnsPath string, spec redirect.Spec) ([]string, error)
 	GC(ctx context.Context, network string, valid []workloads.Attachment) ([]workloads.Attachment, error)
