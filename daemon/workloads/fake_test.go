@@ -406,3 +406,23 @@ func TestUnitReconcileReadsOnlyWhatChanged(t *testing.T) {
 		t.Fatalf("a third start read %d tables in all (%v), want still 1", reads(), err)
 	}
 }
+
+// Two records name one netns only when their identities agree: a dead
+// pod's record and a new pod's whose netns took the freed inode do not
+// (nsfs hands out the lowest free inode), so neither keeps or restores a
+// table for the other.
+func TestUnitSameNetnsByCookie(t *testing.T) {
+	dead := &Record{Netns: "/proc/10/ns/net", NetnsInode: 4026532100, NetnsCookie: 7}
+	fresh := &Record{Netns: "/var/run/netns/b", NetnsInode: 4026532100, NetnsCookie: 9}
+	sibling := &Record{Netns: "/proc/11/ns/net", NetnsInode: 4026532100, NetnsCookie: 7}
+	if sameNetns(dead, fresh) {
+		t.Error("a reused inode was taken for the same netns")
+	}
+	if !sameNetns(dead, sibling) {
+		t.Error("two paths to one netns were taken for two")
+	}
+	old := &Record{Netns: "/var/run/netns/b", NetnsInode: 4026532100} // journaled before cookies
+	if !sameNetns(old, fresh) {
+		t.Error("a record without a cookie is no longer matched by inode")
+	}
+}

@@ -108,9 +108,13 @@ func (s *Store) removeUnshared(r *Record) error {
 	return s.kernel.Remove(ns, had)
 }
 
-// sameNetns says whether two records name one namespace: by inode when
-// both know it, else by path (records from before inodes were kept).
+// sameNetns says whether two records name one namespace: by cookie when
+// both know it (an inode is reused once its namespace is freed, netnsid.go),
+// else by inode, else by path (records from before either was kept).
 func sameNetns(a, b *Record) bool {
+	if a.NetnsCookie != 0 && b.NetnsCookie != 0 {
+		return a.NetnsCookie == b.NetnsCookie
+	}
 	if a.NetnsInode != 0 && b.NetnsInode != 0 {
 		return a.NetnsInode == b.NetnsInode
 	}
