@@ -167,3 +167,21 @@ func TestReleaseFindsANetnsAnotherProcessHolds(t *testing.T) {
 		t.Fatalf("release: ztunnel dels %d, table at Del %v, table after %v", f.zt.dels(), tableAtDel, tableVia(second.path()))
 	}
 }
+
+// A DEL never blocks teardown: a netns no process is in, held only by a
+// mount outside the roots, is released (its table, out of reach, stays
+// with the mount).
+func TestReleaseOfANetnsHeldOutsideTheRoots(t *testing.T) {
+	f := newAmbientFixture(t)
+	first, pod, r := f.enrollByProc(t, "held-del")
+	elsewhere := filepath.Join(t.TempDir(), "ns")
+	bindMount(t, pod.Path, elsewhere)
+	unix.Unmount(pod.Path, unix.MNT_DETACH)
+	first.exit()
+	if err := f.store.Release(context.Background(), r.Attachment, r.Netns); err != nil {
+		t.Fatalf("DEL of a netns held outside the roots: %v", err)
+	}
+	if _, ok := f.store.Get(r.Attachment); ok {
+		t.Fatal("record kept after the DEL")
+	}
+}

@@ -95,6 +95,13 @@ func (s *Store) removeUnshared(r *Record) error {
 	if errors.Is(err, podns.ErrNotExist) {
 		return nil
 	}
+	if errors.Is(err, podns.ErrHeldElsewhere) {
+		// DEL must not block teardown: the table stays with what holds
+		// the netns out of reach (a mount; with /proc a root, never a
+		// process, which would be reachable).
+		s.log.Warn("netns held only outside the netns roots; its table is left there", "attachment", r.Attachment.String(), "err", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
