@@ -193,10 +193,20 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	if m := mountOf(ds, "/host/proc"); hostProc != "/host/proc" || m == nil || !m.ReadOnly || hostPathOf(ds, m) != "/proc" {
 		t.Errorf("--host-proc=%q with mount %+v: want the host's /proc read-only at /host/proc", hostProc, m)
 	}
-	// The host side is cniNetnsDir (checked per value set).
-	if m := mountOf(ds, "/var/run/netns"); m == nil || hostPathOf(ds, m) == "" ||
+	// The host side is cniNetnsDir (checked per value set), mounted at its
+	// own path, the one the runtime passes in CNI_NETNS, which the agent's
+	// netns roots cover.
+	var netnsMount *corev1.VolumeMount
+	for i, m := range c.VolumeMounts {
+		if m.Name == "netns" {
+			netnsMount = &c.VolumeMounts[i]
+		}
+	}
+	if m := netnsMount; m == nil || hostPathOf(ds, m) != m.MountPath ||
 		m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer {
-		t.Errorf("/var/run/netns mount %+v: want a host path, HostToContainer", m)
+		t.Errorf("netns mount %+v: want the host path at its own path, HostToContainer", m)
+	} else if roots, ok := argValue(c, "--netns-roots"); m.MountPath != "/var/run/netns" && (!ok || !strings.HasPrefix(roots, m.MountPath+",")) {
+		t.Errorf("netns dir %s mounted, but --netns-roots is %q", m.MountPath, roots)
 	}
 	// Paths the host side uses too are mounted at their own host path.
 	for flag, def := range agentPathDefaults {

@@ -246,7 +246,7 @@ repair:
 		if c.Image != "ghcr.io/sluicemesh/sluice:0.1.0-debug" {
 			t.Errorf("image %q, want the -debug variant", c.Image)
 		}
-		wantHostPath(t, ds, "/run/netns", "/var/run/netns")
+		wantHostPath(t, ds, "/run/netns", "/run/netns")
 		if o := c.SecurityContext.SELinuxOptions; o == nil || o.Type != "spc_t" {
 			t.Errorf("seLinuxOptions = %+v", o)
 		}
