@@ -129,23 +129,12 @@ func (s *Store) lockNetns(ino uint64) func() {
 // the table unless another attachment still owns it there. A failure
 // leaves the netns and the journal as they were before the call.
 func (s *Store) Enroll(ctx context.Context, r Record) error {
-	rs, ns, err := s.begin(ctx, &r)
+	e, err := s.start(ctx, &r)
 	if err != nil {
 		return err
 	}
-	defer ns.Close()
-	defer s.lock(r.Attachment)()
-	if err := s.stamp(ctx, &r, rs, ns); err != nil {
-		return err
-	}
-	s.mu.RLock()
-	prev := s.recs[r.Attachment]
-	s.mu.RUnlock()
-	if err := s.writeRecord(&r); err != nil {
-		return err
-	}
-	if err := s.applyListed(ns, rs, &r); err != nil {
-		s.restore(r.Attachment, prev)
+	defer e.close()
+	if err := s.commit(e, &r); err != nil {
 		return err
 	}
 	if isAmbient(&r) {
@@ -153,26 +142,62 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 			// All or nothing: an ambient pod without ztunnel is a black
 			// hole; and nothing less than what was there: a re-ADD keeps
 			// the capture it had.
-			return s.rollBack(context.WithoutCancel(ctx), ns, &r, prev, err)
+			return s.rollBack(context.WithoutCancel(ctx), e.ns, &r, e.prev, err)
 		}
 	}
 	// Only now: a hand-over that fails must find the netns it left as it was.
-	s.releaseLeft(ctx, prev, &r)
+	s.releaseLeft(ctx, e.prev, &r)
 	return nil
 }
 
-// begin builds r's ruleset and opens its netns, before any lock and within
-// the call's deadline: nothing unbounded runs while a stripe is held.
-func (s *Store) begin(ctx context.Context, r *Record) (*redirect.Ruleset, netns.NsHandle, error) {
+// enrolment is an Enroll or a TakeOver in progress, under its attachment's
+// lock.
+type enrolment struct {
+	rs     *redirect.Ruleset
+	ns     netns.NsHandle
+	prev   *Record // the attachment's record before the call, or nil
+	unlock func()
+}
+
+func (e *enrolment) close() {
+	e.unlock()
+	e.ns.Close()
+}
+
+// start builds r's ruleset and opens its netns before any lock, within the
+// call's deadline (nothing unbounded runs while a stripe is held), then
+// takes r's lock and stamps r.
+func (s *Store) start(ctx context.Context, r *Record) (*enrolment, error) {
 	rs, err := redirect.Build(r.Spec)
 	if err != nil {
-		return nil, netns.None(), fmt.Errorf("build ruleset for %s: %w", r.Attachment, err)
+		return nil, fmt.Errorf("build ruleset for %s: %w", r.Attachment, err)
 	}
 	ns, err := s.opener.OpenContext(ctx, r.Netns)
 	if err != nil {
-		return nil, netns.None(), err
+		return nil, err
 	}
-	return rs, ns, nil
+	e := &enrolment{rs: rs, ns: ns, unlock: s.lock(r.Attachment)}
+	if err := s.stamp(ctx, r, rs, ns); err != nil {
+		e.close()
+		return nil, err
+	}
+	s.mu.RLock()
+	e.prev = s.recs[r.Attachment]
+	s.mu.RUnlock()
+	return e, nil
+}
+
+// commit journals r as intent, then applies its ruleset and lists it; a
+// failed apply puts back the earlier record, or none.
+func (s *Store) commit(e *enrolment, r *Record) error {
+	if err := s.writeRecord(r); err != nil {
+		return err
+	}
+	if err := s.applyListed(e.ns, e.rs, r); err != nil {
+		s.restore(r.Attachment, e.prev)
+		return err
+	}
+	return nil
 }
 
 // stamp fills in what the store computes of r, under r's lock.

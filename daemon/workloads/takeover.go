@@ -28,36 +28,25 @@ func (e RolledBack) Unwrap() error { return e.Err }
 // record; ztunnel is never told Del, as their rules still send the pod to
 // it.
 func (s *Store) TakeOver(ctx context.Context, r Record, removeTheirs func(netns.NsHandle) error) error {
-	rs, ns, err := s.begin(ctx, &r)
+	e, err := s.start(ctx, &r)
 	if err != nil {
 		return err
 	}
-	defer ns.Close()
-	defer s.lock(r.Attachment)()
-	if err := s.stamp(ctx, &r, rs, ns); err != nil {
-		return err
-	}
-	s.mu.RLock()
-	prev := s.recs[r.Attachment]
-	s.mu.RUnlock()
-	if prev != nil {
+	defer e.close()
+	if e.prev != nil {
 		return fmt.Errorf("take over %s: already enrolled; nothing changed", r.Attachment)
 	}
-	if err := s.writeRecord(&r); err != nil {
-		return err
-	}
-	if err := s.applyListed(ns, rs, &r); err != nil {
-		s.forget(r.Attachment)
+	if err := s.commit(e, &r); err != nil {
 		return RolledBack{fmt.Errorf("take over %s: %w", r.Attachment, err)}
 	}
 	ctx0 := context.WithoutCancel(ctx)
 	if isAmbient(&r) {
 		if err := s.handOver(ctx, &r); err != nil {
-			return s.rollBack(ctx0, ns, &r, nil, fmt.Errorf("take over %s: %w", r.Attachment, err))
+			return s.rollBack(ctx0, e.ns, &r, nil, fmt.Errorf("take over %s: %w", r.Attachment, err))
 		}
 	}
-	if err := removeTheirs(ns); err != nil {
-		return s.rollBack(ctx0, ns, &r, nil, fmt.Errorf("take over %s: %w", r.Attachment, err))
+	if err := removeTheirs(e.ns); err != nil {
+		return s.rollBack(ctx0, e.ns, &r, nil, fmt.Errorf("take over %s: %w", r.Attachment, err))
 	}
 	return nil
 }
