@@ -170,6 +170,7 @@ func (c *config) policyFlags(fs *flag.FlagSet, getenv func(string) string) {
 func printUsage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintln(w, "usage: sluice-agent [flags]   run the node agent")
 	fmt.Fprintln(w, "       sluice-agent --version   print this binary's version")
+	fmt.Fprintln(w, "       sluice-agent migrate-values FILE|-\n           an istio-cni values file as the sluice chart's values (docs/migrate-from-istio-cni.md)")
 	for _, name := range commandNames() {
 		cmd := commands[name]
 		fmt.Fprintf(w, "       %s\n           %s\n", strings.TrimSpace("sluice-agent "+name+" [--socket PATH] [-o table|json|yaml] "+cmd.usage), cmd.help)

@@ -20,6 +20,9 @@ func main() {
 	if isCommand(os.Args[1:]) {
 		os.Exit(runCommand(os.Args[1], os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "migrate-values" {
+		os.Exit(migrateValues(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	if isVersionFlag(os.Args[1:]) {
 		fmt.Println("sluice-agent", buildinfo.Version)
 		return

@@ -30,10 +30,18 @@ when one is given. */}}
 {{- if eq .Values.variant "debug" }}{{ $tag = printf "%s-debug" $tag }}{{ end -}}
 {{- $repo := .Values.image.repository -}}
 {{- if not $repo -}}
-{{- $hub := .Values.image.hub | default (.Values.global).hub | default "ghcr.io/sluicemesh" -}}
+{{- $global := (.Values.global).hub | default "" -}}
+{{- /* Istio's own registries hold no sluice image: only a mirror counts. */ -}}
+{{- if has (trimSuffix "/" $global) (include "sluice.istioHubs" . | splitList " ") }}{{ $global = "" }}{{ end -}}
+{{- $hub := .Values.image.hub | default $global | default "ghcr.io/sluicemesh" -}}
 {{- $repo = printf "%s/sluice" (trimSuffix "/" $hub) -}}
 {{- end -}}
 {{- with .Values.image.digest }}{{ printf "%s@%s" $repo . }}{{ else }}{{ printf "%s:%s" $repo $tag }}{{ end -}}
+{{- end -}}
+
+{{/* Istio's public registries (global.hub values that are no mirror). */}}
+{{- define "sluice.istioHubs" -}}
+docker.io/istio gcr.io/istio-release gcr.io/istio-testing registry.istio.io/release registry.istio.io/testing
 {{- end -}}
 
 {{/* imagePullSecrets and global.imagePullSecrets, as objects; Istio's

@@ -1,0 +1,87 @@
+package istiovalues
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func convert(t *testing.T, in string) Result {
+	t.Helper()
+	r, err := Convert([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func get(m map[string]any, path string) any {
+	var cur any = m
+	for _, p := range strings.Split(path, ".") {
+		mm, _ := cur.(map[string]any)
+		cur = mm[p]
+	}
+	return cur
+}
+
+// Istio's three repair switches become one mode, in the order its repair
+// controller tries them; none is off.
+func TestRepairModes(t *testing.T) {
+	for in, want := range map[string]string{
+		"repair: {repairPods: true, deletePods: true}":                   "apply",
+		"repair: {repairPods: false, deletePods: true, labelPods: true}": "delete",
+		"repair: {repairPods: false, labelPods: true}":                   "label",
+		"repair: {repairPods: false}":                                    "off",
+	} {
+		if got := get(convert(t, in).Values, "repair.mode"); got != want {
+			t.Errorf("%s: repair.mode %v, want %s", in, got, want)
+		}
+	}
+	r := convert(t, "repair: {labelPods: true, repairPods: false, brokenPodLabelKey: broken, brokenPodLabelValue: \"yes\"}")
+	if got := get(r.Values, "repair.label"); got != "broken=yes" {
+		t.Errorf("repair.label %v", got)
+	}
+}
+
+// The layouts: the chart's defaults block, its top level and a cni:
+// section, later ones winning; global beside them.
+func TestLayouts(t *testing.T) {
+	r := convert(t, `
+_internal_defaults_do_not_set: {cniBinDir: /a, chained: true, logging: {level: info}}
+cniBinDir: /b
+cni: {cniBinDir: /c, logging: {level: "default:debug,ambient:info"}}
+global: {hub: mirror.corp/istio, tag: 1.27.0, logAsJson: true, imagePullSecrets: [pull]}
+`)
+	for path, want := range map[string]any{"cniBinDir": "/c", "chained": true, "logLevel": "debug", "logFormat": "json",
+		"global.hub": "mirror.corp/istio"} {
+		if got := get(r.Values, path); got != want {
+			t.Errorf("%s = %v, want %v", path, got, want)
+		}
+	}
+	if get(r.Values, "image.tag") != nil || !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.HasPrefix(n, "global.tag") }) {
+		t.Errorf("global.tag converted or not named: %v %v", r.Values, r.Notes)
+	}
+}
+
+// Values with no equivalent are named, never dropped silently; Istio's
+// own registries are not a mirror.
+func TestNotes(t *testing.T) {
+	r := convert(t, `
+hub: docker.io/istio
+env: {HOST_PROBE_SNAT_IP: 169.254.7.127, AMBIENT_TPROXY_REDIRECTION: "true"}
+ambient: {enabled: true, ipv6: false}
+istioOwnedCNIConfig: true
+bogus: 1
+`)
+	if get(r.Values, "image.hub") != nil {
+		t.Error("Istio's registry converted into image.hub")
+	}
+	if get(r.Values, "env.HOST_PROBE_SNAT_IP") != "169.254.7.127" || get(r.Values, "env.AMBIENT_TPROXY_REDIRECTION") != nil {
+		t.Errorf("env %v", get(r.Values, "env"))
+	}
+	for _, prefix := range []string{"hub:", "env.AMBIENT_TPROXY_REDIRECTION:", "ambient.ipv6:", "istioOwnedCNIConfig:", "bogus:"} {
+		if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.HasPrefix(n, prefix) }) {
+			t.Errorf("no note for %s in %q", prefix, r.Notes)
+		}
+	}
+}
