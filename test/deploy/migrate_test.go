@@ -82,4 +82,3 @@ func nonComment(s string) []string {
 	}
 	return out
 }
-
