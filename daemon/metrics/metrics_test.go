@@ -49,3 +49,45 @@ func TestBool(t *testing.T) {
 		t.Errorf("ready true:\n%s", out)
 	}
 }
+
+// At most maxScrapesInFlight scrapes are served at once; one more is
+// answered 503 at once instead of adding to what the agent holds.
+func TestScrapesInFlightAreBounded(t *testing.T) {
+	m := New()
+	entered, release := make(chan struct{}), make(chan struct{})
+	m.Func("gauge", "slow", "Blocks until released.", func() float64 {
+		entered <- struct{}{}
+		<-release
+		return 1
+	})
+	h := m.Handler()
+	done := make(chan int, maxScrapesInFlight)
+	for range maxScrapesInFlight {
+		go func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			done <- rec.Code
+		}()
+		<-entered
+	}
+	past := make(chan int, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		past <- rec.Code
+	}()
+	select {
+	case code := <-past:
+		if code != 503 {
+			t.Errorf("scrape past the bound answered %d, want 503", code)
+		}
+	case <-entered:
+		t.Error("a scrape past the bound was served")
+	}
+	close(release)
+	for range maxScrapesInFlight {
+		if code := <-done; code != 200 {
+			t.Errorf("a scrape within the bound answered %d", code)
+		}
+	}
+}
