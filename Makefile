@@ -23,7 +23,7 @@ FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:F
 # Scripts and tests find their cached helper binaries here too.
 export SLUICE_CACHE := $(CACHE)
 
-.PHONY: all prereqs build plugins multus kube-apiserver kube containerd proto manifests image image-docker verify lint test unit-nonroot fuzz demo bench clean
+.PHONY: all prereqs build plugins multus kube-apiserver kube containerd istiod ztunnel proto manifests image image-docker verify lint test unit-nonroot fuzz demo bench clean
 
 all: build
 
@@ -66,6 +66,21 @@ kube:
 containerd:
 	hack/containerd/build.sh >/dev/null
 
+# istiod (pilot-discovery) for test/mesh, built from the Istio module
+# test/istio pins and packed as an image, both cached under
+# $(CACHE)/istiod/<version>/ (a few minutes cold; instant when cached).
+istiod:
+	$(GO) run ./hack/istiod/image >/dev/null
+
+# The real ztunnel for test/mesh's ztunnel tests, built with cargo from a
+# checkout of istio/ztunnel at the commit in hack/ztunnel/COMMIT (~16 min
+# cold on 2 cores) and packed as an image, both cached under
+# $(CACHE)/ztunnel/<commit>/. Without it those tests skip.
+ztunnel:
+	@test -n "$(ZTUNNEL_SRC)" || { echo "usage: make ztunnel ZTUNNEL_SRC=<a checkout of istio/ztunnel at $$(cat hack/ztunnel/COMMIT)>" >&2; exit 1; }
+	hack/ztunnel/build.sh $(ZTUNNEL_SRC) >/dev/null
+	$(GO) run ./hack/ztunnel/image >/dev/null
+
 proto:
 	protoc -I api \
 		--plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \
@@ -105,7 +120,7 @@ lint:
 	$(GO) vet ./...
 	hack/gotool.sh honnef.co/go/tools/cmd/staticcheck v0.8.2 ./...
 
-test: prereqs build plugins multus kube containerd verify
+test: prereqs build plugins multus kube containerd istiod verify
 	$(GO) test -count=1 -timeout 20m ./...
 	cd test/istio && $(GO) test -timeout 15m ./...
 	$(MAKE) -s unit-nonroot

@@ -34,6 +34,9 @@ type File struct {
 type Config struct {
 	Entrypoint []string
 	Labels     map[string]string
+	// User runs the entrypoint as "uid:gid" (empty: root), for charts
+	// that set runAsNonRoot without a runAsUser.
+	User string
 }
 
 // epoch is every timestamp in the image: none of them depends on when or
@@ -69,6 +72,7 @@ func Build(files []File, cfg Config) (v1.Image, error) {
 	cf.Created = v1.Time{Time: epoch}
 	cf.Config.Entrypoint = cfg.Entrypoint
 	cf.Config.Labels = cfg.Labels
+	cf.Config.User = cfg.User
 	cf.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {

@@ -1,0 +1,180 @@
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sluicemesh/sluice/internal/nstest"
+)
+
+const labelDataplane = "istio.io/dataplane-mode"
+
+var seq atomic.Int64
+
+// eventually polls cond until it returns nil, failing t with the last
+// error after timeout.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	if err := waitFor(t.Context(), timeout, what, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func client(t testing.TB) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// namespace creates a namespace of the test's own, with labels, and
+// deletes it when the test ends.
+func namespace(t *testing.T, labels map[string]string) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	name = strings.Trim(name, "-") + "-" + strconv.FormatInt(seq.Add(1), 10)
+	cs := client(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
+		_, err := cs.CoreV1().ServiceAccounts(name).Get(t.Context(), "default", metav1.GetOptions{})
+		return err
+	})
+	return name
+}
+
+// serviceAccount creates a ServiceAccount in ns: a pod's mesh identity.
+func serviceAccount(t *testing.T, ns, name string) {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := client(t).CoreV1().ServiceAccounts(ns).Create(t.Context(), sa, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ServiceAccount %s/%s: %v", ns, name, err)
+	}
+}
+
+// podState names a pod's phase and each container's state, for failure
+// messages.
+func podState(p *corev1.Pod) string {
+	s := string(p.Status.Phase)
+	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		switch {
+		case cs.State.Waiting != nil:
+			s += fmt.Sprintf(" %s=waiting(%s: %s)", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		case cs.State.Running != nil:
+			s += fmt.Sprintf(" %s=running", cs.Name)
+		case cs.State.Terminated != nil:
+			s += fmt.Sprintf(" %s=terminated(%d)", cs.Name, cs.State.Terminated.ExitCode)
+		}
+	}
+	return s
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// logs is a container's log, as `kubectl logs` reads it.
+func logs(t testing.TB, ns, pod, container string) string {
+	t.Helper()
+	b, err := client(t).CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(t.Context())
+	if err != nil {
+		return "(logs: " + err.Error() + ")"
+	}
+	return string(b)
+}
+
+// onePod is the one pod, not being deleted, that selector picks in ns.
+func onePod(t testing.TB, ns, selector string) (*corev1.Pod, error) {
+	l, err := client(t).CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	var found []corev1.Pod
+	for _, p := range l.Items {
+		if p.DeletionTimestamp == nil {
+			found = append(found, p)
+		}
+	}
+	if len(found) != 1 {
+		return nil, fmt.Errorf("%d pods match %s in %s", len(found), selector, ns)
+	}
+	return &found[0], nil
+}
+
+// readyPod waits for exactly one Ready pod matching selector in ns.
+func readyPod(t testing.TB, ns, selector string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	eventually(t, timeout, "one Ready pod "+selector+" in "+ns, func() error {
+		var err error
+		if p, err = onePod(t, ns, selector); err != nil {
+			return err
+		}
+		if !podReady(p) {
+			return fmt.Errorf("%s not Ready: %s", p.Name, podState(p))
+		}
+		return nil
+	})
+	return p
+}
+
+// nodeNetns is the node's network namespace: a client there is outside
+// the mesh, as the kubelet is.
+func nodeNetns() *nstest.NS {
+	return &nstest.NS{Name: "node", Path: cluster.NetnsPath()}
+}
+
+// get fetches url from the node's netns and returns the body.
+func get(url string) (string, error) {
+	return getIn(nodeNetns(), url)
+}
+
+// getIn fetches url with connections made in ns and returns the body.
+func getIn(ns *nstest.NS, url string) (string, error) {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) {
+			return ns.Dial(network, addr, 3*time.Second)
+		},
+	}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %.300s", url, resp.Status, b)
+	}
+	return string(b), nil
+}
