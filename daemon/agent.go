@@ -37,6 +37,8 @@ import (
 type agent struct {
 	cfg *config
 	log *slog.Logger
+	// left is set by shutdown when the agent is leaving the node.
+	left bool
 	// ctx is the background components' (informers, ZDS, installer,
 	// resync), cancelled only after the drain: an in-flight ADD may still
 	// need them (an ambient ADD waits for ztunnel's ack).
@@ -283,6 +285,7 @@ func (a *agent) goErr(name string, run func(context.Context) error) {
 func (a *agent) shutdown() {
 	a.hs.Shutdown()
 	leaving := (a.inst != nil || a.amb != nil) && uninstallOnExit(a.cfg, a.rc, a.log)
+	a.left = leaving
 	if leaving && a.inst != nil {
 		// Before the drain: new pods should stop calling a leaving agent.
 		if err := a.inst.Uninstall(); err != nil {

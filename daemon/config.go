@@ -36,19 +36,20 @@ type config struct {
 	standaloneSA string
 	maxInflight  int
 
-	install           bool
-	uninstallOnExit   string
-	cniBinDirs        string
-	cniConfDir        string
-	cniConfName       string
-	chained           bool
-	removeIstioCNI    bool
-	cniNetworkName    string
-	pluginBinary      string
-	pluginTimeout     time.Duration
-	pluginLogLevel    string
-	pluginStatus      string
-	excludeNamespaces string
+	install            bool
+	uninstallOnExit    string
+	cleanupOnUninstall bool
+	cniBinDirs         string
+	cniConfDir         string
+	cniConfName        string
+	chained            bool
+	removeIstioCNI     bool
+	cniNetworkName     string
+	pluginBinary       string
+	pluginTimeout      time.Duration
+	pluginLogLevel     string
+	pluginStatus       string
+	excludeNamespaces  string
 
 	nodeName     string
 	podName      string
@@ -130,6 +131,7 @@ func (c *config) nodeFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.resync, "resync-interval", 60*time.Second, "how often every enrolled netns is verified and its ruleset reasserted on drift")
 	fs.IntVar(&c.maxInflight, "max-inflight", 64, "concurrent ADDs; more wait for a slot until their deadline")
 	fs.BoolVar(&c.install, "install", true, "install the plugin binary and its conflist entry, and keep them in place")
+	fs.BoolVar(&c.cleanupOnUninstall, "cleanup-on-uninstall", false, "when the agent leaves the node (--uninstall-on-exit decided so), also remove every pod's capture rules, the plugin, the journal and the sockets, as sluice-agent cleanup does: running pods go on uncaptured")
 	fs.StringVar(&c.uninstallOnExit, "uninstall-on-exit", "auto", "remove the conflist entry on SIGTERM: true, false, or auto (true standalone; in Kubernetes only when the agent's DaemonSet is being deleted or no longer selects this node)")
 	fs.StringVar(&c.cniBinDirs, "cni-bin-dir", "/opt/cni/bin", "comma-separated directories the plugin binary is installed into")
 	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "directory of the CNI configs the runtime reads")
@@ -170,6 +172,7 @@ func (c *config) policyFlags(fs *flag.FlagSet, getenv func(string) string) {
 func printUsage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintln(w, "usage: sluice-agent [flags]   run the node agent")
 	fmt.Fprintln(w, "       sluice-agent --version   print this binary's version")
+	fmt.Fprintln(w, "       sluice-agent cleanup [flags]\n           with the agent stopped, remove what it put on the node (pods' rules, conflist entry, plugin, journal, sockets); the flags name where, as for the agent")
 	fmt.Fprintln(w, "       sluice-agent migrate-values FILE|-\n           an istio-cni values file as the sluice chart's values (docs/migrate-from-istio-cni.md)")
 	for _, name := range commandNames() {
 		cmd := commands[name]

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/sluicemesh/sluice/internal/buildinfo"
 )
@@ -19,6 +20,9 @@ import (
 func main() {
 	if isCommand(os.Args[1:]) {
 		os.Exit(runCommand(os.Args[1], os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "cleanup" {
+		os.Exit(runCleanup(os.Args[2:], os.Getenv, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "migrate-values" {
 		os.Exit(migrateValues(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
@@ -51,6 +55,12 @@ func main() {
 	a, err := newAgent(cfg, log)
 	if err == nil {
 		err = a.run(sig)
+	}
+	if err == nil && a.left && cfg.cleanupOnUninstall {
+		// After run: its lock on the state dir is released.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = cleanup(ctx, cfg, log)
+		cancel()
 	}
 	if err != nil {
 		log.Error("exiting", "err", err)

@@ -153,18 +153,7 @@ func (n *node) startAgent(extra ...string) *agent {
 func (n *node) startAgentNotReady(extra ...string) *agent {
 	t := n.t
 	t.Helper()
-	// The CNI dirs always point into the test's temp dir, so even a test
-	// that turns the installer on never touches the machine's own.
-	args := append([]string{
-		"--socket", n.socket,
-		"--state-dir", n.stateDir,
-		"--netns-roots", n.nsRoot,
-		"--health-addr", "127.0.0.1:9890",
-		"--cni-bin-dir", n.cniBin,
-		"--cni-conf-dir", n.confDir,
-		"--plugin-binary", filepath.Join(binDir, "sluice"),
-		"--install=false",
-	}, extra...)
+	args := n.agentArgs(extra...)
 	a := &agent{logs: &syncBuffer{}, done: make(chan struct{})}
 	if n.agentInHostNetns {
 		a.cmd = exec.Command(filepath.Join(binDir, "sluice-agent"), args...)
@@ -194,6 +183,22 @@ func (n *node) startAgentNotReady(extra ...string) *agent {
 		return err == nil
 	}, "agent never answered:\n%s", a.logs)
 	return a
+}
+
+// agentArgs are the agent's flags on this node, then extra. The CNI dirs
+// always point into the test's temp dir, so even a test that turns the
+// installer on never touches the machine's own.
+func (n *node) agentArgs(extra ...string) []string {
+	return append([]string{
+		"--socket", n.socket,
+		"--state-dir", n.stateDir,
+		"--netns-roots", n.nsRoot,
+		"--health-addr", "127.0.0.1:9890",
+		"--cni-bin-dir", n.cniBin,
+		"--cni-conf-dir", n.confDir,
+		"--plugin-binary", filepath.Join(binDir, "sluice"),
+		"--install=false",
+	}, extra...)
 }
 
 // stop sends SIGTERM and waits for a clean exit.

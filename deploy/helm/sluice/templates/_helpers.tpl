@@ -91,7 +91,7 @@ last (a pod the selector misses would never be the DaemonSet's). */}}
 the render with one line naming the value, before a pod crash-loops. */}}
 {{- define "sluice.agentFlags" -}}
   allowed-uids ambient ambient-dns-capture ambient-enablement-selectors
-  chained check-config cni-bin-dir cni-conf-dir cni-conf-name
+  chained check-config cleanup-on-uninstall cni-bin-dir cni-conf-dir cni-conf-name
   cni-network-name default-mode drain-timeout exclude-namespaces
   health-addr host-netns host-proc install istio-takeover kubeconfig
   log-format log-level max-inflight netns-roots node-name nri-socket
