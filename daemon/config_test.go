@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -297,5 +300,36 @@ func TestUselessConfigsAreRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err = %v, want it to name %s", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestReadmeEntryIsTheAgentsDefault: README's example conflist entry is
+// the one the agent writes with its default flags.
+func TestReadmeEntryIsTheAgentsDefault(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, `{"type": "sluice"`) {
+			line = l
+		}
+	}
+	var readme map[string]any
+	if err := json.Unmarshal([]byte(line), &readme); err != nil {
+		t.Fatalf("README's entry %q: %v", line, err)
+	}
+	c, err := parseConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := c.pluginSettings().Map()
+	want["type"] = "sluice"
+	wb, _ := json.Marshal(want)
+	var wantJSON map[string]any
+	_ = json.Unmarshal(wb, &wantJSON)
+	if !reflect.DeepEqual(readme, wantJSON) {
+		t.Errorf("README's entry:\n%s\nthe agent writes with its defaults:\n%s", line, wb)
 	}
 }
