@@ -20,6 +20,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/health"
 	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/metrics"
+	"github.com/sluicemesh/sluice/daemon/nodetaint"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/repair"
@@ -180,6 +181,7 @@ func (a *agent) run(sig context.Context) error {
 		return err
 	}
 	go a.store.Resync(a.ctx, a.cfg.resync)
+	a.startTaintRemoval()
 	if a.inst != nil {
 		a.goErr("installer", a.inst.Run)
 	}
@@ -262,6 +264,18 @@ func (a *agent) serve() (net.Listener, error) {
 	go func() { a.errc <- a.hsrv.Serve(hl) }()
 	a.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return hl, nil
+}
+
+// startTaintRemoval removes the node's startup taint once the agent is
+// ready: entry installed, caches synced, socket serving (in Kubernetes
+// only; standalone there is no node object).
+func (a *agent) startTaintRemoval() {
+	if a.client == nil || a.cfg.startupTaint == "" {
+		return
+	}
+	r := &nodetaint.Remover{Client: a.client, Node: a.cfg.nodeName, Key: a.cfg.startupTaint, Ready: a.checks.Ready,
+		Log: a.log.With("component", "startup-taint"), Poll: 100 * time.Millisecond, MaxBackoff: 30 * time.Second}
+	go r.Run(a.ctx)
 }
 
 // uids were checked by parseConfig.

@@ -7,6 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/internal/pluginconf"
@@ -35,6 +38,9 @@ func (c *config) check() error {
 	}
 	if _, err := policy.ParseSelectors(c.enablementSelectors()); err != nil {
 		errs = append(errs, fmt.Errorf("--ambient-enablement-selectors: %w", err))
+	}
+	if bad := validation.IsQualifiedName(c.startupTaint); c.startupTaint != "" && len(bad) > 0 {
+		errs = append(errs, fmt.Errorf("--startup-taint %q: not a taint key: %s", c.startupTaint, strings.Join(bad, "; ")))
 	}
 	// Slices, not maps: the errors come out in the same order every run.
 	for _, f := range []flagValue{

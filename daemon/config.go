@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemesh/sluice/daemon/nodetaint"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/repair"
@@ -50,6 +51,7 @@ type config struct {
 	pluginLogLevel     string
 	pluginStatus       string
 	excludeNamespaces  string
+	startupTaint       string
 
 	nodeName     string
 	podName      string
@@ -166,6 +168,7 @@ func (c *config) policyFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
 	fs.StringVar(&c.trigger, "trigger", triggerCNI, "what enrols a pod: cni (the chained plugin's ADD), nri (the runtime's NRI pod events; no conflist entry is installed) or both (migration)")
 	fs.StringVar(&c.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket, with --trigger nri or both")
+	fs.StringVar(&c.startupTaint, "startup-taint", nodetaint.DefaultKey, "the NoSchedule taint key the agent removes from its own node once ready (the node registers with it, so no pod lands before the agent can capture it); empty: none removed")
 	fs.BoolVar(&c.checkConfig, "check-config", false, "validate flags and env without touching the node (the same checks every start runs), print 'config ok' and exit 0; invalid: exit 2")
 }
 

@@ -114,6 +114,7 @@ func TestConfigValidatedOnEveryPath(t *testing.T) {
 		{[]string{"--socket", "/" + strings.Repeat("s", 200) + ".sock"}, "--socket"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--plugin-status", "kubelet"}, "--plugin-status"},
+		{[]string{"--startup-taint", "not a key!"}, "--startup-taint"},
 	} {
 		for _, check := range []bool{false, true} {
 			args := tc.args

@@ -30,6 +30,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Cluster is one running control plane and node.
@@ -47,6 +49,7 @@ type Cluster struct {
 	plugins       string // the reference CNI plugins
 	containerdBin string // containerd, its runc shim and ctr
 	cniVersion    string // the primary conflist's
+	taints        []corev1.Taint
 	tokens        map[string]string
 	nsInodes      map[string]uint64 // the node's net and mnt namespaces
 	nsFiles       []*os.File        // open on them until teardown's proof is done
@@ -73,6 +76,9 @@ type Options struct {
 	// CNIVersion is the primary conflist's cniVersion; "" is
 	// DefaultCNIVersion.
 	CNIVersion string
+	// RegisterWithTaints are the taints the kubelet registers the node
+	// with (a startup taint, as node pools set).
+	RegisterWithTaints []corev1.Taint
 }
 
 // Start brings the cluster up and returns once the node is Ready, kube-proxy
@@ -125,6 +131,7 @@ func newCluster(opts Options) (*Cluster, error) {
 		plugins:       opts.CNIBinDir,
 		containerdBin: opts.ContainerdBinDir,
 		cniVersion:    opts.CNIVersion,
+		taints:        opts.RegisterWithTaints,
 		tokens:        map[string]string{},
 		nsInodes:      map[string]uint64{},
 	}, nil

@@ -48,7 +48,7 @@ func (c *Cluster) startKubelet() error {
 	if err := os.WriteFile(c.path("resolv.conf"), []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
 		return err
 	}
-	conf := fmt.Sprintf(kubeletConfig, c.cgroup, containerdSocket, c.NodeIP, c.path("resolv.conf"))
+	conf := fmt.Sprintf(kubeletConfig, c.cgroup, containerdSocket, c.NodeIP, c.path("resolv.conf")) + c.registerWithTaints()
 	if err := os.WriteFile(c.path("kubelet.yaml"), []byte(conf), 0o644); err != nil {
 		return err
 	}
@@ -138,4 +138,18 @@ func (c *Cluster) NodePath(path string) string {
 // ConfDir is a path in the node's /etc/cni/net.d, as the machine sees it.
 func (c *Cluster) ConfDir(name ...string) string {
 	return c.path(append([]string{"cni/net.d"}, name...)...)
+}
+
+// registerWithTaints is the kubelet config's taint list for the node's
+// registration, as a node pool's startup taints are set.
+func (c *Cluster) registerWithTaints() string {
+	if len(c.taints) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("registerWithTaints:\n")
+	for _, t := range c.taints {
+		fmt.Fprintf(&b, "- {key: %q, value: %q, effect: %q}\n", t.Key, t.Value, t.Effect)
+	}
+	return b.String()
 }

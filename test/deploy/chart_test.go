@@ -61,6 +61,9 @@ func TestRender(t *testing.T) {
 			t.Parallel()
 			r := render(t, vs)
 			want := []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount"}
+			if !strings.Contains(vs.values, "startupTaint: \"\"") {
+				want = append(want, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+			}
 			if strings.Contains(vs.values, "resourceQuotas") {
 				want = append(want, "ResourceQuota")
 			}
@@ -71,7 +74,7 @@ func TestRender(t *testing.T) {
 			for kind, o := range r.kinds(t) {
 				got = append(got, kind)
 				switch kind {
-				case "ClusterRole", "ClusterRoleBinding":
+				case "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 					if o.GetNamespace() != "" {
 						t.Errorf("%s has namespace %q", kind, o.GetNamespace())
 					}
@@ -345,6 +348,7 @@ func TestServiceAccountPermissions(t *testing.T) {
 		{"apps", "daemonsets", "", "get", "sluice-agent", true}, {"apps", "daemonsets", "", "get", "calico-node", false},
 		{"", "pods", "", "create", "", false}, {"", "secrets", "", "get", "", false}, {"", "namespaces", "", "get", "", true},
 		{"", "configmaps", "", "list", "", false}, {"apps", "daemonsets", "", "list", "", false}, {"", "nodes", "", "get", "", true}, {"", "nodes", "", "list", "", false},
+		{"", "nodes", "", "patch", "", true}, {"", "nodes", "status", "patch", "", false}, {"", "nodes", "", "delete", "", false},
 	}
 	// The authorizer learns new roles and bindings from its own watch, a
 	// moment after they are created: wait until it answers as the role says.

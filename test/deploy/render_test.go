@@ -52,7 +52,7 @@ var valueSets = []valueSet{
 			wantArgs(t, c, "--chained=true", "--exclude-namespaces=kube-system", "--repair-mode=apply",
 				"--repair-label=sluice.dev/uncaptured=true", "--ambient=false", "--ambient-dns-capture=true",
 				"--log-level=info", "--log-format=text", "--cni-bin-dir=/host/cni/bin", "--cni-conf-dir=/host/cni/net.d",
-				"--health-addr=[$(HOST_IP)]:9890")
+				"--health-addr=[$(HOST_IP)]:9890", "--startup-taint=cni.istio.io/not-ready")
 			wantHostPath(t, ds, "/var/run/netns", "/var/run/netns")
 			if c.SecurityContext.SeccompProfile == nil || c.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 				t.Errorf("seccompProfile = %+v, want RuntimeDefault", c.SecurityContext.SeccompProfile)
@@ -125,6 +125,14 @@ excludeNamespaces: [kube-system, calico-system, tigera-operator]
 		values:    "excludeNamespaces: []\n",
 		check: func(t *testing.T, ds *appsv1.DaemonSet) {
 			wantArgs(t, ds.Spec.Template.Spec.Containers[0], "--exclude-namespaces=")
+		},
+	},
+	{
+		name:      "no-startup-taint",
+		namespace: "kube-system",
+		values:    "startupTaint: \"\"\n",
+		check: func(t *testing.T, ds *appsv1.DaemonSet) {
+			wantArgs(t, ds.Spec.Template.Spec.Containers[0], "--startup-taint=")
 		},
 	},
 	{

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluicemesh/sluice/daemon/nodetaint"
 	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
@@ -24,6 +29,59 @@ func requireAgent(t *testing.T) {
 		installed = true
 	}
 	readyAgent(t, 2*time.Minute)
+}
+
+// The node registered with the startup taint, so a pod created before any
+// agent stays Pending, unschedulable; the node's own agent removes the
+// taint once it is ready, and only then is the pod scheduled, and it starts
+// captured. Runs first (file order): it needs a node no agent has seen.
+func TestStartupTaint(t *testing.T) {
+	if installed {
+		t.Fatal("the chart is installed already; this test needs the node as it registered")
+	}
+	if !nodeTainted(t) {
+		t.Fatalf("node %s registered without the startup taint %s", cluster.NodeName, nodetaint.DefaultKey)
+	}
+	ns := namespace(t, nil)
+	p := createPod(t, ns, sidecarPod("before-agent", unreachable, nil))
+	eventually(t, 30*time.Second, "the pod unschedulable for the startup taint", func() error {
+		c := podCondition(getPod(t, ns, p.Name), corev1.PodScheduled)
+		if c == nil || c.Reason != corev1.PodReasonUnschedulable || !strings.Contains(c.Message, "untolerated taint") {
+			return fmt.Errorf("PodScheduled condition %+v", c)
+		}
+		return nil
+	})
+	requireAgent(t)
+	agent := readyAgent(t, time.Minute)
+	eventually(t, 30*time.Second, "the startup taint removed", func() error {
+		if nodeTainted(t) {
+			return fmt.Errorf("node %s still tainted", cluster.NodeName)
+		}
+		return nil
+	})
+	runningPod(t, ns, p.Name, time.Minute)
+	logShows(t, ns, p.Name, "app", 30*time.Second,
+		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
+	logShows(t, releaseNS, agent.Name, "sluice-agent", 10*time.Second, "removed the node's startup taint", cluster.NodeName)
+}
+
+// nodeTainted says whether the node carries the startup taint.
+func nodeTainted(t testing.TB) bool {
+	t.Helper()
+	n, err := client(t).CoreV1().Nodes().Get(context.Background(), cluster.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get node: %v", err)
+	}
+	return len(nodetaint.Without(n.Spec.Taints, nodetaint.DefaultKey)) != len(n.Spec.Taints)
+}
+
+func podCondition(p *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCondition {
+	for i, c := range p.Status.Conditions {
+		if c.Type == typ {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // The chart's DaemonSet pod becomes Ready through its own probes, the

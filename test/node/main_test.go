@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sluicemesh/sluice/daemon/nodetaint"
 	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
@@ -62,7 +65,9 @@ func run(m *testing.M) (int, error) {
 	if images, err = nodetest.BuildImages(ctx, dir, imageTag); err != nil {
 		return 0, err
 	}
-	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: images.Archives})
+	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: images.Archives,
+		// A new node's startup taint, which the node's own agent removes.
+		RegisterWithTaints: []corev1.Taint{{Key: nodetaint.DefaultKey, Effect: corev1.TaintEffectNoSchedule}}})
 	if err != nil {
 		return 0, err
 	}
