@@ -98,7 +98,7 @@ the render with one line naming the value, before a pod crash-loops. */}}
   plugin-binary plugin-log-level plugin-status plugin-timeout pod-name
   pod-namespace
   probe-snat-ipv4 probe-snat-ipv6 remove-istio-cni-entry repair-label
-  repair-mode resync-interval socket standalone-service-account state-dir
+  repair-mode resync-interval socket standalone-service-account startup-taint state-dir
   trigger uninstall-on-exit ztunnel-socket
 {{- end -}}
 
