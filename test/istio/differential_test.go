@@ -53,7 +53,7 @@ func TestSidecarParity(t *testing.T) {
 	for _, c := range sidecarCorpus {
 		seen[c.name] = true
 		istio := failed()
-		v4, v6, ierr := istioRules(c.pod(), c.ips)
+		v4, v6, _, ierr := istioRules(c.pod(), c.ips)
 		if ierr == nil {
 			istio = istioFacts(v4, v6)
 		}

@@ -56,17 +56,18 @@ var istioMu sync.Mutex
 // (ExtractPodInfo, NewRedirect, then the same istio-iptables config its
 // iptables rule manager builds), with the pod's addresses as the netns
 // would list them, and returns the iptables-restore input for each family
-// ("" for IPv6 when istio-iptables leaves it alone).
-func istioRules(pod *corev1.Pod, ips []netip.Addr) (v4, v6 string, err error) {
+// ("" for IPv6 when istio-iptables leaves it alone), and the config it
+// ran with.
+func istioRules(pod *corev1.Pod, ips []netip.Addr) (v4, v6 string, cfg *config.Config, err error) {
 	rd, err := plugin.NewRedirect(plugin.ExtractPodInfo(pod))
 	if err != nil {
-		return "", "", fmt.Errorf("NewRedirect: %w", err)
+		return "", "", nil, fmt.Errorf("NewRedirect: %w", err)
 	}
 	f := reflect.ValueOf(rd).Elem()
 	str := func(name string) string { return f.FieldByName(name).String() }
 	boolean := func(name string) bool { return f.FieldByName(name).Bool() }
 
-	cfg := config.DefaultConfig()
+	cfg = config.DefaultConfig()
 	cfg.HostFilesystemPodNetwork = true
 	cfg.ProxyPort = str("targetPort")
 	cfg.ProxyUID = str("noRedirectUID")
@@ -91,17 +92,17 @@ func istioRules(pod *corev1.Pod, ips []netip.Addr) (v4, v6 string, err error) {
 	defer func() { config.LocalIPAddrs = saved }()
 	config.LocalIPAddrs = func() ([]net.Addr, error) { return netAddrs(ips), nil }
 	if err := cfg.FillConfigFromEnvironment(); err != nil {
-		return "", "", fmt.Errorf("istio-iptables config: %w", err)
+		return "", "", nil, fmt.Errorf("istio-iptables config: %w", err)
 	}
 	rec := &recorder{}
 	ipt, err := capture.NewIptablesConfigurator(cfg, rec)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	if err := ipt.Run(); err != nil {
-		return "", "", fmt.Errorf("istio-iptables: %w", err)
+		return "", "", nil, fmt.Errorf("istio-iptables: %w", err)
 	}
-	return rec.v4, rec.v6, nil
+	return rec.v4, rec.v6, cfg, nil
 }
 
 // netAddrs lists ips as net.InterfaceAddrs would in the pod: the kernel

@@ -1,13 +1,19 @@
 package istio
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+	"istio.io/istio/tools/common/tproxy"
 
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
@@ -17,16 +23,14 @@ import (
 
 // trafficCase says whether c's capture depends on the pod's IP families or
 // on its interfaces, which the Spec comparison cannot see the effect of.
-// TPROXY cases are left out: istio-iptables sets their policy routes
-// outside iptables-restore, which this test does not replay.
 func trafficCase(c sidecarCase) bool {
-	if len(c.ips) == 0 || strings.EqualFold(c.ann[annMode], "TPROXY") {
+	if len(c.ips) == 0 {
 		return false
 	}
 	_, exIf := c.ann[annExIfaces]
 	_, reroute := c.ann[annReroute]
 	_, kubevirt := c.ann[annKubevirt]
-	return exIf || reroute || kubevirt || slices6(c.ips)
+	return exIf || reroute || kubevirt || slices6(c.ips) || strings.EqualFold(c.ann[annMode], "TPROXY")
 }
 
 func slices6(ips []netip.Addr) bool {
@@ -76,17 +80,42 @@ func newTrafficPod(t *testing.T, c sidecarCase) *trafficPod {
 		nstest.Veth(t, tp.pod, name, []string{"10.1.0.1/24"}, tp.side, "eth0", []string{"10.1.0.2/24"})
 		tp.side.Run(t, "ip", "route", "add", "default", "via", "10.1.0.1")
 	}
-	for port, label := range map[string]string{"15001": "proxy-out", "15006": "proxy-in", "8080": "app"} {
-		tp.listen(t, tp.pod, ":"+port, label)
+	tp.listen(t, tp.pod, ":15001", "proxy-out")
+	tp.listen(t, tp.pod, ":8080", "app")
+	if strings.EqualFold(c.ann[annMode], "TPROXY") {
+		// Envoy's TPROXY inbound listener is transparent; TPROXY finds no
+		// other socket.
+		tp.listenTransparent(t, tp.pod, ":15006", "proxy-in")
+	} else {
+		tp.listen(t, tp.pod, ":15006", "proxy-in")
 	}
 	tp.listen(t, tp.peer, ":8080", "peer")
 	return tp
 }
 
 func (tp *trafficPod) listen(t *testing.T, ns *nstest.NS, addr, label string) {
+	tp.listenWith(t, ns, net.ListenConfig{}, addr, label)
+}
+
+// listenTransparent listens with IP_TRANSPARENT and IPV6_TRANSPARENT set,
+// as Envoy's inbound listener does in TPROXY mode.
+func (tp *trafficPod) listenTransparent(t *testing.T, ns *nstest.NS, addr, label string) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			if serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1); serr == nil {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_IPV6, unix.IPV6_TRANSPARENT, 1)
+			}
+		})
+		return errors.Join(err, serr)
+	}}
+	tp.listenWith(t, ns, lc, addr, label)
+}
+
+func (tp *trafficPod) listenWith(t *testing.T, ns *nstest.NS, lc net.ListenConfig, addr, label string) {
 	t.Helper()
 	var l net.Listener
-	if err := ns.Do(func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
+	if err := ns.Do(func() (err error) { l, err = lc.Listen(context.Background(), "tcp", addr); return err }); err != nil {
 		t.Fatalf("listen %s in %s: %v", addr, ns.Name, err)
 	}
 	t.Cleanup(func() { l.Close() })
@@ -139,9 +168,14 @@ func (tp *trafficPod) outcomes(c sidecarCase) map[string]string {
 // applyIstio programs istio-iptables' own rules for c into the pod, with
 // iptables-restore, as istio-cni does.
 func (tp *trafficPod) applyIstio(t *testing.T, c sidecarCase) bool {
-	v4, v6, err := istioRules(c.pod(), c.ips)
+	v4, v6, cfg, err := istioRules(c.pod(), c.ips)
 	if err != nil || badPort(append(parseRestore(v4), parseRestore(v6)...)) != nil {
 		return false
+	}
+	// The TPROXY policy routes (and IPv6's ::6 on lo), by Istio's own code,
+	// as istio-cni sets them up in the pod.
+	if err := tp.pod.Do(func() error { return tproxy.ConfigureRoutes(cfg) }); err != nil {
+		t.Fatalf("istio's routes in the pod: %v", err)
 	}
 	for _, r := range []struct{ bin, text string }{{"iptables-restore", v4}, {"ip6tables-restore", v6}} {
 		if r.text == "" {
