@@ -22,13 +22,11 @@ import (
 func TestUmbrellaChart(t *testing.T) {
 	dir := t.TempDir()
 	umbrella := filepath.Join(dir, "platform")
+	if err := os.MkdirAll(filepath.Join(umbrella, "charts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := command(repoRoot, nil, "cp", "-r", chartDir, filepath.Join(umbrella, "charts", "sluice")); err != nil {
-		if err := os.MkdirAll(filepath.Join(umbrella, "charts"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if out, err = command(repoRoot, nil, "cp", "-r", chartDir, filepath.Join(umbrella, "charts", "sluice")); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
+		t.Fatalf("%v\n%s", err, out)
 	}
 	files := map[string]string{
 		"Chart.yaml": "apiVersion: v2\nname: platform\nversion: 1.0.0\ndependencies:\n  - name: sluice\n    version: \">0.0.0-0\"\n",
