@@ -14,12 +14,13 @@ import (
 // No bypass over time: with A -> B running and B's namespace in STRICT
 // mTLS, ztunnel's pod is replaced (its DaemonSet starts the new one while
 // the old drains), ztunnel then crashes (SIGKILL; the kubelet restarts
-// it), and sluice's agent is restarted. No connection ever reaches B's
+// it), sluice's agent is restarted, and sluice is upgraded with helm to a
+// new image. No connection ever reaches B's
 // app without mTLS: a pod outside the mesh dialling B the whole time never
 // gets B's reply (refused while no ztunnel runs, turned away by ztunnel
 // otherwise), B's app serves nothing while no ztunnel runs, and A's
 // traffic resumes by itself after each step.
-func TestNoBypassAcrossZtunnelAndAgentRestarts(t *testing.T) {
+func TestNoBypassOverTime(t *testing.T) {
 	requireZtunnel(t)
 	mesh := namespace(t, map[string]string{labelDataplane: "ambient"})
 	plainNS := namespace(t, nil)
@@ -57,6 +58,10 @@ func TestNoBypassAcrossZtunnelAndAgentRestarts(t *testing.T) {
 	restartAgent(t)
 	waitRepliesSince(t, mesh, "a", time.Now(), 3)
 	across, _ := count(dialResults(t, mesh, "a", agentDown, time.Now()), "app")
+	upgradeStart := time.Now()
+	upgradeSluice(t)
+	waitRepliesSince(t, mesh, "a", time.Now(), 3)
+	acrossUpgrade, _ := count(dialResults(t, mesh, "a", upgradeStart, time.Now()), "app")
 
 	end := time.Now()
 	all := dialResults(t, plainNS, "outsider", begin, end)
@@ -64,8 +69,9 @@ func TestNoBypassAcrossZtunnelAndAgentRestarts(t *testing.T) {
 		t.Errorf("outsider reached b's app %d times in plain text", ok)
 	}
 	ok, failed := count(dialResults(t, mesh, "a", begin, end), "app")
-	t.Logf("a -> b: %d replies, %d failed dials in all, %d replies across the agent's restart; outsider: %d dials, none answered by b's app",
-		ok, failed, across, len(all))
+	answered, _ := count(all, "app")
+	t.Logf("a -> b: %d replies, %d failed dials in all, %d replies across the agent's restart, %d across the helm upgrade; outsider: %d dials, %d answered by b's app",
+		ok, failed, across, acrossUpgrade, len(all), answered)
 }
 
 // noZtunnelWindow checks [killed, back), when no ztunnel ran: every dial

@@ -1,0 +1,54 @@
+package mesh
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicemesh/sluice/hack/image"
+)
+
+// upgradeSluice builds sluice's image again under a new tag, loads it into
+// the node and `helm upgrade`s the release to it, as an operator rolls a
+// new version out, then waits for the new agent to serve with ztunnel
+// connected.
+func upgradeSluice(t *testing.T) {
+	t.Helper()
+	tag := imageTag + "-upgrade"
+	plugin, err := image.GoBinary(t.Context(), image.PluginPackage, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentBin, err := image.GoBinary(t.Context(), image.AgentPackage, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := image.Sluice(plugin, agentBin, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "sluice.tar")
+	if _, err := image.WriteOCI(archive, image.SluiceRepo+":"+tag, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.ImportImage(t.Context(), archive); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"upgrade", "sluice", "deploy/helm/sluice", "-n", releaseNS}, sluiceValues("image.tag="+tag)...)
+	if out, err := helmRun(t.Context(), append(args, "--wait", "--timeout", "3m")...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	eventually(t, 2*time.Minute, "the upgraded agent serving", func() error {
+		p, err := onePod(t, releaseNS, "app="+agentApp)
+		if err != nil {
+			return err
+		}
+		if !podReady(p) || !strings.Contains(logs(t, releaseNS, p.Name, "sluice-agent"), "version="+tag) {
+			return fmt.Errorf("%s: %s, not yet version %s", p.Name, podState(p), tag)
+		}
+		return nil
+	})
+	waitZtunnelConnected(t)
+}
