@@ -1,0 +1,196 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sluicemesh/sluice/internal/nodetest"
+)
+
+// The release the tests install, where Istio installs it, and the labels
+// of its DaemonSet's pods.
+const (
+	release    = "istio-cni"
+	releaseNS  = "istio-system"
+	agentLabel = "k8s-app=istio-cni-node"
+	agentDS    = "istio-cni-node"
+	// excludedNS is a namespace the chart's default excludeNamespaces
+	// holds, as sluice's default does.
+	excludedNS = "kube-system"
+)
+
+var seq atomic.Int64
+
+// eventually polls cond every 100 ms until it returns nil, failing t with
+// the last error after timeout.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func client(t testing.TB) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// namespace creates a namespace of the test's own and deletes it when the
+// test ends.
+func namespace(t *testing.T) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	name = strings.Trim(name, "-") + "-" + strconv.FormatInt(seq.Add(1), 10)
+	cs := client(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
+		_, err := cs.CoreV1().ServiceAccounts(name).Get(t.Context(), "default", metav1.GetOptions{})
+		return err
+	})
+	return name
+}
+
+// helm runs the cached helm binary against the cluster with a home of the
+// test's own.
+func helm(t testing.TB, args ...string) string {
+	t.Helper()
+	root, err := nodetest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := exec.Command(filepath.Join(root, "hack", "helm", "helm.sh"), "--path").Output()
+	if err != nil {
+		t.Fatalf("helm.sh --path: %v", err)
+	}
+	home := filepath.Join(cluster.Dir, "helm-home")
+	cmd := exec.Command(strings.TrimSpace(string(bin)), args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig(),
+		"HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// istioChart is Istio's own istio-cni chart, in the module cache at the
+// version test/istio pins (hack/istio-cni/build.sh has downloaded it).
+func istioChart(t testing.TB) string {
+	t.Helper()
+	root, err := nodetest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "istio.io/istio")
+	cmd.Dir = filepath.Join(root, "test", "istio")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("locate istio.io/istio: %v", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "manifests", "charts", "istio-cni")
+}
+
+// agentPods are the istio-cni DaemonSet's pods.
+func agentPods(t testing.TB) []corev1.Pod {
+	t.Helper()
+	l, err := client(t).CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: agentLabel})
+	if err != nil {
+		t.Fatalf("list istio-cni pods: %v", err)
+	}
+	return l.Items
+}
+
+// readyAgent waits for exactly one istio-cni pod, not being deleted, Ready
+// through the chart's readiness probe, and returns it.
+func readyAgent(t testing.TB, timeout time.Duration) corev1.Pod {
+	t.Helper()
+	var ready corev1.Pod
+	eventually(t, timeout, "one Ready istio-cni pod", func() error {
+		var found []corev1.Pod
+		for _, p := range agentPods(t) {
+			if p.DeletionTimestamp == nil {
+				found = append(found, p)
+			}
+		}
+		if len(found) != 1 {
+			return fmt.Errorf("%d istio-cni pods", len(found))
+		}
+		if !podReady(&found[0]) {
+			return fmt.Errorf("%s not Ready: %s", found[0].Name, podState(&found[0]))
+		}
+		ready = found[0]
+		return nil
+	})
+	return ready
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podState names a pod's phase and each container's state, for failure
+// messages.
+func podState(p *corev1.Pod) string {
+	s := string(p.Status.Phase)
+	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		switch {
+		case cs.State.Waiting != nil:
+			s += fmt.Sprintf(" %s=waiting(%s: %s)", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		case cs.State.Running != nil:
+			s += fmt.Sprintf(" %s=running", cs.Name)
+		case cs.State.Terminated != nil:
+			s += fmt.Sprintf(" %s=terminated(%d)", cs.Name, cs.State.Terminated.ExitCode)
+		}
+	}
+	return s
+}
+
+// logs is a container's log, as `kubectl logs` reads it.
+func logs(t testing.TB, ns, pod, container string) string {
+	t.Helper()
+	b, err := client(t).CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(t.Context())
+	if err != nil {
+		return "(logs: " + err.Error() + ")"
+	}
+	return string(b)
+}

@@ -1,0 +1,186 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The Istio metadata istiod's injector writes in CNI mode: what
+// istio-cni's plugin looks for (an istio-proxy container and the status
+// annotation, no istio-init), the same pods test/node gives sluice.
+const (
+	annStatus = "sidecar.istio.io/status"
+	statusVal = `{"initContainers":["istio-validation"],"containers":["istio-proxy"],"volumes":["istio-envoy"],"imagePullSecrets":null,"revision":"default"}`
+	proxyUID  = int64(1337)
+)
+
+// unreachable is a destination nothing on the node routes (TEST-NET-1):
+// a connection to it that gets an answer was captured in the pod.
+const unreachable = "192.0.2.10:80"
+
+func appContainer(dial string) corev1.Container {
+	return corev1.Container{
+		Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"/testapp", "app", "8080", dial},
+	}
+}
+
+// plainPod is an uninjected application pod: it serves "app" on 8080 and
+// keeps dialling dial.
+func plainPod(name, dial string) *corev1.Pod {
+	zero := int64(0)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			Containers:                    []corev1.Container{appContainer(dial)},
+			TerminationGracePeriodSeconds: &zero,
+		},
+	}
+}
+
+// sidecarPod is what the injector makes of plainPod in CNI mode: the status
+// annotation, the istio-validation init container and an istio-proxy
+// running as 1337 (the test app's stand-in proxy on 15001 and 15006).
+func sidecarPod(name, dial string) *corev1.Pod {
+	p := plainPod(name, dial)
+	p.Annotations = map[string]string{annStatus: statusVal}
+	uid := proxyUID
+	sc := &corev1.SecurityContext{RunAsUser: &uid, RunAsGroup: &uid}
+	p.Spec.InitContainers = []corev1.Container{{
+		Name: "istio-validation", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"/testapp", "validate"}, SecurityContext: sc,
+	}}
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
+		Name: "istio-proxy", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"/testapp", "proxy", "15001", "15006"}, SecurityContext: sc,
+	})
+	return p
+}
+
+func createPod(t *testing.T, ns string, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	got, err := client(t).CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)
+	}
+	return got
+}
+
+func getPod(t testing.TB, ns, name string) *corev1.Pod {
+	t.Helper()
+	p, err := client(t).CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s/%s: %v", ns, name, err)
+	}
+	return p
+}
+
+// deletePod deletes a pod at once, for cleanups.
+func deletePod(ns, name string) {
+	cs, err := cluster.Client()
+	if err != nil {
+		return
+	}
+	zero := int64(0)
+	_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+}
+
+// runningPod waits until every container of the pod runs and returns it.
+func runningPod(t testing.TB, ns, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() error {
+		p = getPod(t, ns, name)
+		if p.Status.PodIP == "" {
+			return fmt.Errorf("%s, no pod IP", podState(p))
+		}
+		return isRunning(p)
+	})
+	return p
+}
+
+// isRunning is nil once every container of the pod runs.
+func isRunning(p *corev1.Pod) error {
+	if p.Status.Phase != corev1.PodRunning {
+		return fmt.Errorf("%s", podState(p))
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return fmt.Errorf("%s", podState(p))
+		}
+	}
+	return nil
+}
+
+// logShows waits until the container's log has a line containing every
+// one of parts.
+func logShows(t testing.TB, ns, pod, container string, timeout time.Duration, parts ...string) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("%s/%s[%s] to log %q", ns, pod, container, parts), func() error {
+		l := logs(t, ns, pod, container)
+		for _, line := range strings.Split(l, "\n") {
+			if containsAll(line, parts) {
+				return nil
+			}
+		}
+		return fmt.Errorf("log:\n%s", l)
+	})
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// podRules is what iptables (nf_tables backend, as istio-cni's plugin
+// picks on a node whose iptables is nft) and legacy iptables list in the
+// nat table of the pod's netns, read through its app container's task.
+func podRules(t testing.TB, p *corev1.Pod) string {
+	t.Helper()
+	var id string
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == "app" {
+			id = cs.ContainerID
+		}
+	}
+	if id == "" {
+		t.Fatalf("pod %s/%s has no app container ID: %s", p.Namespace, p.Name, podState(p))
+	}
+	netns, err := cluster.ContainerNetns(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, save := range []string{"iptables-nft-save", "iptables-legacy-save"} {
+		out, err := exec.Command("nsenter", "--net="+netns, save, "-t", "nat").CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s in %s/%s's netns: %v\n%s", save, p.Namespace, p.Name, err, out)
+		}
+		fmt.Fprintf(&all, "# %s\n%s", save, out)
+	}
+	return all.String()
+}
+
+// captured is nil if the pod's netns holds Istio's sidecar redirection:
+// outbound to 15001, inbound to 15006, the proxy's UID let out.
+func captured(rules string) error {
+	for _, want := range []string{"-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001",
+		"-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006",
+		"--uid-owner 1337 -j RETURN"} {
+		if !strings.Contains(rules, want) {
+			return fmt.Errorf("no %q in the pod's nat table:\n%s", want, rules)
+		}
+	}
+	return nil
+}
