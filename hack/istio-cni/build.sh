@@ -7,9 +7,12 @@
 # version is the one that module resolves; neither test/istio nor sluice's
 # own go.mod is touched.
 #
-# Usage: hack/istio-cni/build.sh   (prints the directory holding both binaries)
+# Usage: hack/istio-cni/build.sh [package...]   (prints the directory
+# holding the binaries). Packages are below istio.io/istio; the default is
+# cni/cmd/install-cni and cni/cmd/istio-cni. test/peer also builds
+# pilot/cmd/pilot-agent for the real istio-validation init container.
 # Cache: ${SLUICE_CACHE:-$HOME/.cache/sluice}/istio-cni-node/<istio version>/
-# {install-cni,istio-cni}; a warm run does nothing. (hack/bench/istio-cni
+# <each package's last element>; a warm run does nothing. (hack/bench/istio-cni
 # builds the plugin alone against the module's own go.mod, into istio-cni/.)
 set -euo pipefail
 
@@ -18,23 +21,33 @@ mod="$root/test/istio"
 version="$(cd "$mod" && GOFLAGS='' go list -m -f '{{.Version}}' istio.io/istio)"
 cache="${SLUICE_CACHE:-$HOME/.cache/sluice}"
 dir="$cache/istio-cni-node/$version"
+pkgs=("$@")
+[[ ${#pkgs[@]} -gt 0 ]] || pkgs=(cni/cmd/install-cni cni/cmd/istio-cni)
 
-if [[ ! -x "$dir/install-cni" || ! -x "$dir/istio-cni" ]]; then
+missing() {
+	local p
+	for p in "${pkgs[@]}"; do
+		[[ -x "$dir/$(basename "$p")" ]] || return 0
+	done
+	return 1
+}
+
+if missing; then
 	mkdir -p "$dir"
 	# Two test packages or a test and a person may ask at once; one builds,
 	# the other waits and then finds it.
 	exec 9>"$dir/.lock"
 	flock 9
-	if [[ ! -x "$dir/install-cni" || ! -x "$dir/istio-cni" ]]; then
-		echo "build.sh: building install-cni and istio-cni $version from the Go module proxy (a cold build takes minutes)" >&2
+	if missing; then
+		echo "build.sh: building ${pkgs[*]} $version from the Go module proxy (a cold build takes minutes)" >&2
 		tmp="$(mktemp -d "$dir/.build-XXXXXX")"
 		trap 'rm -rf "$tmp"' EXIT
 		mkdir "$tmp/mod"
 		cp "$mod/go.mod" "$mod/go.sum" "$tmp/mod/"
-		for cmd in install-cni istio-cni; do
-			(cd "$tmp/mod" && GOFLAGS='' go mod edit -replace "github.com/sluicemesh/sluice=$root" &&
-				GOFLAGS='-mod=mod' CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' \
-					-o "$tmp/$cmd" "istio.io/istio/cni/cmd/$cmd") >&2
+		(cd "$tmp/mod" && GOFLAGS='' go mod edit -replace "github.com/sluicemesh/sluice=$root") >&2
+		for p in "${pkgs[@]}"; do
+			(cd "$tmp/mod" && GOFLAGS='-mod=mod' CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' \
+				-o "$tmp/$(basename "$p")" "istio.io/istio/$p") >&2
 		done
 		# The selected version must still be the pinned one.
 		got="$(cd "$tmp/mod" && GOFLAGS='' go list -m -f '{{.Version}}' istio.io/istio)"
@@ -42,7 +55,9 @@ if [[ ! -x "$dir/install-cni" || ! -x "$dir/istio-cni" ]]; then
 			echo "build.sh: istio.io/istio resolved to $got, want $version" >&2
 			exit 1
 		fi
-		mv "$tmp/install-cni" "$tmp/istio-cni" "$dir/"
+		for p in "${pkgs[@]}"; do
+			mv "$tmp/$(basename "$p")" "$dir/"
+		done
 		rm -rf "$tmp"
 		trap - EXIT
 	fi
