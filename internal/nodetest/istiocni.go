@@ -21,43 +21,80 @@ const IstioCNIRepo = "localhost/istio-install-cni"
 // (istio-cni) with hack/istio-cni/build.sh (cached by Istio version) and
 // packs them the way Istio's Dockerfile.install-cni lays them out: the
 // agent on PATH, the plugin in /opt/cni/bin, which install-cni copies to
-// the node. It writes the OCI archive into dir and returns the image ref
-// and the archive. The image has no iptables: the plugin programs pods
-// from the node, where the node's own iptables is.
+// the node. It has no iptables (Istio's base image has): the plugin
+// programs pods from the node, with the node's, and test/peer runs the
+// repair controller in its delete mode, which programs nothing. It writes
+// the OCI archive into dir and returns the image ref and the archive.
 func IstioCNIImage(ctx context.Context, dir string) (ref, archive string, err error) {
-	root, err := ModuleRoot()
+	bins, err := istioBinaries(ctx, "cni/cmd/install-cni", "cni/cmd/istio-cni")
 	if err != nil {
 		return "", "", err
 	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "istio-cni", "build.sh"))
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", "", fmt.Errorf("build istio-cni: %w\n%s", err, stderr.Bytes())
-	}
-	bins := strings.TrimSpace(string(out))
-	agent, err := os.ReadFile(filepath.Join(bins, "install-cni"))
-	if err != nil {
-		return "", "", fmt.Errorf("read install-cni: %w", err)
-	}
-	plugin, err := os.ReadFile(filepath.Join(bins, "istio-cni"))
-	if err != nil {
-		return "", "", fmt.Errorf("read istio-cni: %w", err)
-	}
 	img, err := image.Build([]image.File{
-		{Path: "/usr/local/bin/install-cni", Content: agent},
-		{Path: "/opt/cni/bin/istio-cni", Content: plugin},
+		{Path: "/usr/local/bin/install-cni", Content: bins["install-cni"]},
+		{Path: "/opt/cni/bin/istio-cni", Content: bins["istio-cni"]},
 	}, image.Config{Entrypoint: []string{"/usr/local/bin/install-cni"}})
 	if err != nil {
 		return "", "", fmt.Errorf("pack istio-cni: %w", err)
 	}
-	ref = IstioCNIRepo + ":" + filepath.Base(bins)
+	ref = IstioCNIRepo + ":" + string(bins["version"])
 	archive = filepath.Join(dir, "istio-cni.tar")
 	if _, err := image.WriteOCI(archive, ref, img); err != nil {
 		return "", "", err
 	}
 	return ref, archive, nil
+}
+
+// IstioValidationRepo is the repository of the image whose pilot-agent
+// runs istio-validation, the init container istiod's injector adds in CNI
+// mode (in Istio's proxyv2 image); its tag is the Istio module version.
+const IstioValidationRepo = "localhost/istio-proxyv2"
+
+// IstioValidationImage packs pilot-agent from the pinned Istio module as
+// the proxyv2 image's entrypoint, for the real istio-validation check, and
+// returns its ref and archive in dir.
+func IstioValidationImage(ctx context.Context, dir string) (ref, archive string, err error) {
+	bins, err := istioBinaries(ctx, "pilot/cmd/pilot-agent")
+	if err != nil {
+		return "", "", err
+	}
+	img, err := image.Build([]image.File{{Path: "/usr/local/bin/pilot-agent", Content: bins["pilot-agent"]}},
+		image.Config{Entrypoint: []string{"/usr/local/bin/pilot-agent"}})
+	if err != nil {
+		return "", "", fmt.Errorf("pack pilot-agent: %w", err)
+	}
+	ref = IstioValidationRepo + ":" + string(bins["version"])
+	archive = filepath.Join(dir, "istio-proxyv2.tar")
+	if _, err := image.WriteOCI(archive, ref, img); err != nil {
+		return "", "", err
+	}
+	return ref, archive, nil
+}
+
+// istioBinaries builds pkgs (below istio.io/istio) with
+// hack/istio-cni/build.sh and returns each binary's bytes by its name,
+// and the Istio version under "version".
+func istioBinaries(ctx context.Context, pkgs ...string) (map[string][]byte, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "istio-cni", "build.sh"), pkgs...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("build %v from Istio: %w\n%s", pkgs, err, stderr.Bytes())
+	}
+	dir := strings.TrimSpace(string(out))
+	bins := map[string][]byte{"version": []byte(filepath.Base(dir))}
+	for _, p := range pkgs {
+		name := filepath.Base(p)
+		if bins[name], err = os.ReadFile(filepath.Join(dir, name)); err != nil {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+	}
+	return bins, nil
 }
 
 // ContainerNetns is the network namespace of a running container, by its

@@ -1,11 +1,16 @@
 package peer
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluicemesh/sluice/internal/nodetest"
 )
@@ -16,7 +21,11 @@ var installed bool
 
 // requireAgent installs Istio's istio-cni chart, sidecar mode only (ambient
 // off), with the image built from the pinned Istio module and the node's
-// CNI directories, and waits for its DaemonSet pod to be Ready.
+// CNI directories, and waits for its DaemonSet pod to be Ready. Repair
+// deletes broken pods instead of reprogramming them in place (the
+// default): in-place repair looks for the pod's netns among every process
+// of the machine by pod IP, and the machine runs other test clusters with
+// the same pod CIDR.
 func requireAgent(t *testing.T) {
 	t.Helper()
 	if !installed {
@@ -25,10 +34,45 @@ func requireAgent(t *testing.T) {
 			"--set", "pullPolicy=Never",
 			"--set", "cniBinDir=/opt/cni/bin",
 			"--set", "cniConfDir=/etc/cni/net.d",
-			"--set", "ambient.enabled=false")
+			"--set", "ambient.enabled=false",
+			"--set", "repair.repairPods=false",
+			"--set", "repair.deletePods=true")
 		installed = true
 	}
 	readyAgent(t, 2*time.Minute)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(agentLogs())
+		}
+	})
+}
+
+// agentLogs are the tails of the istio-cni pods' logs, for failures (the
+// test's context is gone by then).
+func agentLogs() string {
+	ctx := context.Background()
+	cs, err := cluster.Client()
+	if err != nil {
+		return err.Error()
+	}
+	l, err := cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: agentLabel})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range l.Items {
+		raw, err := cs.CoreV1().Pods(releaseNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: "install-cni"}).DoRaw(ctx)
+		fmt.Fprintf(&b, "istio-cni pod %s (%s) log (%v):\n%s\n", p.Name, podState(&p), err, tailLines(string(raw), 40))
+	}
+	return b.String()
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // Istio's chart runs install-cni on the node: its pod becomes Ready through

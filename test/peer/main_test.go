@@ -21,8 +21,10 @@ import (
 var (
 	cluster *nodetest.Cluster
 	images  nodetest.Images
-	// istioCNIImage is the istio-cni image's ref, loaded into the node.
-	istioCNIImage string
+	// istioCNIImage is the istio-cni image's ref, loaded into the node;
+	// validationImage the proxyv2 stand-in whose pilot-agent runs the
+	// real istio-validation.
+	istioCNIImage, validationImage string
 )
 
 // imageTag tags the images built from this tree (the test app's).
@@ -65,7 +67,13 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	istioCNIImage = ref
-	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: append(images.Archives, archive)})
+	ref, validation, err := nodetest.IstioValidationImage(ctx, dir)
+	if err != nil {
+		return 0, err
+	}
+	validationImage = ref
+	archives := append(images.Archives, archive, validation)
+	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: archives})
 	if err != nil {
 		return 0, err
 	}

@@ -45,8 +45,16 @@ func plainPod(name, dial string) *corev1.Pod {
 	}
 }
 
+// validationArgs are the istio-validation init container's arguments as
+// Istio's injection template writes them in CNI mode, with its defaults:
+// pilot-agent checks that a connection is redirected, and fails the pod
+// (exit 126) if not, without applying any rule.
+var validationArgs = []string{"istio-iptables", "-p", "15001", "-z", "15006", "-u", "1337", "-m", "REDIRECT",
+	"-i", "*", "-x", "", "-b", "*", "-d", "15090,15021,15020", "--log_output_level=default:info",
+	"--run-validation", "--skip-rule-apply"}
+
 // sidecarPod is what the injector makes of plainPod in CNI mode: the status
-// annotation, the istio-validation init container and an istio-proxy
+// annotation, the real istio-validation init container and an istio-proxy
 // running as 1337 (the test app's stand-in proxy on 15001 and 15006).
 func sidecarPod(name, dial string) *corev1.Pod {
 	p := plainPod(name, dial)
@@ -54,8 +62,8 @@ func sidecarPod(name, dial string) *corev1.Pod {
 	uid := proxyUID
 	sc := &corev1.SecurityContext{RunAsUser: &uid, RunAsGroup: &uid}
 	p.Spec.InitContainers = []corev1.Container{{
-		Name: "istio-validation", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
-		Command: []string{"/testapp", "validate"}, SecurityContext: sc,
+		Name: "istio-validation", Image: validationImage, ImagePullPolicy: corev1.PullNever,
+		Args: validationArgs, SecurityContext: sc,
 	}}
 	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
 		Name: "istio-proxy", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
