@@ -6,9 +6,12 @@
 # lines of packages test/istio does not import (-mod=mod), and neither
 # test/istio nor sluice's own go.mod is touched.
 #
-# Usage: hack/istiod/build.sh   (prints the binary's path)
-# Cache: ${SLUICE_CACHE:-$HOME/.cache/sluice}/istiod/<istio version>/pilot-discovery;
-# a warm run does nothing.
+# Usage: hack/istiod/build.sh [package]   (prints the binary's path)
+# package is below istio.io/istio, pilot/cmd/pilot-discovery by default;
+# test/peer builds cni/cmd/install-cni, cni/cmd/istio-cni and
+# pilot/cmd/pilot-agent with it.
+# Cache: ${SLUICE_CACHE:-$HOME/.cache/sluice}/istiod/<istio version>/<the
+# package's last element>; a warm run does nothing.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -16,7 +19,9 @@ mod="$root/test/istio"
 version="$(cd "$mod" && GOFLAGS='' go list -m -f '{{.Version}}' istio.io/istio)"
 cache="${SLUICE_CACHE:-$HOME/.cache/sluice}"
 dir="$cache/istiod/$version"
-bin="$dir/pilot-discovery"
+pkg="${1:-pilot/cmd/pilot-discovery}"
+name="$(basename "$pkg")"
+bin="$dir/$name"
 
 if [[ ! -x "$bin" ]]; then
 	mkdir -p "$dir"
@@ -25,21 +30,21 @@ if [[ ! -x "$bin" ]]; then
 	exec 9>"$dir/.lock"
 	flock 9
 	if [[ ! -x "$bin" ]]; then
-		echo "build.sh: building pilot-discovery $version from the Go module proxy (a cold build takes minutes)" >&2
+		echo "build.sh: building $name $version from the Go module proxy (a cold build takes minutes)" >&2
 		tmp="$(mktemp -d "$dir/.build-XXXXXX")"
 		trap 'rm -rf "$tmp"' EXIT
 		mkdir "$tmp/mod"
 		cp "$mod/go.mod" "$mod/go.sum" "$tmp/mod/"
 		(cd "$tmp/mod" && GOFLAGS='' go mod edit -replace "github.com/sluicemesh/sluice=$root" &&
 			GOFLAGS='-mod=mod' CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' \
-				-o "$tmp/pilot-discovery" istio.io/istio/pilot/cmd/pilot-discovery) >&2
+				-o "$tmp/$name" "istio.io/istio/$pkg") >&2
 		# The selected version must still be the pinned one.
 		got="$(cd "$tmp/mod" && GOFLAGS='' go list -m -f '{{.Version}}' istio.io/istio)"
 		if [[ "$got" != "$version" ]]; then
 			echo "build.sh: istio.io/istio resolved to $got, want $version" >&2
 			exit 1
 		fi
-		mv "$tmp/pilot-discovery" "$bin"
+		mv "$tmp/$name" "$bin"
 		rm -rf "$tmp"
 		trap - EXIT
 	fi

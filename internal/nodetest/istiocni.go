@@ -18,7 +18,7 @@ import (
 const IstioCNIRepo = "localhost/istio-install-cni"
 
 // IstioCNIImage builds istio-cni's node agent (install-cni) and plugin
-// (istio-cni) with hack/istio-cni/build.sh (cached by Istio version) and
+// (istio-cni) with hack/istiod/build.sh (cached by Istio version) and
 // packs them the way Istio's Dockerfile.install-cni lays them out: the
 // agent on PATH, the plugin in /opt/cni/bin, which install-cni copies to
 // the node. It has no iptables (Istio's base image has): the plugin
@@ -71,28 +71,29 @@ func IstioValidationImage(ctx context.Context, dir string) (ref, archive string,
 	return ref, archive, nil
 }
 
-// istioBinaries builds pkgs (below istio.io/istio) with
-// hack/istio-cni/build.sh and returns each binary's bytes by its name,
-// and the Istio version under "version".
+// istioBinaries builds pkgs (below istio.io/istio) from the Istio module
+// test/istio pins with hack/istiod/build.sh, cached by version, and
+// returns each binary's bytes by its name, and the Istio version under
+// "version".
 func istioBinaries(ctx context.Context, pkgs ...string) (map[string][]byte, error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return nil, err
 	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "istio-cni", "build.sh"), pkgs...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("build %v from Istio: %w\n%s", pkgs, err, stderr.Bytes())
-	}
-	dir := strings.TrimSpace(string(out))
-	bins := map[string][]byte{"version": []byte(filepath.Base(dir))}
+	bins := map[string][]byte{}
 	for _, p := range pkgs {
-		name := filepath.Base(p)
-		if bins[name], err = os.ReadFile(filepath.Join(dir, name)); err != nil {
-			return nil, fmt.Errorf("read %s: %w", name, err)
+		var stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "istiod", "build.sh"), p)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("build %s from Istio: %w\n%s", p, err, stderr.Bytes())
 		}
+		path := strings.TrimSpace(string(out))
+		if bins[filepath.Base(p)], err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("read %s: %w", path, err)
+		}
+		bins["version"] = []byte(filepath.Base(filepath.Dir(path)))
 	}
 	return bins, nil
 }

@@ -108,7 +108,7 @@ func helm(t testing.TB, args ...string) string {
 }
 
 // istioChart is Istio's own istio-cni chart, in the module cache at the
-// version test/istio pins (hack/istio-cni/build.sh has downloaded it).
+// version test/istio pins (hack/istiod/build.sh has downloaded it).
 func istioChart(t testing.TB) string {
 	t.Helper()
 	root, err := nodetest.ModuleRoot()
