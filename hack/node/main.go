@@ -26,19 +26,20 @@ func main() {
 	state := flag.String("state", "", "directory for the kubeconfig and the ready/stopped markers")
 	tag := flag.String("tag", "dev", "tag of the sluice image built and loaded into the node")
 	legacy := flag.Bool("containerd-1", false, "run the machine's containerd (1.x, no CNI STATUS) and a primary conflist at cniVersion 1.0.0 instead of containerd 2.x and 1.1.0")
+	nodes := flag.Int("nodes", 1, "how many nodes, each with its own namespaces, containerd, kubelet and pod range")
 	flag.Parse()
 	if *state == "" {
 		fmt.Fprintln(os.Stderr, "node: -state is required")
 		os.Exit(2)
 	}
-	if err := run(*state, *tag, *legacy); err != nil {
+	if err := run(*state, *tag, *legacy, *nodes); err != nil {
 		fmt.Fprintln(os.Stderr, "node:", err)
 		_ = os.WriteFile(filepath.Join(*state, "stopped"), []byte(err.Error()+"\n"), 0o644)
 		os.Exit(1)
 	}
 }
 
-func run(state, tag string, legacy bool) error {
+func run(state, tag string, legacy bool, nodes int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	bins, err := nodetest.KubeBinaries(ctx)
@@ -57,7 +58,7 @@ func run(state, tag string, legacy bool) error {
 	if err != nil {
 		return err
 	}
-	opts := nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: images.Archives}
+	opts := nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: images.Archives, Nodes: nodes}
 	if legacy {
 		if opts.ContainerdBinDir, err = nodetest.SystemContainerd(); err != nil {
 			return err

@@ -1,4 +1,4 @@
-// Package nodetest runs a hermetic single-node Kubernetes for tests: etcd,
+// Package nodetest runs a hermetic Kubernetes for tests: etcd,
 // kube-apiserver, kube-controller-manager and kube-scheduler on the
 // machine, and a node (containerd, kubelet, kube-proxy, the reference
 // bridge CNI) in its own network and mount namespaces and its own cgroups,
@@ -8,6 +8,11 @@
 // import`, never pulled. The node runs containerd 2.x and a primary
 // conflist at cniVersion 1.1.0 unless Options say otherwise, so the
 // runtime calls CNI STATUS as current clusters' do.
+//
+// One node by default; Options.Nodes adds more, each in its own
+// namespaces and cgroups with its own containerd, kubelet, kube-proxy and
+// pod range (10.244.i.0/24), linked to the machine as the first is and to
+// the first node by a veth that carries pod traffic between them.
 //
 // The machine's own network, /etc/cni, /opt/cni, /var/lib/kubelet and
 // /var/run/netns are never touched: the node sees its own directories at
@@ -59,6 +64,10 @@ type Cluster struct {
 	etcd, containerd   *process
 	kubelet, kubeProxy *process
 	control            []*process // apiserver, controller-manager, scheduler
+	apiIP              string     // the API server's address (HostIP of the first node)
+	pkiDir             string     // certificates, tokens and kubeconfigs (the first node's)
+	podCIDR            string     // this node's pod range
+	peers              []*Cluster // the other nodes, on the first node's value only
 	procs              []*process // everything, in start order
 	stopOnce           sync.Once
 	stopErr            error
@@ -79,6 +88,10 @@ type Options struct {
 	// RegisterWithTaints are the taints the kubelet registers the node
 	// with (a startup taint, as node pools set).
 	RegisterWithTaints []corev1.Taint
+	// Nodes is how many nodes the cluster has; 0 is 1. Each has its own
+	// namespaces, cgroups, containerd, kubelet, kube-proxy and pod range;
+	// Nodes() lists them, the Cluster itself first.
+	Nodes int
 }
 
 // Start brings the cluster up and returns once the node is Ready, kube-proxy
@@ -99,6 +112,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.addPeers(opts); err != nil {
+		return nil, errors.Join(err, c.Stop())
+	}
 	if err := c.start(ctx, opts); err != nil {
 		if stopErr := c.Stop(); stopErr != nil {
 			err = errors.Join(err, stopErr)
@@ -109,7 +125,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 func newCluster(opts Options) (*Cluster, error) {
-	idx, err := freeSubnet()
+	idx, err := freeSubnet(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +134,14 @@ func newCluster(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create cluster dir: %w", err)
 	}
+	c := newNode(opts, idx, dir)
+	c.apiIP, c.pkiDir, c.podCIDR = c.HostIP, c.path("pki"), podCIDR
+	return c, nil
+}
+
+// newNode is one node's value: its name, link addresses, cgroup and dir.
+func newNode(opts Options, idx uint16, dir string) *Cluster {
+	id := fmt.Sprintf("%04x", idx)
 	base := 198<<24 | 18<<16 | uint32(idx)*4
 	return &Cluster{
 		Dir:           dir,
@@ -134,12 +158,12 @@ func newCluster(opts Options) (*Cluster, error) {
 		taints:        opts.RegisterWithTaints,
 		tokens:        map[string]string{},
 		nsInodes:      map[string]uint64{},
-	}, nil
+	}
 }
 
 func (c *Cluster) start(ctx context.Context, opts Options) error {
 	reapOrphans()
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(3+2*len(c.peers))*time.Minute)
 	defer cancel()
 	steps := []struct {
 		what string
@@ -160,6 +184,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		{"wait for the node", func() error { return c.waitNodeReady(ctx) }},
 		{"start kube-proxy", func() error { return c.startKubeProxy(ctx) }},
 		{"wait for the controllers", func() error { return c.waitControllers(ctx) }},
+		{"start the other nodes", func() error { return c.startPeers(ctx, opts.Images) }},
 	}
 	for _, s := range steps {
 		if err := s.f(); err != nil {
@@ -193,12 +218,15 @@ func (c *Cluster) Kubeconfig() string {
 
 // freeSubnet picks a /30 in 198.18.0.0/16 (RFC 2544's benchmarking range,
 // routed nowhere) that no interface of the machine has an address in.
-func freeSubnet() (uint16, error) {
+func freeSubnet(taken []uint16) (uint16, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return 0, fmt.Errorf("list addresses: %w", err)
 	}
 	used := map[uint16]bool{}
+	for _, t := range taken {
+		used[t] = true
+	}
 	for _, a := range addrs {
 		if ipn, ok := a.(*net.IPNet); ok {
 			if ip4 := ipn.IP.To4(); ip4 != nil && ip4[0] == 198 && ip4[1] == 18 {

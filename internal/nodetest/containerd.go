@@ -195,7 +195,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 			return fmt.Errorf("install CNI plugin: %w", err)
 		}
 	}
-	primary := fmt.Sprintf(primaryConflist, c.cniVersion, podCIDR)
+	primary := fmt.Sprintf(primaryConflist, c.cniVersion, c.podCIDR)
 	if err := os.WriteFile(c.ConfDir(PrimaryConflist), []byte(primary), 0o644); err != nil {
 		return err
 	}

@@ -15,7 +15,8 @@ const (
 	apiPort        = "6443"
 	serviceCIDR    = "10.96.0.0/24"
 	serviceAPIIP   = "10.96.0.1"
-	podCIDR        = "10.244.0.0/24"
+	podCIDR        = "10.244.0.0/24" // the first node's; node i has 10.244.i.0/24
+	clusterCIDR    = "10.244.0.0/16"
 	clusterDomain  = "cluster.local"
 	schedulerPort  = "10259"
 	controllerPort = "10257"
@@ -23,7 +24,7 @@ const (
 
 // Server is the API server's URL.
 func (c *Cluster) Server() string {
-	return "https://" + c.HostIP + ":" + apiPort
+	return "https://" + c.apiIP + ":" + apiPort
 }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {

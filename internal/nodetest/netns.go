@@ -220,6 +220,11 @@ func (c *Cluster) link() error {
 		// only gets them that far. Nothing else leaves the node.
 		{"nsenter", "--target", pid, "--net", "ip", "route", "add", serviceCIDR, "via", c.HostIP},
 	}
+	if c.apiIP != c.HostIP {
+		// Another node's: the API server listens on the first node's link;
+		// the machine delivers locally what arrives for its own address.
+		steps = append(steps, []string{"nsenter", "--target", pid, "--net", "ip", "route", "add", c.apiIP + "/32", "via", c.HostIP})
+	}
 	for _, s := range steps {
 		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("%s: %w\n%s", strings.Join(s, " "), err, out)

@@ -54,7 +54,7 @@ func (c *Cluster) startKubelet() error {
 	}
 	p, err := start("kubelet", c.path("kubelet.log"), c.InNode(c.bin("kubelet"),
 		"--config="+c.path("kubelet.yaml"),
-		"--kubeconfig="+c.kubeconfig("kubelet"),
+		"--kubeconfig="+c.kubeconfig("kubelet-"+c.NodeName),
 		"--hostname-override="+c.NodeName,
 		"--node-ip="+c.NodeIP,
 		"--v=1",
@@ -78,7 +78,7 @@ hostnameOverride: %[2]s
 bindAddress: %[3]s
 healthzBindAddress: %[3]s:10256
 metricsBindAddress: 127.0.0.1:10249
-clusterCIDR: ` + podCIDR + `
+clusterCIDR: ` + clusterCIDR + `
 conntrack:
   maxPerCore: 0
   min: 0

@@ -148,13 +148,16 @@ type identity struct {
 // other components are cluster admins, which spares this harness their
 // per-controller credentials and tests nothing of sluice's.
 func (c *Cluster) identities() []identity {
-	return []identity{
+	ids := []identity{
 		{user: "admin", groups: []string{"system:masters"}},
 		{user: "system:kube-controller-manager", groups: []string{"system:masters"}},
 		{user: "system:kube-scheduler", groups: []string{"system:masters"}},
 		{user: "system:kube-proxy", groups: []string{"system:masters"}},
-		{user: "system:node:" + c.NodeName, groups: []string{"system:nodes"}},
 	}
+	for _, n := range c.Nodes() {
+		ids = append(ids, identity{user: "system:node:" + n.NodeName, groups: []string{"system:nodes"}})
+	}
+	return ids
 }
 
 // writeTokens writes the API server's token file and one kubeconfig per
@@ -173,7 +176,7 @@ func (c *Cluster) writeTokens() error {
 			return err
 		}
 	}
-	return os.WriteFile(c.path("pki", "tokens.csv"), []byte(csv.String()), 0o600)
+	return os.WriteFile(filepath.Join(c.pkiDir, "tokens.csv"), []byte(csv.String()), 0o600)
 }
 
 func (c *Cluster) adminToken() string {
@@ -181,8 +184,8 @@ func (c *Cluster) adminToken() string {
 }
 
 func kubeconfigName(user string) string {
-	if strings.HasPrefix(user, "system:node:") {
-		return "kubelet"
+	if node, ok := strings.CutPrefix(user, "system:node:"); ok {
+		return "kubelet-" + node
 	}
 	return strings.TrimPrefix(user, "system:")
 }
@@ -205,10 +208,10 @@ current-context: nodetest
 `
 
 func (c *Cluster) writeKubeconfig(name, token string) error {
-	body := fmt.Sprintf(kubeconfigTemplate, c.Server(), c.path("pki", "ca.crt"), token)
+	body := fmt.Sprintf(kubeconfigTemplate, c.Server(), filepath.Join(c.pkiDir, "ca.crt"), token)
 	return os.WriteFile(c.kubeconfig(name), []byte(body), 0o600)
 }
 
 func (c *Cluster) kubeconfig(name string) string {
-	return c.path("pki", name+".kubeconfig")
+	return filepath.Join(c.pkiDir, name+".kubeconfig")
 }

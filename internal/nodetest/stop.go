@@ -24,6 +24,12 @@ func (c *Cluster) Stop() error {
 
 func (c *Cluster) stop() error {
 	var errs []error
+	// The other nodes first: their kubelets talk to this one's API server.
+	for _, p := range c.peers {
+		if err := p.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	// The kubelet first, so it does not restart what is killed next.
 	c.kubelet.stop(5 * time.Second)
 	c.kubeProxy.stop(5 * time.Second)

@@ -62,7 +62,7 @@ func TestAmbient(t *testing.T) {
 	})
 	var zt string
 	eventually(t, time.Minute, "ztunnel stand-in connected", func() error {
-		l, err := cs.CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=ztunnel"})
+		l, err := cs.CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=ztunnel", FieldSelector: "spec.nodeName=" + cluster.NodeName})
 		if err != nil || len(l.Items) != 1 {
 			return fmt.Errorf("ztunnel pods: %v", err)
 		}

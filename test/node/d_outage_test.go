@@ -27,14 +27,46 @@ func setAgentNodeSelector(t *testing.T, key, value string) {
 	}
 }
 
-// setAgentImage replaces the agent's image, through a rolling update; an
-// image that is not on the node (pull policy Never) leaves the node with no
-// agent while the DaemonSet still selects it, as a failed upgrade does.
-func setAgentImage(t *testing.T, image string) {
+// agentOutage takes the agent of the node under test away as a failed
+// upgrade does: the DaemonSet's image replaced by one that is not on the
+// node (pull policy Never), rolled out OnDelete and only there, so the
+// other node keeps its agent and stays Ready. The returned func puts the
+// image and the rolling update back and replaces the broken pod.
+func agentOutage(t *testing.T) (restore func()) {
 	t.Helper()
-	patch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"sluice-agent","image":"` + image + `"}]}}}}`)
-	if _, err := client(t).AppsV1().DaemonSets(releaseNS).Patch(context.Background(), release+"-agent", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("patch the agent DaemonSet's image: %v", err)
+	image := readyAgent(t, time.Minute).Spec.Containers[0].Image
+	patchAgentDaemonSet(t, `{"spec":{"updateStrategy":{"type":"OnDelete","rollingUpdate":null},`+
+		`"template":{"spec":{"containers":[{"name":"sluice-agent","image":"sluice-absent:outage"}]}}}}`)
+	deleteAgentPods(t)
+	done := false
+	restore = func() {
+		if done {
+			return
+		}
+		done = true
+		patchAgentDaemonSet(t, `{"spec":{"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":1}},`+
+			`"template":{"spec":{"containers":[{"name":"sluice-agent","image":"`+image+`"}]}}}}`)
+		deleteAgentPods(t)
+	}
+	t.Cleanup(restore)
+	return restore
+}
+
+func patchAgentDaemonSet(t *testing.T, patch string) {
+	t.Helper()
+	if _, err := client(t).AppsV1().DaemonSets(releaseNS).Patch(context.Background(), release+"-agent", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patch the agent DaemonSet: %v", err)
+	}
+}
+
+// deleteAgentPods deletes the agent pods of the node under test; the
+// DaemonSet makes a new one from its current template.
+func deleteAgentPods(t *testing.T) {
+	t.Helper()
+	for _, p := range agentPods(t) {
+		if err := client(t).CoreV1().Pods(releaseNS).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete agent pod %s: %v", p.Name, err)
+		}
 	}
 }
 
@@ -51,26 +83,21 @@ func noRunningAgent(t *testing.T) error {
 }
 
 // An agent outage (a failed upgrade: the DaemonSet's pod replaced by one
-// whose image is not there) is not a node outage. For as long as a failing
-// CNI STATUS takes to show (the node NotReady ~4 s after the agent goes,
-// with containerd 2.x and a 1.1.0 conflist) the node stays Ready and
-// untainted, the kubelet restarts a running pod's killed container, and a
+// whose image is not there) is not a node outage, on a cluster whose other
+// node stays Ready, so the node lifecycle controller would evict. For as
+// long as a failing CNI STATUS takes to show (the node NotReady ~4 s after
+// the agent goes, with containerd 2.x and a 1.1.0 conflist) the node stays
+// Ready and untainted, a running pod that tolerates a not-ready node for
+// only 5 s is not evicted, the kubelet restarts its killed container, and a
 // pod in an excluded namespace starts; a new mesh pod fails closed, the
 // conflist entry stays, and the pod starts captured within seconds of the
 // agent's return.
 func TestAgentOutage(t *testing.T) {
 	requireAgent(t)
 	ns := namespace(t, nil)
-	image := readyAgent(t, time.Minute).Spec.Containers[0].Image
-	running := runningPod(t, ns, createPod(t, ns, sidecarPod("running", unreachable, nil)).Name, time.Minute)
+	running := runningPod(t, ns, createPod(t, ns, evictedSoon(sidecarPod("running", unreachable, nil))).Name, time.Minute)
 
-	setAgentImage(t, "sluice-absent:outage")
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			setAgentImage(t, image)
-		}
-	})
+	restore := agentOutage(t)
 	eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
 	watch := watchNode(t, cluster.NodeName)
 	if types := conflistTypes(t); types[len(types)-1] != "sluice" {
@@ -98,8 +125,11 @@ func TestAgentOutage(t *testing.T) {
 	}
 	watch.held(t, 15*time.Second)
 
-	setAgentImage(t, image)
-	restored = true
+	if got := getPod(t, ns, running.Name); got.UID != running.UID || got.DeletionTimestamp != nil {
+		t.Fatalf("the running pod was evicted during the outage: %s", podState(got))
+	}
+
+	restore()
 	readyAgent(t, 2*time.Minute)
 	back := time.Now()
 	// The kubelet retries a failed sandbox after its pod worker's backoff
@@ -108,6 +138,18 @@ func TestAgentOutage(t *testing.T) {
 	t.Logf("mesh pod running %.1fs after the agent was Ready again", time.Since(back).Seconds())
 	logShows(t, ns, mesh.Name, "app", 30*time.Second,
 		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
+}
+
+// evictedSoon gives p 5 s of toleration for its node being not ready or
+// unreachable instead of the default 300 s, so a node the lifecycle
+// controller taints would see it evicted within the test.
+func evictedSoon(p *corev1.Pod) *corev1.Pod {
+	five := int64(5)
+	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
+		p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists,
+			Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &five})
+	}
+	return p
 }
 
 // whileHeld is eventually, failing at once if the node watch has seen the

@@ -122,10 +122,12 @@ func chartValues(extra ...string) []string {
 	return args
 }
 
-// agentPods are the DaemonSet's pods.
+// agentPods are the DaemonSet's pods on the node under test.
 func agentPods(t testing.TB) []corev1.Pod {
 	t.Helper()
-	l, err := client(t).CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + agentApp})
+	// Not the test's context: cleanups that restore the agent use it too.
+	l, err := client(t).CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + agentApp,
+		FieldSelector: "spec.nodeName=" + cluster.NodeName})
 	if err != nil {
 		t.Fatalf("list agent pods: %v", err)
 	}

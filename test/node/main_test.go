@@ -1,6 +1,6 @@
 // Package node runs sluice the way an operator does: `helm install` of
 // deploy/helm/sluice with an image built from this tree (no Docker, no
-// registry) into a real single-node Kubernetes (internal/nodetest), and
+// registry) into a real two-node Kubernetes (internal/nodetest), and
 // pods created through the API that the kubelet starts through CRI,
 // containerd and the CNI chain into the sluice plugin.
 //
@@ -67,7 +67,10 @@ func run(m *testing.M) (int, error) {
 	}
 	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: images.Archives,
 		// A new node's startup taint, which the node's own agent removes.
-		RegisterWithTaints: []corev1.Taint{{Key: nodetaint.DefaultKey, Effect: corev1.TaintEffectNoSchedule}}})
+		RegisterWithTaints: []corev1.Taint{{Key: nodetaint.DefaultKey, Effect: corev1.TaintEffectNoSchedule}},
+		// A second node, Ready while the first is under test: with every
+		// node NotReady the node lifecycle controller evicts nothing.
+		Nodes: 2})
 	if err != nil {
 		return 0, err
 	}

@@ -67,8 +67,15 @@ func sidecarPod(name, dial string, annotations map[string]string) *corev1.Pod {
 	return p
 }
 
+// createPod creates p on the node under test (cluster.NodeName), whose
+// files, netns and agent the tests read; the other node is there for the
+// cluster's sake (the node lifecycle controller evicts only while another
+// node is Ready).
 func createPod(t *testing.T, ns string, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
+	if p.Spec.NodeSelector == nil {
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName}
+	}
 	got, err := client(t).CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)
