@@ -39,7 +39,8 @@ func noRunningAgent(t *testing.T) error {
 // upgrade: the DaemonSet's pod replaced by one whose image is not there),
 // measured on istio-cni in sidecar mode. istio-cni's plugin has no STATUS
 // and needs no agent, so the node stays Ready and untainted, a killed
-// container restarts and an excluded pod starts, as with sluice. But the
+// container restarts and an excluded pod starts, as with sluice; an
+// uninjected pod starts too (sluice's waits for the agent). But the
 // old install-cni's SIGTERM removes istio-cni from the conflist (it keeps
 // its entry only in ambient mode), so a sidecar pod created during the
 // outage gets a netns with no redirection: its istio-validation init
@@ -75,6 +76,7 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 	excluded := createPod(t, excludedNS, plainPod(fmt.Sprintf("outage-excluded-%d", seq.Add(1)), unreachable))
 	t.Cleanup(func() { deletePod(excludedNS, excluded.Name) })
 	mesh := createPod(t, ns, sidecarPod("during-outage", unreachable))
+	plain := createPod(t, ns, plainPod("plain-during-outage", unreachable))
 
 	whileHeld(t, watch, time.Minute, "the killed container restarted", func() error {
 		return restarted(getPod(t, ns, running.Name), "app")
@@ -84,6 +86,10 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 		return isRunning(getPod(t, excludedNS, excluded.Name))
 	})
 	t.Logf("excluded pod running %.1fs into the outage", time.Since(watch.start).Seconds())
+	whileHeld(t, watch, time.Minute, "the uninjected pod running", func() error {
+		return isRunning(getPod(t, ns, plain.Name))
+	})
+	t.Logf("uninjected pod running %.1fs into the outage", time.Since(watch.start).Seconds())
 	whileHeld(t, watch, time.Minute, "istio-validation refusing the sidecar pod created during the outage", func() error {
 		return validationFailed(getPod(t, ns, mesh.Name))
 	})
