@@ -190,7 +190,9 @@ func describe(socket string, dialErr, err error) string {
 			hint = "the socket is root's: run as root, or in the agent's pod"
 		}
 		return fmt.Sprintf("cannot reach the agent at socket %s: %v: %s", socket, cause, hint)
-	case st.Code() == codes.Unavailable:
+	case st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), "connection error"):
+		// grpc-go's words for a connection that ended before an answer:
+		// the agent's handshake refuses a uid it does not serve this way.
 		return fmt.Sprintf("the agent at socket %s closed the connection (%s): it serves only the uids in its --allowed-uids (root by default)", socket, st.Message())
 	case st.Code() == codes.DeadlineExceeded:
 		return fmt.Sprintf("the agent at socket %s did not answer within %s", socket, callTimeout)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
 	"github.com/sluicemesh/sluice/daemon/rpc"
 	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
 
 // The CLI against the agent's real gRPC services on a unix socket in a
@@ -31,6 +33,9 @@ const hostile = "\x1b]0;owned\x07\x1b[2J"
 type cliPolicy struct{}
 
 func (cliPolicy) Decide(_ context.Context, p policy.Pod) (policy.Decision, error) {
+	if p.Namespace == "zt" {
+		return policy.Decision{}, fmt.Errorf("decide: %w", ztunnel.ErrNotConnected)
+	}
 	if p.Namespace == "skip" {
 		return policy.Decision{Reason: "annotation sidecar.istio.io/inject=" + hostile, Inputs: []string{"annotation: " + hostile}}, nil
 	}
@@ -51,6 +56,12 @@ func (z zdsStub) Ready() (bool, string) {
 // whose name holds hostile.
 func cliAgent(t *testing.T, zds rpc.ZtunnelLink) string {
 	t.Helper()
+	return cliAgentFor(t, zds, uint32(os.Getuid()))
+}
+
+// cliAgentFor is cliAgent serving only uid.
+func cliAgentFor(t *testing.T, zds rpc.ZtunnelLink, uid uint32) string {
+	t.Helper()
 	ns := redirecttest.NewNamespaces(t)
 	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: ns, Kernel: redirecttest.NewFake()})
 	if err != nil {
@@ -59,7 +70,7 @@ func cliAgent(t *testing.T, zds rpc.ZtunnelLink) string {
 	log := slog.New(slog.DiscardHandler)
 	cni := &rpc.CNI{Workloads: store, Policy: cliPolicy{}, Ready: func() (bool, string) { return true, "" }, Inflight: rpc.NewInflight(2)}
 	debug := &rpc.Debug{Workloads: store, Policy: cliPolicy{}, ZDS: zds, ZtunnelSocket: "/run/z.sock"}
-	gs, _ := rpc.NewServer(cni, debug, rpc.NewAuthorizer([]uint32{uint32(os.Getuid())}, log), nil, log)
+	gs, _ := rpc.NewServer(cni, debug, rpc.NewAuthorizer([]uint32{uid}, log), nil, log)
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -213,5 +224,20 @@ func TestCLIUsageErrorsExit2(t *testing.T) {
 	}
 	if _, errOut, code := cli(t, "get", "shop/absent", "--socket", sock); code != 1 || !strings.Contains(errOut, "answered NotFound") {
 		t.Errorf("get of an absent pod: exit %d\n%s", code, errOut)
+	}
+}
+
+// An agent that does not serve the caller's uid says so: the person is
+// told about --allowed-uids, not that the agent is down.
+func TestCLIRefusedUIDSaysWhy(t *testing.T) {
+	sock := cliAgentFor(t, nil, uint32(os.Getuid())+4242)
+	_, errOut, code := cli(t, "workloads", "--socket", sock)
+	if code != 1 || !strings.Contains(errOut, "--allowed-uids") || strings.Contains(errOut, "is the agent running") {
+		t.Errorf("workloads as a uid the agent refuses: exit %d\n%s", code, errOut)
+	}
+	// The agent up, ztunnel not: the agent's answer is shown as its answer.
+	_, errOut, _ = cli(t, "explain", "zt/pod", "--socket", cliAgent(t, nil))
+	if !strings.Contains(errOut, "answered Unavailable: no ztunnel is connected") || strings.Contains(errOut, "--allowed-uids") {
+		t.Errorf("explain with no ztunnel:\n%s", errOut)
 	}
 }
