@@ -25,6 +25,9 @@ import (
 var (
 	cluster *nodetest.Cluster
 	images  nodetest.Images
+	// kubeBins and cniPlugins are the binaries' dirs, for a test that
+	// starts a cluster of its own.
+	kubeBins, cniPlugins string
 	// primary is the node's primary conflist as the cluster wrote it,
 	// before sluice was installed.
 	primary []byte
@@ -57,6 +60,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	kubeBins, cniPlugins = bins, plugins
 	dir, err := os.MkdirTemp("", "sluice-node-images-")
 	if err != nil {
 		return 0, err
