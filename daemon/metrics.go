@@ -29,6 +29,8 @@ func (a *agent) registerMetrics() {
 	if a.amb != nil {
 		m.Func("gauge", "ztunnel_connections", "ztunnel instances connected over ZDS.",
 			func() float64 { return float64(a.amb.zds.Connections()) })
+		m.Func("counter", "ztunnel_connects_total", "ZDS connections ztunnel opened to the agent; a rise on a steady node is a reconnect.",
+			func() float64 { return float64(a.amb.zds.Accepted()) })
 	}
 	if a.kube != nil {
 		m.Bool("policy_caches_synced", "1 once the pod and namespace informers have synced.", func() bool {

@@ -49,10 +49,7 @@ func TestIdleConnectionIsKept(t *testing.T) {
 	}
 	idle("after a del")
 
-	h.srv.mu.Lock()
-	accepted := h.srv.nextID
-	h.srv.mu.Unlock()
-	if accepted != 1 {
+	if accepted := h.srv.Accepted(); accepted != 1 {
 		t.Errorf("%d connections accepted, want 1", accepted)
 	}
 }

@@ -171,6 +171,16 @@ func (s *Server) Connections() int {
 	return n
 }
 
+// Accepted is how many connections ztunnel has opened to the agent since
+// it started. On a steady node it stays put: a rise without a ztunnel
+// restart is a reconnect, which the Connections gauge, back at 1 within a
+// millisecond, does not show.
+func (s *Server) Accepted() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextID
+}
+
 // Ready reports whether some ztunnel is connected and has acked its
 // snapshot, and why not.
 func (s *Server) Ready() (bool, string) {

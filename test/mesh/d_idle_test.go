@@ -16,8 +16,9 @@ import (
 const idleFor = 3 * time.Minute
 
 // A mesh left idle keeps its one ZDS connection: ztunnel logs no new
-// stream, the agent's sluice_ztunnel_connections never leaves 1 (read every
-// second), and the agent logs nothing about ztunnel at its level (info).
+// stream, the agent's sluice_ztunnel_connects_total does not move and its
+// sluice_ztunnel_connections never leaves 1 (read every second), and the
+// agent logs nothing about ztunnel at its level (info).
 func TestIdleMeshKeepsOneZDSConnection(t *testing.T) {
 	zt := requireZtunnel(t)
 	settled(t)
@@ -34,9 +35,13 @@ func TestIdleMeshKeepsOneZDSConnection(t *testing.T) {
 
 	from := time.Now()
 	streams := ztunnelStreams(t, zt.Name, from.Add(-time.Hour), from)
+	connects, err := agentMetric("sluice_ztunnel_connects_total")
+	if err != nil {
+		t.Fatal(err)
+	}
 	samples, drops := 0, 0
 	for deadline := from.Add(idleFor); time.Now().Before(deadline); time.Sleep(time.Second) {
-		n, err := agentGauge("sluice_ztunnel_connections")
+		n, err := agentMetric("sluice_ztunnel_connections")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,6 +52,13 @@ func TestIdleMeshKeepsOneZDSConnection(t *testing.T) {
 		}
 	}
 	to := time.Now()
+	connectsAfter, err := agentMetric("sluice_ztunnel_connects_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if connectsAfter != connects {
+		t.Errorf("sluice_ztunnel_connects_total went from %v to %v while idle: ztunnel reconnected", connects, connectsAfter)
+	}
 	if n := ztunnelStreams(t, zt.Name, from, to); n != 0 {
 		t.Errorf("ztunnel opened %d new ZDS streams while idle (%d before)", n, streams)
 	}
@@ -59,8 +71,8 @@ func TestIdleMeshKeepsOneZDSConnection(t *testing.T) {
 	if len(loud) != 0 {
 		t.Errorf("the agent logged about ztunnel while idle:\n%s", strings.Join(loud, "\n"))
 	}
-	t.Logf("idle %v: %d samples of sluice_ztunnel_connections, %d not 1; ztunnel streams before: %d, during: 0 wanted",
-		to.Sub(from).Round(time.Second), samples, drops, streams)
+	t.Logf("idle %v: %d samples of sluice_ztunnel_connections, %d not 1; sluice_ztunnel_connects_total %v then %v; ztunnel streams before: %d",
+		to.Sub(from).Round(time.Second), samples, drops, connects, connectsAfter, streams)
 }
 
 // ztunnelStreams counts the ZDS streams ztunnel started in [from, to)

@@ -196,7 +196,7 @@ func restartAgent(t *testing.T) {
 func waitZtunnelConnected(t *testing.T) {
 	t.Helper()
 	eventually(t, time.Minute, "one ztunnel connected to the agent", func() error {
-		n, err := agentGauge("sluice_ztunnel_connections")
+		n, err := agentMetric("sluice_ztunnel_connections")
 		if err == nil && n != 1 {
 			err = fmt.Errorf("%v ztunnel connections", n)
 		}

@@ -83,9 +83,9 @@ func opened(zt *corev1.Pod, ns, src, dst, policy string) (float64, error) {
 	return ztunnelCount(zt, "istio_tcp_connections_opened_total", match)
 }
 
-// agentGauge is the value of one of the agent's unlabelled metrics, read
+// agentMetric is the value of one of the agent's unlabelled metrics, read
 // from its health port on the node.
-func agentGauge(name string) (float64, error) {
+func agentMetric(name string) (float64, error) {
 	body, err := get("http://" + cluster.NodeIP + ":9890/metrics")
 	if err != nil {
 		return 0, fmt.Errorf("the agent's metrics: %w", err)
