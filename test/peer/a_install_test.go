@@ -26,7 +26,7 @@ var installed bool
 // default): in-place repair looks for the pod's netns among every process
 // of the machine by pod IP, and the machine runs other test clusters with
 // the same pod CIDR.
-func requireAgent(t *testing.T) {
+func requireAgent(t testing.TB) {
 	t.Helper()
 	if !installed {
 		helm(t, "install", release, istioChart(t), "-n", releaseNS, "--create-namespace",

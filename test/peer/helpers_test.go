@@ -61,7 +61,7 @@ func client(t testing.TB) *kubernetes.Clientset {
 
 // namespace creates a namespace of the test's own and deletes it when the
 // test ends.
-func namespace(t *testing.T) string {
+func namespace(t testing.TB) string {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(name) > 50 {

@@ -72,7 +72,7 @@ func sidecarPod(name, dial string) *corev1.Pod {
 	return p
 }
 
-func createPod(t *testing.T, ns string, p *corev1.Pod) *corev1.Pod {
+func createPod(t testing.TB, ns string, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	got, err := client(t).CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
 	if err != nil {

@@ -1,0 +1,157 @@
+package peer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// podStartSamplesEnv names a file BenchmarkPodStart writes every pod's
+// start time to, by mode, for hack/bench's node lifecycle section.
+const podStartSamplesEnv = "SLUICE_PODSTART_SAMPLES"
+
+type podStartSamples struct {
+	Modes []podStartMode `json:"modes"`
+}
+
+type podStartMode struct {
+	Mode    string  `json:"mode"`
+	StartNS []int64 `json:"start_ns"`
+}
+
+// BenchmarkPodStart times pod start, create → Ready as the API server
+// reports it, for b.N pods in each of three modes on the same node, one
+// mode after another: no mesh CNI, istio-cni (Istio's chart, sidecar
+// mode) and sluice chained (its chart). Every pod is the same sidecar
+// pod less its istio-validation, which would fail with no mesh CNI; each
+// is deleted before the next is created.
+func BenchmarkPodStart(b *testing.B) {
+	ns := namespace(b)
+	if installed {
+		uninstallIstioCNI(b)
+	}
+	modes := []struct {
+		name    string
+		on, off func(testing.TB)
+		start   []int64
+	}{
+		{name: "none"},
+		{name: "istio-cni", on: requireAgent, off: uninstallIstioCNI},
+		{name: "sluice", on: installSluice, off: uninstallSluice},
+	}
+	var out podStartSamples
+	for _, m := range modes {
+		if m.on != nil {
+			m.on(b)
+		}
+		b.Run(m.name, func(b *testing.B) {
+			b.StopTimer()
+			m.start = nil // b.Run calls this again with a larger b.N: keep the last
+			for range b.N {
+				m.start = append(m.start, podStart(b, ns, fmt.Sprintf("start-%s-%d", m.name, seq.Add(1))).Nanoseconds())
+			}
+		})
+		if m.off != nil {
+			m.off(b)
+		}
+		out.Modes = append(out.Modes, podStartMode{Mode: m.name, StartNS: m.start})
+	}
+	if file := os.Getenv(podStartSamplesEnv); file != "" {
+		data, err := json.Marshal(out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// podStart creates the pod, polls it every 20 ms until its Ready
+// condition is true, deletes it, waits for it to be gone and returns
+// create → Ready.
+func podStart(b *testing.B, ns, name string) time.Duration {
+	p := sidecarPod(name, unreachable)
+	p.Spec.InitContainers = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pods := client(b).CoreV1().Pods(ns)
+	b.StartTimer()
+	start := time.Now()
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		b.Fatalf("create pod %s/%s: %v", ns, name, err)
+	}
+	var took time.Duration
+	for took == 0 {
+		got, err := pods.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			b.Fatalf("pod %s/%s: %v", ns, name, err)
+		case podReady(got):
+			took = time.Since(start)
+		case time.Since(start) > time.Minute:
+			b.Fatalf("pod %s/%s not Ready after a minute: %s", ns, name, podState(got))
+		default:
+			time.Sleep(20 * time.Millisecond) // the poll period: the measurement's resolution
+		}
+	}
+	b.StopTimer()
+	deletePod(ns, name)
+	eventually(b, time.Minute, "pod "+name+" gone", func() error {
+		if _, err := pods.Get(ctx, name, metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+	return took
+}
+
+// uninstallIstioCNI removes the istio-cni release and waits for its
+// SIGTERM to take its entry out of the conflist.
+func uninstallIstioCNI(t testing.TB) {
+	helm(t, "uninstall", release, "-n", releaseNS, "--wait")
+	installed = false
+	conflistWithout(t, "istio-cni")
+}
+
+// The sluice release, as test/node installs it.
+const (
+	sluiceRelease = "sluice"
+	sluiceNS      = "kube-system"
+)
+
+// installSluice installs sluice's chart with the image built from this
+// tree and waits for its entry in the conflist.
+func installSluice(t testing.TB) {
+	helm(t, "install", sluiceRelease, "deploy/helm/sluice", "-n", sluiceNS, "--wait",
+		"--set", "image.repository="+images.SluiceRepo, "--set", "image.tag="+images.SluiceTag,
+		"--set", "image.pullPolicy=Never")
+	eventually(t, time.Minute, "sluice chained last", func() error {
+		if types := conflistTypes(t); types[len(types)-1] != "sluice" {
+			return fmt.Errorf("conflist plugins %v", types)
+		}
+		return nil
+	})
+}
+
+func uninstallSluice(t testing.TB) {
+	helm(t, "uninstall", sluiceRelease, "-n", sluiceNS, "--wait")
+	conflistWithout(t, "sluice")
+}
+
+// conflistWithout waits until the node's conflist no longer chains typ.
+func conflistWithout(t testing.TB, typ string) {
+	t.Helper()
+	eventually(t, time.Minute, typ+" out of the conflist", func() error {
+		if types := conflistTypes(t); slices.Contains(types, typ) {
+			return fmt.Errorf("conflist plugins %v", types)
+		}
+		return nil
+	})
+}
