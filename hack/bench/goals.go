@@ -83,6 +83,7 @@ func writeGoals(m *md, c config, r *results) {
 	row(fmt.Sprintf("resync of %d pods ≤ 10 %% of one core over the interval", sc.pods),
 		fmt.Sprintf("%.1f %% (%s CPU in %s)", share, ms(sc.resyncCPU), sc.resyncInterval), share <= 10)
 	writeNRIGoals(m, r.nri)
+	writeLifecycleGoals(m, r.lifecycle)
 	m.p("")
 	m.p("Each goal's range over several runs, and what bounds those closest to their line, with the profiles")
 	m.p("that show it (sections 5 and 6), are at the end:")
@@ -151,6 +152,7 @@ func writeDetails(m *md, c config, r *results) {
 		m.p("")
 	}
 	writeNRI(m, r.nri)
+	writeLifecycle(m, r.lifecycle)
 }
 
 // writeProfile is section 5: where an ADD's CPU goes, agent and plugin.

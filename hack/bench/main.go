@@ -7,7 +7,9 @@
 // simultaneous ADDs and DELs (quiet and with a CPU hog), CPU profiles of
 // the agent and the plugin, scale to 5,000 enrolled pods, and what
 // capture adds to containerd's runp (no capture, the chained plugin, the
-// NRI plugin: test/nri's BenchmarkRunp as a subprocess). `-smoke`
+// NRI plugin: test/nri's BenchmarkRunp as a subprocess), and pod start on
+// the test node with no mesh CNI, istio-cni and sluice (test/peer's
+// BenchmarkPodStart as a subprocess). `-smoke`
 // runs every part with tiny counts and writes to a temp dir, so the
 // harness is exercised by `go test` without timing anything there.
 //
@@ -42,6 +44,7 @@ type config struct {
 	execs    int    // execs per binary for the footprint
 	kubePods int    // API-server pods ADDed by each plugin in Kubernetes mode
 	nriPods  int    // pods per capture mode through containerd's runp
+	lifePods int    // pods per mode in the node lifecycle section
 	resync   time.Duration
 }
 
@@ -57,6 +60,7 @@ func main() {
 	flag.IntVar(&c.execs, "execs", 200, "execs per binary in the footprint run")
 	flag.IntVar(&c.kubePods, "kube-pods", 40, "API-server pods each plugin ADDs in the Kubernetes-mode comparison")
 	flag.IntVar(&c.nriPods, "nri-pods", 60, "pods per mode (no capture, chained CNI, NRI) through containerd's runp")
+	flag.IntVar(&c.lifePods, "lifecycle-pods", 20, "pods per mode (no mesh CNI, istio-cni, sluice) started on the test node")
 	flag.DurationVar(&c.resync, "resync", time.Minute, "the agent's --resync-interval in the scale run (its default), measured once")
 	flag.Parse()
 	c.small, c.probes = 10, 50
@@ -142,6 +146,7 @@ type results struct {
 	scale     *scaleResult
 	footprint *footprint
 	nri       *nriResult
+	lifecycle *lifecycleResult
 	profile   *profile
 	disk      series
 	started   time.Time
@@ -294,6 +299,10 @@ func run(c config) (*results, error) {
 	res.nri = <-nri
 	if res.nri.err != nil {
 		fmt.Fprintln(os.Stderr, "bench: section 7 (NRI) not measured:", res.nri.err)
+	}
+	step(fmt.Sprintf("node lifecycle: %d pod starts each with no mesh CNI, istio-cni and sluice on the test node", c.lifePods))
+	if res.lifecycle = benchLifecycle(tmp, c.lifePods, c.smoke, &cl); res.lifecycle.err != nil {
+		fmt.Fprintln(os.Stderr, "bench: section 8 (node lifecycle) not measured:", res.lifecycle.err)
 	}
 	res.took = time.Since(res.started)
 
