@@ -83,7 +83,7 @@ func runCommand(name string, args []string, getenv func(string) string, out, err
 	}
 	defer conn.Close()
 	c.cni, c.debug = sluicev1.NewCNIClient(conn), sluicev1.NewDebugClient(conn)
-	c.why = func(err error) string { return describe(opts.socket, d.err(), err) }
+	c.why = func(err error) string { return describe(opts.socket, d.err(), d.hungUp(), err) }
 	v, err := cmd.run(c, rest)
 	var usage usageError
 	if errors.As(err, &usage) {
@@ -150,12 +150,16 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-// recordingDialer dials the agent's socket and keeps the last dial error:
-// gRPC reports it only as "Unavailable", and the person needs the errno.
+// recordingDialer dials the agent's socket and keeps the last dial error,
+// and whether a connection failed under the call: gRPC reports both only
+// as "Unavailable", with words that vary with the moment the agent hung up
+// ("connection error", a broken pipe, EOF), and the person needs to know
+// which it was.
 type recordingDialer struct {
 	path string
 	mu   sync.Mutex
 	last error
+	io   error // the first read or write error on a connection
 }
 
 func (d *recordingDialer) dial(ctx context.Context, _ string) (net.Conn, error) {
@@ -164,7 +168,45 @@ func (d *recordingDialer) dial(ctx context.Context, _ string) (net.Conn, error) 
 	d.mu.Lock()
 	d.last = err
 	d.mu.Unlock()
-	return conn, err
+	if err != nil {
+		return nil, err
+	}
+	return &watchedConn{Conn: conn, d: d}, nil
+}
+
+func (d *recordingDialer) hungUp() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.io
+}
+
+// watchedConn tells its dialer of the first failed read or write.
+type watchedConn struct {
+	net.Conn
+	d *recordingDialer
+}
+
+func (c *watchedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.note(err)
+	return n, err
+}
+
+func (c *watchedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.note(err)
+	return n, err
+}
+
+func (c *watchedConn) note(err error) {
+	if err == nil {
+		return
+	}
+	c.d.mu.Lock()
+	if c.d.io == nil {
+		c.d.io = err
+	}
+	c.d.mu.Unlock()
 }
 
 func (d *recordingDialer) err() error {
@@ -176,7 +218,7 @@ func (d *recordingDialer) err() error {
 // describe says what went wrong in words a person can act on: the socket
 // could not be reached (and likely why), the agent hung up, or what the
 // agent answered.
-func describe(socket string, dialErr, err error) string {
+func describe(socket string, dialErr, hungUp, err error) string {
 	st := status.Convert(err)
 	switch {
 	case dialErr != nil:
@@ -190,7 +232,7 @@ func describe(socket string, dialErr, err error) string {
 			hint = "the socket is root's: run as root, or in the agent's pod"
 		}
 		return fmt.Sprintf("cannot reach the agent at socket %s: %v: %s", socket, cause, hint)
-	case st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), "connection error"):
+	case st.Code() == codes.Unavailable && (hungUp != nil || strings.HasPrefix(st.Message(), "connection error")):
 		// grpc-go's words for a connection that ended before an answer:
 		// the agent's handshake refuses a uid it does not serve this way.
 		return fmt.Sprintf("the agent at socket %s closed the connection (%s): it serves only the uids in its --allowed-uids (root by default)", socket, st.Message())

@@ -241,3 +241,34 @@ func TestCLIRefusedUIDSaysWhy(t *testing.T) {
 		t.Errorf("explain with no ztunnel:\n%s", errOut)
 	}
 }
+
+// An agent that hangs up before answering is named as such whatever the
+// moment it hung up: grpc-go words it "connection error", a broken pipe or
+// an EOF depending on the race, and each is the refusal of a uid it does
+// not serve, never an answer of its own.
+func TestCLIHangUpSaysWhy(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// As the agent's handshake does: the client's preface read,
+			// then the connection closed unanswered.
+			c.Read(make([]byte, 64))
+			c.Close()
+		}
+	}()
+	for i := range 30 {
+		_, errOut, code := cli(t, "workloads", "--socket", sock)
+		if code != 1 || !strings.Contains(errOut, "--allowed-uids") || strings.Contains(errOut, "answered") {
+			t.Fatalf("try %d, an agent that hangs up: exit %d\n%s", i, code, errOut)
+		}
+	}
+}
