@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
@@ -84,9 +85,10 @@ func TestMultusNADRunsSluice(t *testing.T) {
 	}
 	recs := n.listWorkloads(t)
 	// Multus names the interface of a pod's first extra network net1, and
-	// gives that network no prevResult, so the record has no IPs.
-	if len(recs) != 1 || recs[0].ContainerId != "mul1" || recs[0].IfName != "net1" || len(recs[0].Ips) != 0 {
-		t.Fatalf("agent records %v, want one for mul1 on net1 without IPs", recs)
+	// gives that network no prevResult: the agent reads the addresses the
+	// primary gave from the pod's netns, as istio-iptables does.
+	if len(recs) != 1 || recs[0].ContainerId != "mul1" || recs[0].IfName != "net1" || !hasAddress(recs[0].Ips, r.IPs[0].Address.String()) {
+		t.Fatalf("agent records %v, want one for mul1 on net1 with the primary's %s, read from the netns", recs, r.IPs[0].Address.String())
 	}
 	n.expectInSync(t, "mul1")
 	p := startProxy(t, netns, "15001")
@@ -298,4 +300,13 @@ func expectNoPrimary(t *testing.T, pod *nstest.NS) {
 	if err == nil {
 		t.Fatalf("%s still has eth0 of the primary network", pod.Name)
 	}
+}
+
+func hasAddress(ips []*sluicev1.IPConfig, want string) bool {
+	for _, ip := range ips {
+		if ip.GetAddress() == want {
+			return true
+		}
+	}
+	return false
 }
