@@ -258,3 +258,29 @@ func unstructuredSlice(obj map[string]any, path ...string) ([]any, bool, error) 
 	s, ok := m[path[len(path)-1]].([]any)
 	return s, ok, nil
 }
+
+// TestAlertRulesPassPromtool: Prometheus's own checker loads the chart's
+// rules file (PromQL parsed, durations and templates read), and refuses a
+// broken copy of it, so the check is one that can fail.
+func TestAlertRulesPassPromtool(t *testing.T) {
+	out, err := command(repoRoot, nil, "hack/promtool/promtool.sh")
+	if err != nil {
+		t.Fatalf("get promtool: %v", err)
+	}
+	promtool := strings.TrimSpace(out)
+	rules := filepath.Join(repoRoot, chartDir, "files/alerts.yaml")
+	if out, err := command(repoRoot, nil, promtool, "check", "rules", rules); err != nil {
+		t.Fatalf("promtool check rules files/alerts.yaml: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(t.TempDir(), "alerts.yaml")
+	if err := os.WriteFile(broken, []byte(strings.Replace(string(b), "sluice_ready == 0", "sluice_ready == == 0", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := command(repoRoot, nil, promtool, "check", "rules", broken); err == nil {
+		t.Fatal("promtool accepted a rule whose expression does not parse")
+	}
+}
