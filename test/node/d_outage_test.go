@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
 // setAgentNodeSelector points the DaemonSet at nodes labelled key=value
@@ -99,7 +101,7 @@ func TestAgentOutage(t *testing.T) {
 
 	restore := agentOutage(t)
 	eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
-	watch := watchNode(t, cluster.NodeName)
+	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
 	if types := conflistTypes(t); types[len(types)-1] != "sluice" {
 		t.Fatalf("conflist plugins with the agent away = %v, want the sluice entry kept", types)
 	}
@@ -112,18 +114,18 @@ func TestAgentOutage(t *testing.T) {
 	whileHeld(t, watch, time.Minute, "the killed container restarted", func() error {
 		return restarted(getPod(t, ns, running.Name), "app")
 	})
-	t.Logf("killed container running again %.1fs into the outage", time.Since(watch.start).Seconds())
+	t.Logf("killed container running again %.1fs into the outage", watch.Elapsed().Seconds())
 	whileHeld(t, watch, time.Minute, "the excluded pod running", func() error {
 		return isRunning(getPod(t, releaseNS, excluded.Name))
 	})
-	t.Logf("excluded pod running %.1fs into the outage", time.Since(watch.start).Seconds())
+	t.Logf("excluded pod running %.1fs into the outage", watch.Elapsed().Seconds())
 	whileHeld(t, watch, time.Minute, "the mesh pod's sandbox refused for want of an agent", func() error {
 		return sandboxRefused(t, ns, mesh.Name)
 	})
 	if got := getPod(t, ns, mesh.Name); got.Status.Phase != corev1.PodPending {
 		t.Fatalf("mesh pod created with no agent: %s, want Pending", podState(got))
 	}
-	watch.held(t, 15*time.Second)
+	watch.Held(t, 15*time.Second)
 
 	if got := getPod(t, ns, running.Name); got.UID != running.UID || got.DeletionTimestamp != nil {
 		t.Fatalf("the running pod was evicted during the outage: %s", podState(got))
@@ -154,10 +156,10 @@ func evictedSoon(p *corev1.Pod) *corev1.Pod {
 
 // whileHeld is eventually, failing at once if the node watch has seen the
 // node NotReady or tainted.
-func whileHeld(t *testing.T, w *nodeWatch, timeout time.Duration, what string, cond func() error) {
+func whileHeld(t *testing.T, w *nodetest.NodeWatch, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	eventually(t, timeout, what, func() error {
-		if err := w.err(); err != nil {
+		if err := w.Err(); err != nil {
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
 		return cond()

@@ -30,12 +30,12 @@ func TestAgentStatusOnContainerd1(t *testing.T) {
 
 	agentOutage(t)
 	eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
-	watch := watchNode(t, cluster.NodeName)
+	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
 	mesh := createPod(t, ns, sidecarPod("during-outage", unreachable, nil))
 	whileHeld(t, watch, time.Minute, "the mesh pod's sandbox refused for want of an agent", func() error {
 		return sandboxRefused(t, ns, mesh.Name)
 	})
-	watch.held(t, 15*time.Second)
+	watch.Held(t, 15*time.Second)
 }
 
 // withCluster points the package's helpers at a cluster of its own for the

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
 // setAgentImage replaces install-cni's image through a rolling update; an
@@ -67,7 +69,7 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 		}
 	})
 	eventually(t, time.Minute, "no istio-cni running", func() error { return noRunningAgent(t) })
-	watch := watchNode(t, cluster.NodeName)
+	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
 	if types := conflistTypes(t); slices.Contains(types, "istio-cni") {
 		t.Fatalf("conflist plugins with istio-cni away = %v: measured before, its SIGTERM removed the entry", types)
 	}
@@ -81,23 +83,23 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 	whileHeld(t, watch, time.Minute, "the killed container restarted", func() error {
 		return restarted(getPod(t, ns, running.Name), "app")
 	})
-	t.Logf("killed container running again %.1fs into the outage", time.Since(watch.start).Seconds())
+	t.Logf("killed container running again %.1fs into the outage", watch.Elapsed().Seconds())
 	whileHeld(t, watch, time.Minute, "the excluded pod running", func() error {
 		return isRunning(getPod(t, excludedNS, excluded.Name))
 	})
-	t.Logf("excluded pod running %.1fs into the outage", time.Since(watch.start).Seconds())
+	t.Logf("excluded pod running %.1fs into the outage", watch.Elapsed().Seconds())
 	whileHeld(t, watch, time.Minute, "the uninjected pod running", func() error {
 		return isRunning(getPod(t, ns, plain.Name))
 	})
-	t.Logf("uninjected pod running %.1fs into the outage", time.Since(watch.start).Seconds())
+	t.Logf("uninjected pod running %.1fs into the outage", watch.Elapsed().Seconds())
 	whileHeld(t, watch, time.Minute, "istio-validation refusing the sidecar pod created during the outage", func() error {
 		return validationFailed(getPod(t, ns, mesh.Name))
 	})
-	t.Logf("sidecar pod created during the outage refused by istio-validation %.1fs into it", time.Since(watch.start).Seconds())
+	t.Logf("sidecar pod created during the outage refused by istio-validation %.1fs into it", watch.Elapsed().Seconds())
 	if err := captured(podRules(t, getPod(t, ns, running.Name))); err != nil {
 		t.Fatalf("pod started before the outage, after its container's restart: %v", err)
 	}
-	watch.held(t, 15*time.Second)
+	watch.Held(t, 15*time.Second)
 	if p := getPod(t, ns, mesh.Name); appStarted(p) {
 		t.Fatalf("the outage's sidecar pod ran its app with no agent: %s", podState(p))
 	}
@@ -157,10 +159,10 @@ func appStarted(p *corev1.Pod) bool {
 
 // whileHeld is eventually, failing at once if the node watch has seen the
 // node NotReady or tainted.
-func whileHeld(t *testing.T, w *nodeWatch, timeout time.Duration, what string, cond func() error) {
+func whileHeld(t *testing.T, w *nodetest.NodeWatch, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	eventually(t, timeout, what, func() error {
-		if err := w.err(); err != nil {
+		if err := w.Err(); err != nil {
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
 		return cond()

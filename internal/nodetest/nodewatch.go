@@ -1,7 +1,4 @@
-package peer
-
-// Copied from test/node (a test package cannot import another's helpers):
-// the same watch, so both suites call a node "held" by the same rule.
+package nodetest
 
 import (
 	"context"
@@ -12,12 +9,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
-// nodeWatch records the first moment a node stops being Ready or is
-// tainted not-ready or unreachable, as the node lifecycle controller does
-// before it evicts.
-type nodeWatch struct {
+// NodeWatch records the first moment a node stops being Ready or is
+// tainted not-ready or unreachable, as the node lifecycle controller sees
+// it before it evicts. The outage suites (test/node, test/peer) share it,
+// so both call a node "held" by one rule.
+type NodeWatch struct {
 	node   string
 	start  time.Time
 	cancel context.CancelFunc
@@ -28,13 +27,12 @@ type nodeWatch struct {
 	polls int
 }
 
-// watchNode polls the node's status every 200 ms until the test ends or
-// stop is called.
-func watchNode(t *testing.T, name string) *nodeWatch {
+// WatchNode polls the node's status every 200 ms until the test ends or
+// Stop is called.
+func WatchNode(t testing.TB, cs kubernetes.Interface, name string) *NodeWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &nodeWatch{node: name, start: time.Now(), cancel: cancel, done: make(chan struct{})}
-	cs := client(t)
+	w := &NodeWatch{node: name, start: time.Now(), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		for ctx.Err() == nil {
@@ -48,11 +46,11 @@ func watchNode(t *testing.T, name string) *nodeWatch {
 			}
 		}
 	}()
-	t.Cleanup(w.stop)
+	t.Cleanup(w.Stop)
 	return w
 }
 
-func (w *nodeWatch) record(problem string) {
+func (w *NodeWatch) record(problem string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.polls++
@@ -61,29 +59,32 @@ func (w *nodeWatch) record(problem string) {
 	}
 }
 
-// err is the first problem seen so far, if any.
-func (w *nodeWatch) err() error {
+// Err is the first problem seen so far, if any.
+func (w *NodeWatch) Err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.first
 }
 
-// stop ends the watch.
-func (w *nodeWatch) stop() {
+// Elapsed is the time since the watch began.
+func (w *NodeWatch) Elapsed() time.Duration { return time.Since(w.start) }
+
+// Stop ends the watch.
+func (w *NodeWatch) Stop() {
 	w.cancel()
 	<-w.done
 }
 
-// held waits until the watch has run for d (the time a failing CNI STATUS
+// Held waits until the watch has run for d (the time a failing CNI STATUS
 // takes to show is what is under test) and fails t if the node stopped
 // being Ready or was tainted meanwhile.
-func (w *nodeWatch) held(t *testing.T, d time.Duration) {
+func (w *NodeWatch) Held(t testing.TB, d time.Duration) {
 	t.Helper()
-	for time.Since(w.start) < d && w.err() == nil {
+	for time.Since(w.start) < d && w.Err() == nil {
 		time.Sleep(200 * time.Millisecond)
 	}
-	w.stop()
-	if err := w.err(); err != nil {
+	w.Stop()
+	if err := w.Err(); err != nil {
 		t.Fatal(err)
 	}
 	if w.polls < 2 {
