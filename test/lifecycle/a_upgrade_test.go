@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -83,7 +84,7 @@ func (c *churner) follow(p *churnPod) {
 			break
 		}
 		if err == nil {
-			state = podState(got)
+			state = nodetest.PodState(got)
 		}
 		if time.Now().After(deadline) {
 			p.failed = "not running after 90s: " + state

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -42,14 +43,14 @@ func TestReboot(t *testing.T) {
 	}
 	readyAgentNot(t, tagA, agentID, 3*time.Minute)
 	t.Logf("reboot: agent Ready %v after the reboot began", time.Since(rebooted).Round(time.Millisecond))
-	eventually(t, 3*time.Minute, "every pod running again with a new app container", func() error {
+	nodetest.Eventually(t, 3*time.Minute, "every pod running again with a new app container", func() error {
 		for _, p := range pods {
 			got, err := client(t).CoreV1().Pods(p.ns).Get(t.Context(), p.name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
 			if !allRunning(got) || appID(got) == p.appID {
-				return fmt.Errorf("%s/%s: %s", p.ns, p.name, podState(got))
+				return fmt.Errorf("%s/%s: %s", p.ns, p.name, nodetest.PodState(got))
 			}
 		}
 		return nil
@@ -95,14 +96,14 @@ func startRebootPods(t *testing.T) []*rebootPod {
 		}
 		p.uid = string(got.UID)
 	}
-	eventually(t, 2*time.Minute, "the reboot test's pods running", func() error {
+	nodetest.Eventually(t, 2*time.Minute, "the reboot test's pods running", func() error {
 		for _, p := range pods {
 			got, err := cs.CoreV1().Pods(p.ns).Get(t.Context(), p.name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
 			if !allRunning(got) {
-				return fmt.Errorf("%s/%s: %s", p.ns, p.name, podState(got))
+				return fmt.Errorf("%s/%s: %s", p.ns, p.name, nodetest.PodState(got))
 			}
 			p.appID = appID(got)
 		}
@@ -144,7 +145,7 @@ func watchIPs(ctx context.Context, pr *prober, pods []*rebootPod) {
 // ztunnel in the pod's name for an ambient one.
 func waitCaptured(t *testing.T, pr *prober, pods []*rebootPod, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "the prober answered captured by every pod", func() error {
+	nodetest.Eventually(t, timeout, "the prober answered captured by every pod", func() error {
 		for _, p := range pods {
 			got, err := client(t).CoreV1().Pods(p.ns).Get(t.Context(), p.name, metav1.GetOptions{})
 			if err != nil {

@@ -27,23 +27,6 @@ const (
 	labelDataplane = "istio.io/dataplane-mode"
 )
 
-// eventually polls cond every 100 ms until it returns nil, failing t with
-// the last error after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func client(t testing.TB) *kubernetes.Clientset {
 	t.Helper()
 	cs, err := cluster.Client()
@@ -65,7 +48,7 @@ func namespace(t *testing.T, name string, labels map[string]string) string {
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
+	nodetest.Eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
 		_, err := cs.CoreV1().ServiceAccounts(name).Get(t.Context(), "default", metav1.GetOptions{})
 		return err
 	})
@@ -122,13 +105,13 @@ func requireMesh(t *testing.T) {
 		installed = true
 	}
 	readyAgent(t, tagA, 2*time.Minute)
-	eventually(t, time.Minute, "ztunnel stand-in connected", func() error {
+	nodetest.Eventually(t, time.Minute, "ztunnel stand-in connected", func() error {
 		l, err := client(t).CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=ztunnel"})
 		if err != nil || len(l.Items) != 1 {
 			return fmt.Errorf("ztunnel pods: %v", err)
 		}
 		if !strings.Contains(logs(t, releaseNS, l.Items[0].Name, "istio-proxy"), "ztunnel connected") {
-			return fmt.Errorf("%s: %s", l.Items[0].Name, podState(&l.Items[0]))
+			return fmt.Errorf("%s: %s", l.Items[0].Name, nodetest.PodState(&l.Items[0]))
 		}
 		return nil
 	})
@@ -146,7 +129,7 @@ func readyAgentNot(t testing.TB, tag, notID string, timeout time.Duration) strin
 	t.Helper()
 	want := images.SluiceRepo + ":" + tag
 	var id string
-	eventually(t, timeout, "one Ready agent pod of "+want, func() error {
+	nodetest.Eventually(t, timeout, "one Ready agent pod of "+want, func() error {
 		l, err := client(t).CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + agentApp})
 		if err != nil {
 			return err
@@ -164,8 +147,8 @@ func readyAgentNot(t testing.TB, tag, notID string, timeout time.Duration) strin
 		if got := p.Spec.Containers[0].Image; got != want {
 			return fmt.Errorf("agent %s runs %s", p.Name, got)
 		}
-		if !podReady(p) || len(p.Status.ContainerStatuses) == 0 {
-			return fmt.Errorf("%s not Ready: %s", p.Name, podState(p))
+		if !nodetest.PodReady(p) || len(p.Status.ContainerStatuses) == 0 {
+			return fmt.Errorf("%s not Ready: %s", p.Name, nodetest.PodState(p))
 		}
 		if id = p.Status.ContainerStatuses[0].ContainerID; id == notID {
 			return fmt.Errorf("%s: container %s not yet replaced", p.Name, id)
@@ -173,15 +156,6 @@ func readyAgentNot(t testing.TB, tag, notID string, timeout time.Duration) strin
 		return nil
 	})
 	return id
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // allRunning says whether every container of the pod runs.
@@ -195,23 +169,6 @@ func allRunning(p *corev1.Pod) bool {
 		}
 	}
 	return true
-}
-
-// podState names a pod's phase and each container's state, for failure
-// messages.
-func podState(p *corev1.Pod) string {
-	s := string(p.Status.Phase)
-	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-		switch {
-		case cs.State.Waiting != nil:
-			s += fmt.Sprintf(" %s=waiting(%s: %s)", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
-		case cs.State.Running != nil:
-			s += fmt.Sprintf(" %s=running", cs.Name)
-		case cs.State.Terminated != nil:
-			s += fmt.Sprintf(" %s=terminated(%d)", cs.Name, cs.State.Terminated.ExitCode)
-		}
-	}
-	return s
 }
 
 // logs is a container's log as `kubectl logs` reads it.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -183,8 +184,8 @@ func restartAgent(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if p.Name == old.Name || !podReady(p) {
-			return fmt.Errorf("%s: %s", p.Name, podState(p))
+		if p.Name == old.Name || !nodetest.PodReady(p) {
+			return fmt.Errorf("%s: %s", p.Name, nodetest.PodState(p))
 		}
 		return nil
 	})

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -74,32 +75,6 @@ func serviceAccount(t *testing.T, ns, name string) {
 	}
 }
 
-// podState names a pod's phase and each container's state, for failure
-// messages.
-func podState(p *corev1.Pod) string {
-	s := string(p.Status.Phase)
-	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-		switch {
-		case cs.State.Waiting != nil:
-			s += fmt.Sprintf(" %s=waiting(%s: %s)", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
-		case cs.State.Running != nil:
-			s += fmt.Sprintf(" %s=running", cs.Name)
-		case cs.State.Terminated != nil:
-			s += fmt.Sprintf(" %s=terminated(%d)", cs.Name, cs.State.Terminated.ExitCode)
-		}
-	}
-	return s
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // logs is a container's log, as `kubectl logs` reads it.
 func logs(t testing.TB, ns, pod, container string) string {
 	t.Helper()
@@ -137,8 +112,8 @@ func readyPod(t testing.TB, ns, selector string, timeout time.Duration) *corev1.
 		if p, err = onePod(t, ns, selector); err != nil {
 			return err
 		}
-		if !podReady(p) {
-			return fmt.Errorf("%s not Ready: %s", p.Name, podState(p))
+		if !nodetest.PodReady(p) {
+			return fmt.Errorf("%s not Ready: %s", p.Name, nodetest.PodState(p))
 		}
 		return nil
 	})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -47,7 +48,7 @@ func start(t *testing.T, ns string, p *corev1.Pod) *corev1.Pod {
 			return err
 		}
 		if got.Status.Phase != corev1.PodRunning || got.Status.PodIP == "" {
-			return fmt.Errorf("%s", podState(got))
+			return fmt.Errorf("%s", nodetest.PodState(got))
 		}
 		return nil
 	})
@@ -110,7 +111,7 @@ func meshLogs() string {
 		for _, p := range l.Items {
 			tail := int64(60)
 			out, err := cs.CoreV1().Pods(w.ns).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
-			fmt.Fprintf(&b, "--- %s/%s (%s) %v\n%s\n", w.ns, p.Name, podState(&p), err, out)
+			fmt.Fprintf(&b, "--- %s/%s (%s) %v\n%s\n", w.ns, p.Name, nodetest.PodState(&p), err, out)
 		}
 	}
 	return b.String()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +32,7 @@ func installStandIn(ctx context.Context) error {
 		}
 		b, err := cs.CoreV1().Pods(istioNS).GetLogs(l.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 		if err != nil || !strings.Contains(string(b), "ztunnel connected") {
-			return fmt.Errorf("%s: %s (%v)", l.Items[0].Name, podState(&l.Items[0]), err)
+			return fmt.Errorf("%s: %s (%v)", l.Items[0].Name, nodetest.PodState(&l.Items[0]), err)
 		}
 		return nil
 	})

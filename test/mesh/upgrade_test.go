@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicemesh/sluice/hack/image"
+	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
 // upgradeSluice builds sluice's image again under a new tag, loads it into
@@ -45,8 +46,8 @@ func upgradeSluice(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !podReady(p) || !strings.Contains(logs(t, releaseNS, p.Name, "sluice-agent"), "version="+tag) {
-			return fmt.Errorf("%s: %s, not yet version %s", p.Name, podState(p), tag)
+		if !nodetest.PodReady(p) || !strings.Contains(logs(t, releaseNS, p.Name, "sluice-agent"), "version="+tag) {
+			return fmt.Errorf("%s: %s, not yet version %s", p.Name, nodetest.PodState(p), tag)
 		}
 		return nil
 	})

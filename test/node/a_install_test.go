@@ -44,7 +44,7 @@ func TestStartupTaint(t *testing.T) {
 	}
 	ns := namespace(t, nil)
 	p := createPod(t, ns, sidecarPod("before-agent", unreachable, nil))
-	eventually(t, 30*time.Second, "the pod unschedulable for the startup taint", func() error {
+	nodetest.Eventually(t, 30*time.Second, "the pod unschedulable for the startup taint", func() error {
 		c := podCondition(getPod(t, ns, p.Name), corev1.PodScheduled)
 		if c == nil || c.Reason != corev1.PodReasonUnschedulable || !strings.Contains(c.Message, "untolerated taint") {
 			return fmt.Errorf("PodScheduled condition %+v", c)
@@ -53,7 +53,7 @@ func TestStartupTaint(t *testing.T) {
 	})
 	requireAgent(t)
 	agent := readyAgent(t, time.Minute)
-	eventually(t, 30*time.Second, "the startup taint removed", func() error {
+	nodetest.Eventually(t, 30*time.Second, "the startup taint removed", func() error {
 		if nodeTainted(t) {
 			return fmt.Errorf("node %s still tainted", cluster.NodeName)
 		}
@@ -100,7 +100,7 @@ func TestHelmInstall(t *testing.T) {
 	if st, err := os.Stat(cluster.NodePath("/opt/cni/bin/sluice")); err != nil || st.Mode()&0o111 == 0 {
 		t.Errorf("plugin in the node's /opt/cni/bin: %v (mode %v)", err, st)
 	}
-	eventually(t, 30*time.Second, "the agent's log", func() error {
+	nodetest.Eventually(t, 30*time.Second, "the agent's log", func() error {
 		l := logs(t, releaseNS, agent.Name, "sluice-agent")
 		if !strings.Contains(l, "msg=serving") || !strings.Contains(l, "version="+imageTag) {
 			return fmt.Errorf("agent log has no serving line of version %s:\n%s", imageTag, l)

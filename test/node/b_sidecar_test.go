@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -25,7 +26,7 @@ func TestSidecar(t *testing.T) {
 
 	logShows(t, ns, s.Name, "app", 30*time.Second,
 		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
-	eventually(t, 30*time.Second, "inbound capture of "+sIP+":8080", func() error {
+	nodetest.Eventually(t, 30*time.Second, "inbound capture of "+sIP+":8080", func() error {
 		line, err := dialLine(sIP + ":8080")
 		if err != nil {
 			return err
@@ -64,7 +65,7 @@ func TestSidecar(t *testing.T) {
 	if err := client(t).CoreV1().Pods(ns).Delete(t.Context(), s.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the injected pod and its record gone", func() error {
+	nodetest.Eventually(t, time.Minute, "the injected pod and its record gone", func() error {
 		if _, err := client(t).CoreV1().Pods(ns).Get(t.Context(), s.Name, metav1.GetOptions{}); err == nil {
 			return fmt.Errorf("pod still there")
 		}
@@ -88,7 +89,7 @@ func TestInvalidAnnotation(t *testing.T) {
 	p := createPod(t, ns, sidecarPod("invalid", unreachable, map[string]string{ann: "not-a-cidr"}))
 	cs := client(t)
 	var agentEvent, sandboxEvent string
-	eventually(t, time.Minute, "the agent's Warning and the kubelet's sandbox error", func() error {
+	nodetest.Eventually(t, time.Minute, "the agent's Warning and the kubelet's sandbox error", func() error {
 		evs, err := cs.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
 		if err != nil {
 			return err
@@ -113,11 +114,11 @@ func TestInvalidAnnotation(t *testing.T) {
 	// started, the sandbox retried.
 	got := getPod(t, ns, p.Name)
 	if got.Status.Phase != corev1.PodPending {
-		t.Errorf("pod with an invalid annotation: %s, want Pending", podState(got))
+		t.Errorf("pod with an invalid annotation: %s, want Pending", nodetest.PodState(got))
 	}
 	for _, c := range append(got.Status.InitContainerStatuses, got.Status.ContainerStatuses...) {
 		if c.State.Running != nil || c.State.Terminated != nil {
-			t.Errorf("container %s started although its pod cannot be captured: %s", c.Name, podState(got))
+			t.Errorf("container %s started although its pod cannot be captured: %s", c.Name, nodetest.PodState(got))
 		}
 		if w := c.State.Waiting; w != nil && w.Reason != "PodInitializing" && w.Reason != "ContainerCreating" {
 			t.Errorf("container %s waits for %s, want the sandbox", c.Name, w.Reason)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,14 +62,14 @@ func TestAmbient(t *testing.T) {
 		_ = cs.AppsV1().DaemonSets(releaseNS).Delete(context.Background(), "ztunnel", metav1.DeleteOptions{})
 	})
 	var zt string
-	eventually(t, time.Minute, "ztunnel stand-in connected", func() error {
+	nodetest.Eventually(t, time.Minute, "ztunnel stand-in connected", func() error {
 		l, err := cs.CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=ztunnel", FieldSelector: "spec.nodeName=" + cluster.NodeName})
 		if err != nil || len(l.Items) != 1 {
 			return fmt.Errorf("ztunnel pods: %v", err)
 		}
 		zt = l.Items[0].Name
 		if !strings.Contains(logs(t, releaseNS, zt, "istio-proxy"), "ztunnel connected") {
-			return fmt.Errorf("%s: %s", zt, podState(&l.Items[0]))
+			return fmt.Errorf("%s: %s", zt, nodetest.PodState(&l.Items[0]))
 		}
 		return nil
 	})
@@ -93,7 +94,7 @@ func TestAmbient(t *testing.T) {
 	logShows(t, releaseNS, zt, "istio-proxy", 30*time.Second, "ztunnel del "+string(p.UID))
 	// The running pod's dials now go out uncaptured: the address is
 	// unreachable from the node.
-	eventually(t, 30*time.Second, "the pod's outbound uncaptured", func() error {
+	nodetest.Eventually(t, 30*time.Second, "the pod's outbound uncaptured", func() error {
 		lines := strings.Split(strings.TrimSpace(logs(t, ns, p.Name, "app")), "\n")
 		last := lines[len(lines)-1]
 		// Refused would mean still captured with no listener behind it.

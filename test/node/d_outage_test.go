@@ -100,7 +100,7 @@ func TestAgentOutage(t *testing.T) {
 	running := runningPod(t, ns, createPod(t, ns, evictedSoon(sidecarPod("running", unreachable, nil))).Name, time.Minute)
 
 	restore := agentOutage(t)
-	eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
+	nodetest.Eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
 	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
 	if types := conflistTypes(t); types[len(types)-1] != "sluice" {
 		t.Fatalf("conflist plugins with the agent away = %v, want the sluice entry kept", types)
@@ -123,12 +123,12 @@ func TestAgentOutage(t *testing.T) {
 		return sandboxRefused(t, ns, mesh.Name)
 	})
 	if got := getPod(t, ns, mesh.Name); got.Status.Phase != corev1.PodPending {
-		t.Fatalf("mesh pod created with no agent: %s, want Pending", podState(got))
+		t.Fatalf("mesh pod created with no agent: %s, want Pending", nodetest.PodState(got))
 	}
 	watch.Held(t, 15*time.Second)
 
 	if got := getPod(t, ns, running.Name); got.UID != running.UID || got.DeletionTimestamp != nil {
-		t.Fatalf("the running pod was evicted during the outage: %s", podState(got))
+		t.Fatalf("the running pod was evicted during the outage: %s", nodetest.PodState(got))
 	}
 
 	restore()
@@ -158,7 +158,7 @@ func evictedSoon(p *corev1.Pod) *corev1.Pod {
 // node NotReady or tainted.
 func whileHeld(t *testing.T, w *nodetest.NodeWatch, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	eventually(t, timeout, what, func() error {
+	nodetest.Eventually(t, timeout, what, func() error {
 		if err := w.Err(); err != nil {
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
@@ -177,7 +177,7 @@ func killContainer(t *testing.T, p *corev1.Pod, name string) {
 			return
 		}
 	}
-	t.Fatalf("pod %s/%s has no container %s: %s", p.Namespace, p.Name, name, podState(p))
+	t.Fatalf("pod %s/%s has no container %s: %s", p.Namespace, p.Name, name, nodetest.PodState(p))
 }
 
 // restarted is nil once the container has been restarted and runs.
@@ -187,17 +187,17 @@ func restarted(p *corev1.Pod, name string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("container %s not restarted: %s", name, podState(p))
+	return fmt.Errorf("container %s not restarted: %s", name, nodetest.PodState(p))
 }
 
 // isRunning is nil once every container of the pod runs.
 func isRunning(p *corev1.Pod) error {
 	if p.Status.Phase != corev1.PodRunning {
-		return fmt.Errorf("%s", podState(p))
+		return fmt.Errorf("%s", nodetest.PodState(p))
 	}
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.State.Running == nil {
-			return fmt.Errorf("%s", podState(p))
+			return fmt.Errorf("%s", nodetest.PodState(p))
 		}
 	}
 	return nil
@@ -215,7 +215,7 @@ func sandboxRefused(t *testing.T, ns, pod string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("no FailedCreatePodSandBox naming sluice; pod %s", podState(getPod(t, ns, pod)))
+	return fmt.Errorf("no FailedCreatePodSandBox naming sluice; pod %s", nodetest.PodState(getPod(t, ns, pod)))
 }
 
 // deletePod deletes a pod at once, for cleanups.
@@ -243,13 +243,13 @@ func TestAgentLeavesUnselectedNode(t *testing.T) {
 			readyAgent(t, 2*time.Minute)
 		}
 	})
-	eventually(t, time.Minute, "no agent pod", func() error {
+	nodetest.Eventually(t, time.Minute, "no agent pod", func() error {
 		if n := len(agentPods(t)); n != 0 {
 			return fmt.Errorf("%d agent pods", n)
 		}
 		return nil
 	})
-	eventually(t, 30*time.Second, "the sluice entry removed", func() error {
+	nodetest.Eventually(t, 30*time.Second, "the sluice entry removed", func() error {
 		if types := conflistTypes(t); slices.Contains(types, "sluice") {
 			return fmt.Errorf("conflist plugins %v", types)
 		}
@@ -258,7 +258,7 @@ func TestAgentLeavesUnselectedNode(t *testing.T) {
 	setAgentNodeSelector(t, away, "")
 	restored = true
 	readyAgent(t, 2*time.Minute)
-	eventually(t, 30*time.Second, "the sluice entry back", func() error {
+	nodetest.Eventually(t, 30*time.Second, "the sluice entry back", func() error {
 		if types := conflistTypes(t); types[len(types)-1] != "sluice" {
 			return fmt.Errorf("conflist plugins %v", types)
 		}

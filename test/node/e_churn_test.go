@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,10 +28,10 @@ func TestHelmUpgradeUnderChurn(t *testing.T) {
 	churn := startChurn(t, ns)
 	helm(t, append([]string{"upgrade", release, "deploy/helm/sluice", "-n", releaseNS},
 		chartValues("podAnnotations.churn=roll-"+fmt.Sprint(time.Now().UnixNano()))...)...)
-	eventually(t, 3*time.Minute, "the agent rolled out on every node", func() error { return rolledOut(t) })
+	nodetest.Eventually(t, 3*time.Minute, "the agent rolled out on every node", func() error { return rolledOut(t) })
 	// A roll can be quicker than ten pods: the churn goes on a little
 	// after it, which is the new agents' first seconds.
-	eventually(t, time.Minute, "ten pods created", func() error {
+	nodetest.Eventually(t, time.Minute, "ten pods created", func() error {
 		if n := churn.count(); n < 10 {
 			return fmt.Errorf("%d pods", n)
 		}
@@ -150,7 +151,7 @@ func startDelay(p *corev1.Pod) time.Duration {
 // firstDial is the app container's first dial line.
 func firstDial(t *testing.T, ns, pod string) string {
 	var line string
-	eventually(t, 30*time.Second, pod+"'s first dial", func() error {
+	nodetest.Eventually(t, 30*time.Second, pod+"'s first dial", func() error {
 		for _, l := range strings.Split(logs(t, ns, pod, "app"), "\n") {
 			if strings.HasPrefix(l, "app dial ") {
 				line = l

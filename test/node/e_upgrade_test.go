@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
 // helm upgrade with a changed value rolls the DaemonSet; the conflist
@@ -15,7 +17,7 @@ func TestHelmUpgrade(t *testing.T) {
 	ns := namespace(t, nil)
 	old := readyAgent(t, time.Minute)
 	helm(t, append([]string{"upgrade", release, "deploy/helm/sluice", "-n", releaseNS}, chartValues("logLevel=debug")...)...)
-	eventually(t, time.Minute, "the old agent pod on its way out", func() error {
+	nodetest.Eventually(t, time.Minute, "the old agent pod on its way out", func() error {
 		for _, p := range agentPods(t) {
 			if p.Name == old.Name && p.DeletionTimestamp == nil {
 				return fmt.Errorf("%s not terminating", old.Name)

@@ -29,7 +29,7 @@ func TestAgentStatusOnContainerd1(t *testing.T) {
 	ns := namespace(t, nil)
 
 	agentOutage(t)
-	eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
+	nodetest.Eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
 	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
 	mesh := createPod(t, ns, sidecarPod("during-outage", unreachable, nil))
 	whileHeld(t, watch, time.Minute, "the mesh pod's sandbox refused for want of an agent", func() error {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -96,10 +97,10 @@ func getPod(t testing.TB, ns, name string) *corev1.Pod {
 func runningPod(t testing.TB, ns, name string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var p *corev1.Pod
-	eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() error {
+	nodetest.Eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() error {
 		p = getPod(t, ns, name)
 		if p.Status.PodIP == "" {
-			return fmt.Errorf("%s, no pod IP", podState(p))
+			return fmt.Errorf("%s, no pod IP", nodetest.PodState(p))
 		}
 		return isRunning(p)
 	})
@@ -110,7 +111,7 @@ func runningPod(t testing.TB, ns, name string, timeout time.Duration) *corev1.Po
 // one of parts.
 func logShows(t testing.TB, ns, pod, container string, timeout time.Duration, parts ...string) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("%s/%s[%s] to log %q", ns, pod, container, parts), func() error {
+	nodetest.Eventually(t, timeout, fmt.Sprintf("%s/%s[%s] to log %q", ns, pod, container, parts), func() error {
 		l := logs(t, ns, pod, container)
 		for _, line := range strings.Split(l, "\n") {
 			if containsAll(line, parts) {

@@ -17,7 +17,7 @@ func TestHelmUninstall(t *testing.T) {
 	requireAgent(t)
 	helm(t, "uninstall", release, "-n", releaseNS, "--wait")
 	installed = false
-	eventually(t, time.Minute, "no agent pod and the primary conflist restored", func() error {
+	nodetest.Eventually(t, time.Minute, "no agent pod and the primary conflist restored", func() error {
 		if n := len(agentPods(t)); n != 0 {
 			return fmt.Errorf("%d agent pods", n)
 		}

@@ -35,7 +35,7 @@ func TestUninstallCleansTheNode(t *testing.T) {
 
 	helm(t, "uninstall", release, "-n", releaseNS, "--wait")
 	installed = false
-	eventually(t, time.Minute, "no agent pod and nothing of sluice on the node", func() error {
+	nodetest.Eventually(t, time.Minute, "no agent pod and nothing of sluice on the node", func() error {
 		if n := len(agentPods(t)); n != 0 {
 			return fmt.Errorf("%d agent pods", n)
 		}

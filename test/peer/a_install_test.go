@@ -62,7 +62,7 @@ func agentLogs() string {
 	var b strings.Builder
 	for _, p := range l.Items {
 		raw, err := cs.CoreV1().Pods(releaseNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: "install-cni"}).DoRaw(ctx)
-		fmt.Fprintf(&b, "istio-cni pod %s (%s) log (%v):\n%s\n", p.Name, podState(&p), err, tailLines(string(raw), 40))
+		fmt.Fprintf(&b, "istio-cni pod %s (%s) log (%v):\n%s\n", p.Name, nodetest.PodState(&p), err, tailLines(string(raw), 40))
 	}
 	return b.String()
 }
@@ -82,7 +82,7 @@ func TestIstioCNIInstall(t *testing.T) {
 	start := time.Now()
 	requireAgent(t)
 	t.Logf("istio-cni Ready %.1fs after helm install", time.Since(start).Seconds())
-	eventually(t, 30*time.Second, "istio-cni chained last", func() error {
+	nodetest.Eventually(t, 30*time.Second, "istio-cni chained last", func() error {
 		if types := conflistTypes(t); len(types) < 2 || types[0] != "bridge" || types[len(types)-1] != "istio-cni" {
 			return fmt.Errorf("node conflist plugins = %v, want bridge first and istio-cni last", types)
 		}

@@ -68,7 +68,7 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 			setAgentImage(t, image)
 		}
 	})
-	eventually(t, time.Minute, "no istio-cni running", func() error { return noRunningAgent(t) })
+	nodetest.Eventually(t, time.Minute, "no istio-cni running", func() error { return noRunningAgent(t) })
 	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
 	if types := conflistTypes(t); slices.Contains(types, "istio-cni") {
 		t.Fatalf("conflist plugins with istio-cni away = %v: measured before, its SIGTERM removed the entry", types)
@@ -101,7 +101,7 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 	}
 	watch.Held(t, 15*time.Second)
 	if p := getPod(t, ns, mesh.Name); appStarted(p) {
-		t.Fatalf("the outage's sidecar pod ran its app with no agent: %s", podState(p))
+		t.Fatalf("the outage's sidecar pod ran its app with no agent: %s", nodetest.PodState(p))
 	}
 
 	setAgentImage(t, image)
@@ -110,7 +110,7 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 	back := time.Now()
 	// The repair controller deletes the crash-looping pod; its owner (here
 	// none) would create it again, through the plugin now in place.
-	eventually(t, time.Minute, "the refused pod deleted by istio-cni's repair", func() error {
+	nodetest.Eventually(t, time.Minute, "the refused pod deleted by istio-cni's repair", func() error {
 		if _, err := client(t).CoreV1().Pods(ns).Get(t.Context(), mesh.Name, metav1.GetOptions{}); err == nil {
 			return fmt.Errorf("pod %s still there", mesh.Name)
 		}
@@ -139,7 +139,7 @@ func validationFailed(p *corev1.Pod) error {
 			}
 		}
 	}
-	return fmt.Errorf("istio-validation has not failed: %s", podState(p))
+	return fmt.Errorf("istio-validation has not failed: %s", nodetest.PodState(p))
 }
 
 // validationErrorCode is the exit code of a failed istio-validation
@@ -161,7 +161,7 @@ func appStarted(p *corev1.Pod) bool {
 // node NotReady or tainted.
 func whileHeld(t *testing.T, w *nodetest.NodeWatch, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	eventually(t, timeout, what, func() error {
+	nodetest.Eventually(t, timeout, what, func() error {
 		if err := w.Err(); err != nil {
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
@@ -180,7 +180,7 @@ func killContainer(t *testing.T, p *corev1.Pod, name string) {
 			return
 		}
 	}
-	t.Fatalf("pod %s/%s has no container %s: %s", p.Namespace, p.Name, name, podState(p))
+	t.Fatalf("pod %s/%s has no container %s: %s", p.Namespace, p.Name, name, nodetest.PodState(p))
 }
 
 // restarted is nil once the container has been restarted and runs.
@@ -190,5 +190,5 @@ func restarted(p *corev1.Pod, name string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("container %s not restarted: %s", name, podState(p))
+	return fmt.Errorf("container %s not restarted: %s", name, nodetest.PodState(p))
 }

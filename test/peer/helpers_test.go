@@ -33,23 +33,6 @@ const (
 
 var seq atomic.Int64
 
-// eventually polls cond every 100 ms until it returns nil, failing t with
-// the last error after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func client(t testing.TB) *kubernetes.Clientset {
 	t.Helper()
 	cs, err := cluster.Client()
@@ -76,7 +59,7 @@ func namespace(t testing.TB) string {
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
+	nodetest.Eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
 		_, err := cs.CoreV1().ServiceAccounts(name).Get(t.Context(), "default", metav1.GetOptions{})
 		return err
 	})
@@ -140,7 +123,7 @@ func agentPods(t testing.TB) []corev1.Pod {
 func readyAgent(t testing.TB, timeout time.Duration) corev1.Pod {
 	t.Helper()
 	var ready corev1.Pod
-	eventually(t, timeout, "one Ready istio-cni pod", func() error {
+	nodetest.Eventually(t, timeout, "one Ready istio-cni pod", func() error {
 		var found []corev1.Pod
 		for _, p := range agentPods(t) {
 			if p.DeletionTimestamp == nil {
@@ -150,39 +133,13 @@ func readyAgent(t testing.TB, timeout time.Duration) corev1.Pod {
 		if len(found) != 1 {
 			return fmt.Errorf("%d istio-cni pods", len(found))
 		}
-		if !podReady(&found[0]) {
-			return fmt.Errorf("%s not Ready: %s", found[0].Name, podState(&found[0]))
+		if !nodetest.PodReady(&found[0]) {
+			return fmt.Errorf("%s not Ready: %s", found[0].Name, nodetest.PodState(&found[0]))
 		}
 		ready = found[0]
 		return nil
 	})
 	return ready
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// podState names a pod's phase and each container's state, for failure
-// messages.
-func podState(p *corev1.Pod) string {
-	s := string(p.Status.Phase)
-	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-		switch {
-		case cs.State.Waiting != nil:
-			s += fmt.Sprintf(" %s=waiting(%s: %s)", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
-		case cs.State.Running != nil:
-			s += fmt.Sprintf(" %s=running", cs.Name)
-		case cs.State.Terminated != nil:
-			s += fmt.Sprintf(" %s=terminated(%d)", cs.Name, cs.State.Terminated.ExitCode)
-		}
-	}
-	return s
 }
 
 // logs is a container's log, as `kubectl logs` reads it.

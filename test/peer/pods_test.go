@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -104,10 +105,10 @@ func deletePod(ns, name string) {
 func runningPod(t testing.TB, ns, name string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var p *corev1.Pod
-	eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() error {
+	nodetest.Eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() error {
 		p = getPod(t, ns, name)
 		if p.Status.PodIP == "" {
-			return fmt.Errorf("%s, no pod IP", podState(p))
+			return fmt.Errorf("%s, no pod IP", nodetest.PodState(p))
 		}
 		return isRunning(p)
 	})
@@ -117,11 +118,11 @@ func runningPod(t testing.TB, ns, name string, timeout time.Duration) *corev1.Po
 // isRunning is nil once every container of the pod runs.
 func isRunning(p *corev1.Pod) error {
 	if p.Status.Phase != corev1.PodRunning {
-		return fmt.Errorf("%s", podState(p))
+		return fmt.Errorf("%s", nodetest.PodState(p))
 	}
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.State.Running == nil {
-			return fmt.Errorf("%s", podState(p))
+			return fmt.Errorf("%s", nodetest.PodState(p))
 		}
 	}
 	return nil
@@ -131,7 +132,7 @@ func isRunning(p *corev1.Pod) error {
 // one of parts.
 func logShows(t testing.TB, ns, pod, container string, timeout time.Duration, parts ...string) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("%s/%s[%s] to log %q", ns, pod, container, parts), func() error {
+	nodetest.Eventually(t, timeout, fmt.Sprintf("%s/%s[%s] to log %q", ns, pod, container, parts), func() error {
 		l := logs(t, ns, pod, container)
 		for _, line := range strings.Split(l, "\n") {
 			if containsAll(line, parts) {
@@ -163,7 +164,7 @@ func podRules(t testing.TB, p *corev1.Pod) string {
 		}
 	}
 	if id == "" {
-		t.Fatalf("pod %s/%s has no app container ID: %s", p.Namespace, p.Name, podState(p))
+		t.Fatalf("pod %s/%s has no app container ID: %s", p.Namespace, p.Name, nodetest.PodState(p))
 	}
 	netns, err := cluster.ContainerNetns(t.Context(), id)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -93,17 +94,17 @@ func podStart(b *testing.B, ns, name string) time.Duration {
 		switch {
 		case err != nil:
 			b.Fatalf("pod %s/%s: %v", ns, name, err)
-		case podReady(got):
+		case nodetest.PodReady(got):
 			took = time.Since(start)
 		case time.Since(start) > time.Minute:
-			b.Fatalf("pod %s/%s not Ready after a minute: %s", ns, name, podState(got))
+			b.Fatalf("pod %s/%s not Ready after a minute: %s", ns, name, nodetest.PodState(got))
 		default:
 			time.Sleep(20 * time.Millisecond) // the poll period: the measurement's resolution
 		}
 	}
 	b.StopTimer()
 	deletePod(ns, name)
-	eventually(b, time.Minute, "pod "+name+" gone", func() error {
+	nodetest.Eventually(b, time.Minute, "pod "+name+" gone", func() error {
 		if _, err := pods.Get(ctx, name, metav1.GetOptions{}); err == nil {
 			return fmt.Errorf("still there")
 		}
@@ -132,7 +133,7 @@ func installSluice(t testing.TB) {
 	helm(t, "install", sluiceRelease, "deploy/helm/sluice", "-n", sluiceNS, "--wait",
 		"--set", "image.repository="+images.SluiceRepo, "--set", "image.tag="+images.SluiceTag,
 		"--set", "image.pullPolicy=Never")
-	eventually(t, time.Minute, "sluice chained last", func() error {
+	nodetest.Eventually(t, time.Minute, "sluice chained last", func() error {
 		if types := conflistTypes(t); types[len(types)-1] != "sluice" {
 			return fmt.Errorf("conflist plugins %v", types)
 		}
@@ -148,7 +149,7 @@ func uninstallSluice(t testing.TB) {
 // conflistWithout waits until the node's conflist no longer chains typ.
 func conflistWithout(t testing.TB, typ string) {
 	t.Helper()
-	eventually(t, time.Minute, typ+" out of the conflist", func() error {
+	nodetest.Eventually(t, time.Minute, typ+" out of the conflist", func() error {
 		if types := conflistTypes(t); slices.Contains(types, typ) {
 			return fmt.Errorf("conflist plugins %v", types)
 		}
