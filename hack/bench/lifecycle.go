@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync/atomic"
-	"syscall"
 )
 
 // lifecycleResult is section 8, node lifecycle: pod start (create →
@@ -45,32 +41,13 @@ func benchLifecycle(tmp string, pods int, smoke bool, cl *cleanups) *lifecycleRe
 		return res
 	}
 	file := filepath.Join(tmp, "podstart.json")
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkPodStart$",
-		"-benchtime", fmt.Sprintf("%dx", pods), "-count", "1", "-timeout", "30m", "./test/peer")
-	cmd.Dir, cmd.Env = root, append(os.Environ(), podStartSamplesEnv+"="+file)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	// Its own process group, so an interrupted bench ends the test binary
-	// and the cluster it runs.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	out, err := runTestBench(root, cl, "./test/peer", "BenchmarkPodStart", pods, podStartSamplesEnv+"="+file)
+	if err != nil {
 		res.err = err
 		return res
 	}
-	var exited atomic.Bool
-	cl.add(func() {
-		if !exited.Load() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		}
-	})
-	err = cmd.Wait()
-	exited.Store(true)
-	if err != nil {
-		res.err = fmt.Errorf("go test ./test/peer: %v: %s", err, tail(out.String(), 15))
-		return res
-	}
 	if res.err = res.load(file); res.err != nil {
-		res.err = fmt.Errorf("%v (output: %s)", res.err, tail(out.String(), 15))
+		res.err = fmt.Errorf("%v (output: %s)", res.err, tail(out, 15))
 	}
 	return res
 }

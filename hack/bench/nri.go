@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -49,33 +45,13 @@ func benchNRI(tmp string, pods int, smoke bool, cl *cleanups) *nriResult {
 		return res
 	}
 	file := filepath.Join(tmp, "runp.json")
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkRunp$",
-		"-benchtime", fmt.Sprintf("%dx", pods), "-count", "1", "-timeout", "30m", "./test/nri")
-	cmd.Dir, cmd.Env = root, append(os.Environ(), runpSamplesEnv+"="+file)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	// Its own process group, so an interrupted bench ends the test binary
-	// too; containerd and the agents die with it (Pdeathsig), as they do
-	// when an interrupted `go test ./test/nri` does.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	out, err := runTestBench(root, cl, "./test/nri", "BenchmarkRunp", pods, runpSamplesEnv+"="+file)
+	if err != nil {
 		res.err = err
 		return res
 	}
-	var exited atomic.Bool
-	cl.add(func() {
-		if !exited.Load() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		}
-	})
-	err = cmd.Wait()
-	exited.Store(true)
-	if err != nil {
-		res.err = fmt.Errorf("go test ./test/nri: %v: %s", err, tail(out.String(), 15))
-		return res
-	}
 	if res.err = res.load(file); res.err != nil {
-		res.err = fmt.Errorf("%v (output: %s)", res.err, tail(out.String(), 15))
+		res.err = fmt.Errorf("%v (output: %s)", res.err, tail(out, 15))
 	}
 	return res
 }
