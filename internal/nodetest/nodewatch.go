@@ -92,6 +92,18 @@ func (w *NodeWatch) Held(t testing.TB, d time.Duration) {
 	}
 }
 
+// Eventually is the package's Eventually, failing at once if the watch
+// has seen the node NotReady or tainted.
+func (w *NodeWatch) Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	Eventually(t, timeout, what, func() error {
+		if err := w.Err(); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		return cond()
+	})
+}
+
 // nodeProblem names what is wrong with a node for running pods, or "".
 func nodeProblem(n *corev1.Node) string {
 	for _, c := range n.Status.Conditions {

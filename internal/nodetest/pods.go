@@ -54,3 +54,29 @@ func PodState(p *corev1.Pod) string {
 	}
 	return s
 }
+
+// KillPodContainer SIGKILLs the pod's container name through the node's
+// runtime, as a crash would end it.
+func (c *Cluster) KillPodContainer(t testing.TB, p *corev1.Pod, name string) {
+	t.Helper()
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == name {
+			if err := c.KillContainer(t.Context(), cs.ContainerID); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("pod %s/%s has no container %s: %s", p.Namespace, p.Name, name, PodState(p))
+}
+
+// Restarted is nil once the pod's container name has been restarted and
+// runs.
+func Restarted(p *corev1.Pod, name string) error {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == name && cs.RestartCount > 0 && cs.State.Running != nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("container %s not restarted: %s", name, PodState(p))
+}

@@ -106,20 +106,20 @@ func TestAgentOutage(t *testing.T) {
 		t.Fatalf("conflist plugins with the agent away = %v, want the sluice entry kept", types)
 	}
 
-	killContainer(t, running, "app")
+	cluster.KillPodContainer(t, running, "app")
 	excluded := createPod(t, releaseNS, plainPod(fmt.Sprintf("outage-excluded-%d", seq.Add(1)), unreachable))
 	t.Cleanup(func() { deletePod(releaseNS, excluded.Name) })
 	mesh := createPod(t, ns, sidecarPod("during-outage", unreachable, nil))
 
-	whileHeld(t, watch, time.Minute, "the killed container restarted", func() error {
-		return restarted(getPod(t, ns, running.Name), "app")
+	watch.Eventually(t, time.Minute, "the killed container restarted", func() error {
+		return nodetest.Restarted(getPod(t, ns, running.Name), "app")
 	})
 	t.Logf("killed container running again %.1fs into the outage", watch.Elapsed().Seconds())
-	whileHeld(t, watch, time.Minute, "the excluded pod running", func() error {
+	watch.Eventually(t, time.Minute, "the excluded pod running", func() error {
 		return isRunning(getPod(t, releaseNS, excluded.Name))
 	})
 	t.Logf("excluded pod running %.1fs into the outage", watch.Elapsed().Seconds())
-	whileHeld(t, watch, time.Minute, "the mesh pod's sandbox refused for want of an agent", func() error {
+	watch.Eventually(t, time.Minute, "the mesh pod's sandbox refused for want of an agent", func() error {
 		return sandboxRefused(t, ns, mesh.Name)
 	})
 	if got := getPod(t, ns, mesh.Name); got.Status.Phase != corev1.PodPending {
@@ -152,42 +152,6 @@ func evictedSoon(p *corev1.Pod) *corev1.Pod {
 			Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &five})
 	}
 	return p
-}
-
-// whileHeld is eventually, failing at once if the node watch has seen the
-// node NotReady or tainted.
-func whileHeld(t *testing.T, w *nodetest.NodeWatch, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	nodetest.Eventually(t, timeout, what, func() error {
-		if err := w.Err(); err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		return cond()
-	})
-}
-
-// killContainer SIGKILLs the pod's container through the node's runtime.
-func killContainer(t *testing.T, p *corev1.Pod, name string) {
-	t.Helper()
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == name {
-			if err := cluster.KillContainer(t.Context(), cs.ContainerID); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-	t.Fatalf("pod %s/%s has no container %s: %s", p.Namespace, p.Name, name, nodetest.PodState(p))
-}
-
-// restarted is nil once the container has been restarted and runs.
-func restarted(p *corev1.Pod, name string) error {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == name && cs.RestartCount > 0 && cs.State.Running != nil {
-			return nil
-		}
-	}
-	return fmt.Errorf("container %s not restarted: %s", name, nodetest.PodState(p))
 }
 
 // isRunning is nil once every container of the pod runs.

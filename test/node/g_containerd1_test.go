@@ -32,7 +32,7 @@ func TestAgentStatusOnContainerd1(t *testing.T) {
 	nodetest.Eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
 	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
 	mesh := createPod(t, ns, sidecarPod("during-outage", unreachable, nil))
-	whileHeld(t, watch, time.Minute, "the mesh pod's sandbox refused for want of an agent", func() error {
+	watch.Eventually(t, time.Minute, "the mesh pod's sandbox refused for want of an agent", func() error {
 		return sandboxRefused(t, ns, mesh.Name)
 	})
 	watch.Held(t, 15*time.Second)
