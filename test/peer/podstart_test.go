@@ -27,15 +27,11 @@ type podStartMode struct {
 }
 
 // BenchmarkPodStart times pod start, create → Ready as the API server
-// reports it, for b.N pods in each of four modes on the same node, one
+// reports it, for b.N pods in each of three modes on the same node, one
 // mode after another: no mesh CNI, istio-cni (Istio's chart, sidecar
-// mode), sluice chained (its chart) and sluice NRI (its chart with
-// trigger=nri: no conflist entry, the agent a plugin of the node's
-// containerd). Every pod is the same sidecar pod less its
-// istio-validation, which would fail with no mesh CNI; each is deleted
-// before the next is created. After a sluice mode's pods one more, not
-// timed, must find its first dial captured: a mode that captured nothing
-// would time nothing.
+// mode) and sluice chained (its chart). Every pod is the same sidecar
+// pod less its istio-validation, which would fail with no mesh CNI; each
+// is deleted before the next is created.
 func BenchmarkPodStart(b *testing.B) {
 	ns := namespace(b)
 	if installed {
@@ -44,13 +40,11 @@ func BenchmarkPodStart(b *testing.B) {
 	modes := []struct {
 		name    string
 		on, off func(testing.TB)
-		check   func(testing.TB, string)
 		start   []int64
 	}{
 		{name: "none"},
 		{name: "istio-cni", on: requireAgent, off: uninstallIstioCNI},
-		{name: "sluice", on: installSluice, off: uninstallSluice, check: podCaptured},
-		{name: "sluice-nri", on: installSluiceNRI, off: uninstallSluice, check: podCaptured},
+		{name: "sluice", on: installSluice, off: uninstallSluice},
 	}
 	var out podStartSamples
 	for _, m := range modes {
@@ -64,9 +58,6 @@ func BenchmarkPodStart(b *testing.B) {
 				m.start = append(m.start, podStart(b, ns, fmt.Sprintf("start-%s-%d", m.name, seq.Add(1))).Nanoseconds())
 			}
 		})
-		if m.check != nil {
-			m.check(b, ns)
-		}
 		if m.off != nil {
 			m.off(b)
 		}
@@ -148,32 +139,6 @@ func installSluice(t testing.TB) {
 		}
 		return nil
 	})
-}
-
-// installSluiceNRI installs sluice's chart with trigger=nri and waits for
-// its agent to be Ready, which with that trigger includes being connected
-// to the node's containerd as an NRI plugin (/readyz's nri check). The
-// conflist is the primary CNI's alone.
-func installSluiceNRI(t testing.TB) {
-	helm(t, "install", sluiceRelease, "deploy/helm/sluice", "-n", sluiceNS, "--wait",
-		"--set", "image.repository="+images.SluiceRepo, "--set", "image.tag="+images.SluiceTag,
-		"--set", "image.pullPolicy=Never", "--set", "trigger=nri")
-	if types := conflistTypes(t); slices.Contains(types, "sluice") {
-		t.Fatalf("conflist plugins with trigger=nri: %v, want no sluice entry", types)
-	}
-}
-
-// podCaptured runs one more pod, not timed, and waits for its app's first
-// dial to reach the pod's proxy (TEST-NET-1 is not routed: uncaptured, the
-// dial fails).
-func podCaptured(t testing.TB, ns string) {
-	p := sidecarPod(fmt.Sprintf("captured-%d", seq.Add(1)), unreachable)
-	p.Spec.InitContainers = nil // as the timed pods
-	p = createPod(t, ns, p)
-	defer deletePod(ns, p.Name)
-	runningPod(t, ns, p.Name, time.Minute)
-	logShows(t, ns, p.Name, "app", 30*time.Second,
-		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
 }
 
 func uninstallSluice(t testing.TB) {
