@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// notes.md is the hand-written half of docs/benchmarks.md: what was
-// optimised, the evidence, and what bounds a goal that is missed.
+// notes.md is the hand-written half of docs/benchmarks.md: the goals run
+// to run and what bounds them. How each figure got there is
+// docs/history/performance.md, written by hand.
 //
 //go:embed notes.md
 var notes string
