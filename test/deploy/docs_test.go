@@ -20,7 +20,8 @@ import (
 )
 
 // The operator-facing docs whose claims these tests hold to the code.
-// decisions.md and benchmarks.md are history: they say what was true then.
+// decisions.md, benchmarks.md and docs/history/ are checked for links only
+// (TestDocsLinksResolve): their figures are measurements, not claims on the code.
 var operatorDocs = []string{"README.md", "docs/install.md", "docs/operations.md", "docs/security.md", "docs/migrate-from-istio-cni.md"}
 
 // Flags of other tools that operator docs mention outside code blocks.
