@@ -97,7 +97,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	// Encoded before the call and written only after it succeeds: the
 	// encoding (reflection on first use) runs while the exec is warm, not
 	// after the wait for the agent, when another process has had the core
-	// (docs/decisions.md).
+	// (docs/history/performance.md, The plugin's exec).
 	result, err := encodeResult(prev, c.conf.CNIVersion)
 	if err != nil {
 		return err

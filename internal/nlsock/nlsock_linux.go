@@ -1,6 +1,12 @@
 // Package nlsock is blocking netlink sockets opened inside a network
 // namespace, several in one visit: the transport of package nft's batches
 // and reads (NETLINK_NETFILTER) and of redirect's rtnetlink requests.
+//
+// It is kept only while a benchmark says it pays: BenchmarkUpstreamRoute
+// here and BenchmarkUpstream* in daemon/redirect/nft hold it to
+// mdlayher/netlink, google/nftables and vishvananda/netlink on the same
+// work (docs/decisions.md, "nlsock against the upstream libraries", has the
+// figures and the upstream changes that would let it go).
 package nlsock
 
 import (
@@ -26,7 +32,7 @@ import (
 // Why not netlink.Dial: mdlayher/socket (v0.6.1) starts a goroutine for
 // every send and every receive to watch a context that, from netlink.Conn,
 // is always context.Background; each one wakes an idle P through a futex.
-// A verify is ~20 of them, a third of its CPU (docs/benchmarks.md). The
+// A verify is ~20 of them, a third of its CPU (docs/history/performance.md). The
 // kernel answers a netlink request before sendmsg returns or within
 // microseconds, so a blocking fd with a receive timeout loses nothing.
 //
@@ -153,7 +159,7 @@ var kernelAddr = unix.RawSockaddrNetlink{Family: unix.AF_NETLINK}
 // commit while the agent is busy, with sysmon polling every 20 µs as long
 // as it keeps finding such Ps. The thread is using its core in the kernel
 // all along, so the P is lent to no purpose; a raw syscall keeps it
-// (measured with the DEL path's other cuts: docs/decisions.md, round 5).
+// (measured with the DEL path's other cuts: docs/history/performance.md).
 // The price: a stop-the-world waits for the send to return. Only inline
 // sockets: an rtnetlink request can sleep on the machine-wide RTNL mutex,
 // which a netns teardown holds for milliseconds, and must not hold a P.

@@ -9,7 +9,7 @@
 // it is initialised among the first packages, before the plugin's ~50
 // others; set at the top of main it came after them. Measured (ADD exec CPU,
 // p50 of 300 interleaved, twice): 3.08 → 2.84 and 3.18 → 3.09 ms, against
-// 2.67–2.78 ms with the variable set (docs/decisions.md).
+// 2.67–2.78 ms with the variable set (docs/history/performance.md).
 package oneproc
 
 import "runtime"
