@@ -127,3 +127,42 @@ func read(t *testing.T, doc string) string {
 	}
 	return string(b)
 }
+
+// TestArchitectureNamesEveryPackage: docs/architecture.md's package table
+// names every Go package of the product and its suites, and README names
+// every package of daemon/ and internal/, so moving or adding a package
+// without its line in the map fails here rather than in a reader's grep.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	arch, readme := read(t, "docs/architecture.md"), read(t, "README.md")
+	pkgs := map[string]bool{}
+	for _, top := range []string{"daemon", "internal", "installer", "plugin", "test"} {
+		err := filepath.WalkDir(filepath.Join(repoRoot, top), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() && strings.HasSuffix(p, ".go") {
+				rel, _ := filepath.Rel(repoRoot, filepath.Dir(p))
+				pkgs[filepath.ToSlash(rel)] = true
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(pkgs) < 30 {
+		t.Fatalf("found only %d packages", len(pkgs))
+	}
+	for p := range pkgs {
+		if !strings.Contains(arch, "`"+p+"/`") {
+			t.Errorf("docs/architecture.md does not name `%s/` (the Every package table)", p)
+		}
+		dir, name := filepath.Split(p)
+		if (dir == "daemon/" || dir == "internal/") && !strings.Contains(readme, "`"+name+"`") {
+			t.Errorf("README.md does not name %s's package `%s`", dir, name)
+		}
+	}
+}
