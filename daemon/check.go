@@ -42,6 +42,28 @@ func (c *config) check() error {
 	if bad := validation.IsQualifiedName(c.startupTaint); c.startupTaint != "" && len(bad) > 0 {
 		errs = append(errs, fmt.Errorf("--startup-taint %q: not a taint key: %s", c.startupTaint, strings.Join(bad, "; ")))
 	}
+	errs = append(errs, c.checkPaths()...)
+	if _, _, err := net.SplitHostPort(c.healthAddr); err != nil {
+		errs = append(errs, fmt.Errorf("--health-addr: %w", err))
+	}
+	if _, err := c.logger(io.Discard); err != nil {
+		errs = append(errs, err)
+	}
+	if c.install {
+		if ic, err := c.installerConfig(nil); err != nil {
+			errs = append(errs, err)
+		} else if err := ic.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("installer flags: %w", err))
+		}
+	}
+	return errors.Join(append(errs, c.checkPluginEntry())...)
+}
+
+// checkPaths checks the flags that name files and directories: a relative
+// path would resolve against the agent's working directory, which is not
+// the node's root.
+func (c *config) checkPaths() []error {
+	var errs []error
 	// Slices, not maps: the errors come out in the same order every run.
 	for _, f := range []flagValue{
 		{"--state-dir", c.stateDir}, {"--host-proc", c.hostProc},
@@ -69,20 +91,7 @@ func (c *config) check() error {
 			errs = append(errs, fmt.Errorf("%s %q: not an absolute path", f.flag, f.value))
 		}
 	}
-	if _, _, err := net.SplitHostPort(c.healthAddr); err != nil {
-		errs = append(errs, fmt.Errorf("--health-addr: %w", err))
-	}
-	if _, err := c.logger(io.Discard); err != nil {
-		errs = append(errs, err)
-	}
-	if c.install {
-		if ic, err := c.installerConfig(nil); err != nil {
-			errs = append(errs, err)
-		} else if err := ic.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("installer flags: %w", err))
-		}
-	}
-	return errors.Join(append(errs, c.checkPluginEntry())...)
+	return errs
 }
 
 // flagValue is a flag's name and its value, for checks run over several.
