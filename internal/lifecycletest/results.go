@@ -1,0 +1,129 @@
+package lifecycletest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"time"
+)
+
+// ResultsEnv names a JSON file the scenarios record their counts in, for
+// hack/bench's node lifecycle section: one Results, one Count per mesh CNI
+// and scenario. Each scenario reads the file, replaces its own row (same
+// CNI and Scenario) and writes it back, so test/lifecycle (sluice) and
+// test/peer (istio-cni), run one after the other with the same file, fill
+// it side by side. Unset, nothing is written; the tests fail on their
+// counts either way.
+const ResultsEnv = "SLUICE_LIFECYCLE_RESULTS"
+
+// The CNIs the rows are for.
+const (
+	CNISluice   = "sluice"    // sluice chained, installed with its chart
+	CNIIstioCNI = "istio-cni" // Istio's istio-cni chart, sidecar mode
+)
+
+// The scenarios of issue 30 the rows are for.
+const (
+	ScenarioUpgrade  = "upgrade"  // helm upgrade to another image under churn
+	ScenarioRollback = "rollback" // helm rollback under the same churn
+	ScenarioReboot   = "reboot"   // a node rebooted with pods running, probed throughout
+)
+
+// Results is the file ResultsEnv names.
+type Results struct {
+	Counts []Count `json:"counts"`
+}
+
+// Count is one scenario's outcome on one CNI. A duration is in
+// nanoseconds.
+type Count struct {
+	CNI      string `json:"cni"`      // CNISluice or CNIIstioCNI
+	Scenario string `json:"scenario"` // ScenarioUpgrade, ScenarioRollback or ScenarioReboot
+	Nodes    int    `json:"nodes"`    // nodes in the test cluster
+	// Kinds are the pod kinds mixed: "sidecar", "ambient", "plain".
+	Kinds []string `json:"kinds"`
+	// Pods is how many pods the scenario followed: created during the
+	// phase under churn, running across it for a reboot.
+	Pods int `json:"pods"`
+	// PodsPerNodeSecond is the churn's creation rate per node during the
+	// phase (0 for a reboot).
+	PodsPerNodeSecond float64 `json:"pods_per_node_second"`
+	// Uncaptured is every pod that ran uncaptured: a mesh pod whose app's
+	// first dial was not captured, plus (reboot) each distinct pod address
+	// whose app answered the prober itself. UncapturedProbes is how many
+	// prober connections an app answered; Probes how many were made.
+	Uncaptured       int `json:"uncaptured"`
+	UncapturedProbes int `json:"uncaptured_probes"`
+	Probes           int `json:"probes"`
+	// Overcaptured counts plain pods (no mesh metadata) whose app's first
+	// dial was captured.
+	Overcaptured int `json:"overcaptured"`
+	// Failed counts pods that never ran (90 s from creation), or whose
+	// app never dialled, or that were deleted under the test by anything
+	// but the test (istio-cni's repair deletes a pod it finds uncaptured).
+	Failed int `json:"failed"`
+	// Evicted counts pods the node lifecycle controller or the kubelet
+	// evicted (reason Evicted, or a DisruptionTarget condition).
+	Evicted int `json:"evicted"`
+	// StartP50NS and StartP99NS are create → every container running of
+	// the phase's pods; for a reboot, the reboot's start → every container
+	// running again.
+	StartP50NS int64 `json:"start_p50_ns"`
+	StartP99NS int64 `json:"start_p99_ns"`
+	// ExtraP50NS and ExtraP99NS are the phase's start p50 and p99 less
+	// those of the same churn with no rollout (the baseline phase); 0 for
+	// a reboot, which has no baseline.
+	ExtraP50NS int64 `json:"extra_p50_ns"`
+	ExtraP99NS int64 `json:"extra_p99_ns"`
+	// Failures names each counted pod and why, for the reader.
+	Failures []string `json:"failures,omitempty"`
+}
+
+// LoadResults reads a file ResultsEnv named.
+func LoadResults(file string) (Results, error) {
+	var r Results
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("lifecycle results %s: %w", file, err)
+	}
+	return r, nil
+}
+
+// Find is the row for cni and scenario, if recorded.
+func (r Results) Find(cni, scenario string) (Count, bool) {
+	for _, c := range r.Counts {
+		if c.CNI == cni && c.Scenario == scenario {
+			return c, true
+		}
+	}
+	return Count{}, false
+}
+
+// Record writes c into the file ResultsEnv names, replacing the row of
+// the same CNI and scenario; nothing when it is unset.
+func Record(c Count) error {
+	file := os.Getenv(ResultsEnv)
+	if file == "" {
+		return nil
+	}
+	r, err := LoadResults(file)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	r.Counts = slices.DeleteFunc(r.Counts, func(o Count) bool { return o.CNI == c.CNI && o.Scenario == c.Scenario })
+	r.Counts = append(r.Counts, c)
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, data, 0o644)
+}
+
+// Duration is a row's nanoseconds as a time.Duration.
+func Duration(ns int64) time.Duration { return time.Duration(ns) }
