@@ -24,13 +24,10 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS TARGETARCH
 ARG VERSION=dev
+# The product build as `make build` runs it (internal/productbuild).
 RUN --mount=type=cache,target=/go/pkg/mod \
 	--mount=type=cache,target=/root/.cache/go-build \
-	ldflags="-s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=${VERSION}" && \
-	CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-		go build -tags grpcnotrace -trimpath -ldflags "$ldflags" -o /out/sluice ./plugin && \
-	CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-		go build -tags grpcnotrace -trimpath -ldflags "$ldflags" -o /out/sluice-agent ./daemon
+	go run ./hack/build -version "${VERSION}" -goos "${TARGETOS}" -goarch "${TARGETARCH}" -o /out
 
 # The debug variant (`docker build --target debug`, tag <version>-debug,
 # chart value variant: debug): the same binaries on Debian with a shell,

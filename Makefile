@@ -6,10 +6,6 @@ CACHE     ?= $(HOME)/.cache/sluice
 PLUGINS   := $(CACHE)/cni-plugins/$(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 KUBE_VERSION ?= v1.37.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=$(VERSION)
-# grpc-go without golang.org/x/net/trace (and html/template with it): nothing
-# here serves /debug/requests. (The plugin links no grpc-go client at all.)
-TAGS      := grpcnotrace
 # `make test` fuzzes each target briefly; `make fuzz FUZZTIME=10m` digs deeper.
 FUZZTIME  ?= 20000x
 FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve \
@@ -32,9 +28,10 @@ all: build
 prereqs:
 	@hack/prereqs.sh
 
+# The product build (tags, ldflags, static) is spelled once, in
+# internal/productbuild; tests, the bench and the image build the same way.
 build:
-	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice ./plugin
-	CGO_ENABLED=0 $(GO) build -tags $(TAGS) -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sluice-agent ./daemon
+	$(GO) run ./hack/build -version $(VERSION) -o $(BIN)
 
 # The reference plugins the demo and the chain tests run before sluice.
 plugins: $(PLUGINS)/bridge

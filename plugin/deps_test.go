@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/sluicemesh/sluice/internal/productbuild"
 )
 
 // The plugin runs on every pod start: it must stay thin. Kubernetes and
@@ -13,8 +15,8 @@ import (
 // (docs/benchmarks.md, section 5). grpc-go's codes package (and the few it
 // imports) names the agent's status codes.
 func TestPluginImportsNoHeavyDependencies(t *testing.T) {
-	// Built as `make build` builds it (Makefile TAGS).
-	out, err := exec.Command("go", "list", "-buildvcs=false", "-tags", "grpcnotrace", "-deps", ".").CombinedOutput()
+	// With the product build's tags (internal/productbuild).
+	out, err := exec.Command("go", "list", "-buildvcs=false", "-tags", productbuild.Tags, "-deps", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}

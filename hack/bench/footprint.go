@@ -1,39 +1,37 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sluicemesh/sluice/internal/productbuild"
 )
 
 // bins is the dir of freshly built binaries the run execs.
 type bins struct{ dir string }
 
-// buildAll builds what the run execs, each the way `make build` builds the
-// plugin (static, stripped, trimmed), so exec times compare like for like.
+// buildAll builds what the run execs, each the way the product is built
+// (internal/productbuild: static, stripped, trimmed), so exec times compare
+// like for like; the tag changes nothing in the reference binaries. The
+// -prof pair adds the sluicebench tag (cpuprofile_bench.go of each: a CPU
+// profile on request).
 func buildAll(dir string) (bins, error) {
-	for _, b := range []struct{ out, pkg string }{
-		{"sluice", "github.com/sluicemesh/sluice/plugin"},
-		{"sluice-prof", "github.com/sluicemesh/sluice/plugin"},
-		{"sluice-agent", "github.com/sluicemesh/sluice/daemon"},
-		{"sluice-agent-prof", "github.com/sluicemesh/sluice/daemon"},
-		{"loopback", "github.com/containernetworking/plugins/plugins/main/loopback"},
-		{"hello", "github.com/sluicemesh/sluice/hack/bench/hello"},
-	} {
-		// As `make build` does (Makefile TAGS); the tag changes nothing in
-		// the reference binaries.
-		tags := "grpcnotrace"
-		if strings.HasSuffix(b.out, "-prof") {
-			tags += ",sluicebench" // cpuprofile_bench.go of each: a CPU profile on request
-		}
-		cmd := exec.Command("go", "build", "-tags", tags, "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, b.out), b.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return bins{}, fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
-		}
+	ctx := context.Background()
+	if err := productbuild.Build(ctx, productbuild.Options{}, dir, append(productbuild.Product(),
+		productbuild.Target{Name: "loopback", Pkg: "github.com/containernetworking/plugins/plugins/main/loopback"},
+		productbuild.Target{Name: "hello", Pkg: "github.com/sluicemesh/sluice/hack/bench/hello"})...); err != nil {
+		return bins{}, err
+	}
+	prof := productbuild.Options{ExtraTags: []string{"sluicebench"}}
+	if err := productbuild.Build(ctx, prof, dir,
+		productbuild.Target{Name: productbuild.PluginName + "-prof", Pkg: productbuild.PluginPackage},
+		productbuild.Target{Name: productbuild.AgentName + "-prof", Pkg: productbuild.AgentPackage}); err != nil {
+		return bins{}, err
 	}
 	return bins{dir: dir}, nil
 }

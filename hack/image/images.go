@@ -2,13 +2,11 @@ package image
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/sluicemesh/sluice/internal/productbuild"
 )
 
 // The refs the images are tagged with. "localhost/" keeps a runtime from
@@ -20,33 +18,17 @@ const (
 
 // The packages of the images' binaries.
 const (
-	PluginPackage  = "github.com/sluicemesh/sluice/plugin"
-	AgentPackage   = "github.com/sluicemesh/sluice/daemon"
+	PluginPackage  = productbuild.PluginPackage
+	AgentPackage   = productbuild.AgentPackage
 	TestAppPackage = "github.com/sluicemesh/sluice/test/node/testapp"
 )
 
-// GoBinary builds pkg as a static linux binary for this machine's
-// architecture, the way the Makefile and the Dockerfile do, and returns
-// its bytes. It runs `go build` in the current directory, which must lie
-// inside this module.
+// GoBinary builds pkg the product's way (internal/productbuild) as a
+// linux binary for this machine's architecture, the one the image
+// declares, and returns its bytes. It runs `go build` in the current
+// directory, which must lie inside this module.
 func GoBinary(ctx context.Context, pkg, version string) ([]byte, error) {
-	dir, err := os.MkdirTemp("", "sluice-image-")
-	if err != nil {
-		return nil, fmt.Errorf("build %s: %w", pkg, err)
-	}
-	defer os.RemoveAll(dir)
-	out := filepath.Join(dir, "bin")
-	ldflags := "-s -w -X github.com/sluicemesh/sluice/internal/buildinfo.Version=" + version
-	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "grpcnotrace", "-trimpath", "-ldflags", ldflags, "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build %s: %w\n%s", pkg, err, b)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		return nil, fmt.Errorf("build %s: %w", pkg, err)
-	}
-	return b, nil
+	return productbuild.Binary(ctx, productbuild.Options{Version: version, GOOS: "linux", GOARCH: runtime.GOARCH}, pkg)
 }
 
 // Sluice is the product image: the agent and the plugin it installs from

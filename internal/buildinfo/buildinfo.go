@@ -1,5 +1,6 @@
-// Package buildinfo holds the release string stamped in by the Makefile.
+// Package buildinfo holds the release string the product build stamps in.
 package buildinfo
 
-// Version is set with -ldflags "-X github.com/sluicemesh/sluice/internal/buildinfo.Version=...".
+// Version is set by the product build (internal/productbuild), with
+// -ldflags "-X github.com/sluicemesh/sluice/internal/buildinfo.Version=...".
 var Version = "dev"

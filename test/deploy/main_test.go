@@ -8,6 +8,7 @@
 package deploy
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/internal/productbuild"
 )
 
 var (
@@ -67,8 +69,9 @@ func run(m *testing.M) (int, error) {
 		done <- result{"build helm", err}
 	}()
 	go func() {
-		agentBin = filepath.Join(tmp, "sluice-agent")
-		_, err := command(repoRoot, []string{"CGO_ENABLED=0"}, "go", "build", "-o", agentBin, "./daemon")
+		agentBin = filepath.Join(tmp, productbuild.AgentName)
+		err := productbuild.Build(context.Background(), productbuild.Options{Dir: repoRoot}, tmp,
+			productbuild.Target{Name: productbuild.AgentName, Pkg: productbuild.AgentPackage})
 		done <- result{"build sluice-agent", err}
 	}()
 	var stopKube func()

@@ -30,6 +30,7 @@ import (
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/internal/productbuild"
 	"github.com/sluicemesh/sluice/internal/syncbuf"
 )
 
@@ -62,25 +63,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildBinaries builds everything the tests exec. The go build cache makes
-// a warm run cost only the links.
+// buildBinaries builds everything the tests exec, the product's way
+// (internal/productbuild). The go build cache makes a warm run cost only
+// the links.
 func buildBinaries(dir string) error {
-	for _, b := range []struct{ out, pkg string }{
-		{"sluice", "github.com/sluicemesh/sluice/plugin"},
-		{"sluice-agent", "github.com/sluicemesh/sluice/daemon"},
-		{"bridge", "github.com/containernetworking/plugins/plugins/main/bridge"},
-		{"host-local", "github.com/containernetworking/plugins/plugins/ipam/host-local"},
-		{"loopback", "github.com/containernetworking/plugins/plugins/main/loopback"},
-		{"demo", "github.com/sluicemesh/sluice/hack/demo"},
-	} {
-		// As `make build` does (Makefile TAGS).
-		cmd := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", filepath.Join(dir, b.out), b.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %v\n%s", b.pkg, err, out)
-		}
-	}
-	return nil
+	return productbuild.Build(context.Background(), productbuild.Options{}, dir, append(productbuild.Product(),
+		productbuild.Target{Name: "bridge", Pkg: "github.com/containernetworking/plugins/plugins/main/bridge"},
+		productbuild.Target{Name: "host-local", Pkg: "github.com/containernetworking/plugins/plugins/ipam/host-local"},
+		productbuild.Target{Name: "loopback", Pkg: "github.com/containernetworking/plugins/plugins/main/loopback"},
+		productbuild.Target{Name: "demo", Pkg: "github.com/sluicemesh/sluice/hack/demo"})...)
 }
 
 // node is one simulated node: a netns playing the host, a dir of pod netns

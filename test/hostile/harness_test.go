@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/internal/productbuild"
 	"github.com/sluicemesh/sluice/internal/syncbuf"
 )
 
@@ -57,36 +59,26 @@ func TestMain(m *testing.M) {
 }
 
 // build builds the plugin, the agent and the attacker in one go command
-// (in parallel, one package graph), as `make build` does (Makefile TAGS).
-// HOSTILE_AGENT_SRC=<tree> builds the agent from an older tree instead, to
-// show which rows that tree fails.
+// (in parallel, one package graph), the product's way
+// (internal/productbuild). HOSTILE_AGENT_SRC=<tree> builds the agent from
+// an older tree instead, to show which rows that tree fails.
 func build(dir string) error {
-	pkgs := []string{"./plugin", "./daemon", "./test/hostile/attacker", "./test/hostile/flood"}
+	ctx := context.Background()
+	targets := append(productbuild.Product(),
+		productbuild.Target{Name: "attacker", Pkg: "./test/hostile/attacker"},
+		productbuild.Target{Name: "flood", Pkg: "./test/hostile/flood"})
 	old := os.Getenv("HOSTILE_AGENT_SRC")
 	if old != "" {
-		pkgs = []string{"./plugin", "./test/hostile/attacker", "./test/hostile/flood"}
+		targets = slices.DeleteFunc(targets, func(t productbuild.Target) bool { return t.Pkg == productbuild.AgentPackage })
 	}
-	run := func(src string, pkgs ...string) error {
-		cmd := exec.Command("go", append([]string{"build", "-tags", "grpcnotrace", "-o", dir + "/"}, pkgs...)...)
-		cmd.Dir = src
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build %v in %s: %v\n%s", pkgs, src, err, b)
-		}
+	if err := productbuild.Build(ctx, productbuild.Options{Dir: "../.."}, dir, targets...); err != nil {
+		return err
+	}
+	if old == "" {
 		return nil
 	}
-	if err := run("../..", pkgs...); err != nil {
-		return err
-	}
-	if old != "" {
-		if err := run(old, "./daemon"); err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(filepath.Join(dir, "plugin"), filepath.Join(dir, "sluice")); err != nil {
-		return err
-	}
-	return os.Rename(filepath.Join(dir, "daemon"), filepath.Join(dir, "sluice-agent"))
+	agent := productbuild.Target{Name: productbuild.AgentName, Pkg: "./daemon"}
+	return productbuild.Build(ctx, productbuild.Options{Dir: old}, dir, agent)
 }
 
 // node is one agent's world: a netns playing the host (the agent runs and

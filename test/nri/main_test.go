@@ -18,6 +18,7 @@ import (
 	pause "github.com/sluicemesh/sluice/hack/pause/image"
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/internal/productbuild"
 )
 
 const pauseRef = pause.DefaultRef
@@ -62,12 +63,8 @@ func buildShared() error {
 	}
 	shared.agent = filepath.Join(shared.dir, "sluice-agent")
 	// The plugin beside the agent, as in the image: the installer reads it.
-	for out, pkg := range map[string]string{shared.agent: "./daemon", filepath.Join(shared.dir, "sluice"): "./plugin"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-tags", "grpcnotrace", "-o", out, pkg)
-		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %w\n%s", pkg, err, b)
-		}
+	if err := productbuild.Build(ctx, productbuild.Options{Dir: root}, shared.dir, productbuild.Product()...); err != nil {
+		return err
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "containerd", "build.sh"))
 	cmd.Stderr = os.Stderr

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"time"
@@ -21,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/sluicemesh/sluice/internal/productbuild"
 )
 
 // DefaultRef is what tests tag the image as; "localhost/" keeps any
@@ -30,16 +31,13 @@ const DefaultRef = "localhost/sluice-pause:test"
 // Package is the import path of the pause command.
 const Package = "github.com/sluicemesh/sluice/hack/pause"
 
-// BuildBinary compiles the pause command as a static linux binary for the
-// machine's own architecture, the one Image declares. It runs `go build`
-// in the current directory, which must lie inside this module.
+// BuildBinary compiles the pause command the product's way
+// (internal/productbuild) as a linux binary for the machine's own
+// architecture, the one Image declares. It runs `go build` in the current
+// directory, which must lie inside this module.
 func BuildBinary(ctx context.Context, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, Package)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build %s: %w\n%s", Package, err, b)
-	}
-	return nil
+	opt := productbuild.Options{GOOS: "linux", GOARCH: runtime.GOARCH}
+	return productbuild.Build(ctx, opt, filepath.Dir(out), productbuild.Target{Name: filepath.Base(out), Pkg: Package})
 }
 
 // Image returns an image whose only file is binary at /pause, its
