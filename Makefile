@@ -96,7 +96,7 @@ manifests:
 # same source gives the same digests. `make image-docker` builds the
 # Dockerfile's (same filesystem) for people with Docker.
 image: build
-	$(GO) run ./hack/image/build -bin $(BIN) -version $(VERSION) -o $(BIN)/image
+	$(GO) run ./hack/image -bin $(BIN) -version $(VERSION) -o $(BIN)/image
 
 image-docker:
 	docker build -t sluice:$(VERSION) --build-arg VERSION=$(VERSION) .

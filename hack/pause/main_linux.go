@@ -4,7 +4,7 @@
 // exits 0 on SIGTERM or SIGINT, so a runtime's stop is clean and quick.
 //
 // It is built static (CGO_ENABLED=0) and packed into an image by
-// hack/pause/image; `go run ./hack/pause/pack` writes that image as a tar
+// internal/ociimage; `go run ./hack/pause/pack` writes that image as a tar
 // that `ctr images import` loads, so tests need no registry.
 package main
 

@@ -11,7 +11,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/sluicemesh/sluice/hack/image"
+	"github.com/sluicemesh/sluice/internal/ociimage"
 )
 
 // The refs the mesh images are tagged with; "localhost/" keeps a runtime
@@ -49,8 +49,8 @@ func IstiodArchive(ctx context.Context) (Archive, error) {
 			return nil, err
 		}
 		// 1337, as Istio's own image: the chart sets runAsNonRoot.
-		return image.Build([]image.File{{Path: "/usr/local/bin/pilot-discovery", Content: b}},
-			image.Config{Entrypoint: []string{"/usr/local/bin/pilot-discovery"}, User: "1337:1337"})
+		return ociimage.Build([]ociimage.File{{Path: "/usr/local/bin/pilot-discovery", Content: b}},
+			ociimage.Config{Entrypoint: []string{"/usr/local/bin/pilot-discovery"}, User: "1337:1337"})
 	})
 }
 
@@ -73,7 +73,7 @@ func ZtunnelArchive(ctx context.Context) (Archive, error) {
 		if err != nil {
 			return nil, err
 		}
-		return image.Build(files, image.Config{Entrypoint: []string{"/usr/local/bin/ztunnel"}})
+		return ociimage.Build(files, ociimage.Config{Entrypoint: []string{"/usr/local/bin/ztunnel"}})
 	})
 }
 
@@ -98,7 +98,7 @@ func cachedArchive(path, ref string, build func() (v1.Image, error)) (Archive, e
 	if err != nil {
 		return a, fmt.Errorf("build image %s: %w", ref, err)
 	}
-	if _, err := image.WriteOCI(path, ref, img); err != nil {
+	if _, err := ociimage.WriteOCI(path, ref, img); err != nil {
 		return a, err
 	}
 	return a, nil
@@ -129,7 +129,7 @@ var lddPath = regexp.MustCompile(`(?m)(?:=> )?(/\S+) \(0x[0-9a-f]+\)$`)
 
 // withLibraries is the binary at dst plus every shared object it loads
 // (ldd's answer, the loader included) at the same path as on this machine.
-func withLibraries(ctx context.Context, bin, dst string) ([]image.File, error) {
+func withLibraries(ctx context.Context, bin, dst string) ([]ociimage.File, error) {
 	out, err := exec.CommandContext(ctx, "ldd", bin).Output()
 	if err != nil {
 		return nil, fmt.Errorf("ldd %s: %w", bin, err)
@@ -138,13 +138,13 @@ func withLibraries(ctx context.Context, bin, dst string) ([]image.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := []image.File{{Path: dst, Content: b}}
+	files := []ociimage.File{{Path: dst, Content: b}}
 	for _, m := range lddPath.FindAllStringSubmatch(string(out), -1) {
 		lib, err := os.ReadFile(m[1])
 		if err != nil {
 			return nil, fmt.Errorf("read %s, which %s loads: %w", m[1], bin, err)
 		}
-		files = append(files, image.File{Path: m[1], Content: lib})
+		files = append(files, ociimage.File{Path: m[1], Content: lib})
 	}
 	if len(files) == 1 {
 		return nil, fmt.Errorf("ldd found no shared objects for %s:\n%s", bin, out)

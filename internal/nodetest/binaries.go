@@ -10,8 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/sluicemesh/sluice/hack/image"
-	pause "github.com/sluicemesh/sluice/hack/pause/image"
+	"github.com/sluicemesh/sluice/internal/ociimage"
 )
 
 // KubeVersion is the Kubernetes release the node runs.
@@ -108,42 +107,42 @@ type Images struct {
 // BuildImages builds the sluice image from this source, the test-app and
 // the pause image (hack/image) into dir.
 func BuildImages(ctx context.Context, dir, tag string) (Images, error) {
-	im := Images{SluiceRepo: image.SluiceRepo, SluiceTag: tag, TestApp: image.TestAppRef}
-	plugin, err := image.GoBinary(ctx, image.PluginPackage, tag)
+	im := Images{SluiceRepo: ociimage.SluiceRepo, SluiceTag: tag, TestApp: ociimage.TestAppRef}
+	plugin, err := ociimage.GoBinary(ctx, ociimage.PluginPackage, tag)
 	if err != nil {
 		return im, err
 	}
-	agent, err := image.GoBinary(ctx, image.AgentPackage, tag)
+	agent, err := ociimage.GoBinary(ctx, ociimage.AgentPackage, tag)
 	if err != nil {
 		return im, err
 	}
-	app, err := image.GoBinary(ctx, image.TestAppPackage, tag)
+	app, err := ociimage.GoBinary(ctx, ociimage.TestAppPackage, tag)
 	if err != nil {
 		return im, err
 	}
-	pauseBin, err := image.GoBinary(ctx, pause.Package, tag)
+	pauseBin, err := ociimage.GoBinary(ctx, ociimage.PausePackage, tag)
 	if err != nil {
 		return im, err
 	}
-	sluice, err := image.Sluice(plugin, agent, tag)
+	sluice, err := ociimage.Sluice(plugin, agent, tag)
 	if err != nil {
 		return im, err
 	}
-	testApp, err := image.TestApp(app)
+	testApp, err := ociimage.TestApp(app)
 	if err != nil {
 		return im, err
 	}
-	pauseImg, err := pause.Image(pauseBin)
+	pauseImg, err := ociimage.Pause(pauseBin)
 	if err != nil {
 		return im, err
 	}
-	if _, err := image.WriteOCI(filepath.Join(dir, "sluice.tar"), image.SluiceRepo+":"+tag, sluice); err != nil {
+	if _, err := ociimage.WriteOCI(filepath.Join(dir, "sluice.tar"), ociimage.SluiceRepo+":"+tag, sluice); err != nil {
 		return im, err
 	}
-	if _, err := image.WriteOCI(filepath.Join(dir, "testapp.tar"), image.TestAppRef, testApp); err != nil {
+	if _, err := ociimage.WriteOCI(filepath.Join(dir, "testapp.tar"), ociimage.TestAppRef, testApp); err != nil {
 		return im, err
 	}
-	if _, err := image.WriteOCI(filepath.Join(dir, "pause.tar"), pause.DefaultRef, pauseImg); err != nil {
+	if _, err := ociimage.WriteOCI(filepath.Join(dir, "pause.tar"), ociimage.PauseRef, pauseImg); err != nil {
 		return im, err
 	}
 	im.Archives = []string{filepath.Join(dir, "pause.tar"), filepath.Join(dir, "sluice.tar"), filepath.Join(dir, "testapp.tar")}

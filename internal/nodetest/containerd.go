@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	pause "github.com/sluicemesh/sluice/hack/pause/image"
+	"github.com/sluicemesh/sluice/internal/ociimage"
 )
 
 // containerdSocket is containerd's socket in the node's private /run.
@@ -207,7 +207,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if v2 {
 		tmpl = containerdConfigV3
 	}
-	conf := fmt.Sprintf(tmpl, c.path("containerd"), containerdSocket, pause.DefaultRef)
+	conf := fmt.Sprintf(tmpl, c.path("containerd"), containerdSocket, ociimage.PauseRef)
 	if err := os.WriteFile(c.path("containerd.toml"), []byte(conf), 0o644); err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicemesh/sluice/hack/image"
+	"github.com/sluicemesh/sluice/internal/ociimage"
 )
 
 // IstioCNIRepo is the repository of the istio-cni image built from the
@@ -30,16 +30,16 @@ func IstioCNIImage(ctx context.Context, dir string) (ref, archive string, err er
 	if err != nil {
 		return "", "", err
 	}
-	img, err := image.Build([]image.File{
+	img, err := ociimage.Build([]ociimage.File{
 		{Path: "/usr/local/bin/install-cni", Content: bins["install-cni"]},
 		{Path: "/opt/cni/bin/istio-cni", Content: bins["istio-cni"]},
-	}, image.Config{Entrypoint: []string{"/usr/local/bin/install-cni"}})
+	}, ociimage.Config{Entrypoint: []string{"/usr/local/bin/install-cni"}})
 	if err != nil {
 		return "", "", fmt.Errorf("pack istio-cni: %w", err)
 	}
 	ref = IstioCNIRepo + ":" + string(bins["version"])
 	archive = filepath.Join(dir, "istio-cni.tar")
-	if _, err := image.WriteOCI(archive, ref, img); err != nil {
+	if _, err := ociimage.WriteOCI(archive, ref, img); err != nil {
 		return "", "", err
 	}
 	return ref, archive, nil
@@ -58,14 +58,14 @@ func IstioValidationImage(ctx context.Context, dir string) (ref, archive string,
 	if err != nil {
 		return "", "", err
 	}
-	img, err := image.Build([]image.File{{Path: "/usr/local/bin/pilot-agent", Content: bins["pilot-agent"]}},
-		image.Config{Entrypoint: []string{"/usr/local/bin/pilot-agent"}})
+	img, err := ociimage.Build([]ociimage.File{{Path: "/usr/local/bin/pilot-agent", Content: bins["pilot-agent"]}},
+		ociimage.Config{Entrypoint: []string{"/usr/local/bin/pilot-agent"}})
 	if err != nil {
 		return "", "", fmt.Errorf("pack pilot-agent: %w", err)
 	}
 	ref = IstioValidationRepo + ":" + string(bins["version"])
 	archive = filepath.Join(dir, "istio-proxyv2.tar")
-	if _, err := image.WriteOCI(archive, ref, img); err != nil {
+	if _, err := ociimage.WriteOCI(archive, ref, img); err != nil {
 		return "", "", err
 	}
 	return ref, archive, nil

@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sluicemesh/sluice/hack/pause/image"
 	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/internal/ociimage"
 )
 
 // crictlVersion is served by the Go module proxy (v1.35.0 is not).
@@ -142,7 +142,7 @@ func (n *node) startContainerd(crictl string) *containerd {
 
 	conf := fmt.Sprintf(containerdConfig,
 		filepath.Join(dir, "root"), filepath.Join(dir, "state"),
-		c.socket, c.socket+".ttrpc", image.DefaultRef, filepath.Join(dir, "runc"),
+		c.socket, c.socket+".ttrpc", ociimage.PauseRef, filepath.Join(dir, "runc"),
 		n.cniBin, n.confDir)
 	confPath := filepath.Join(dir, "config.toml")
 	crictlConf := fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 30\n", c.socket, c.socket)
@@ -221,7 +221,7 @@ func (c *containerd) importImage() {
 	tar := filepath.Join(c.dir, "pause.tar")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	if err := image.Pack(ctx, tar, image.DefaultRef); err != nil {
+	if err := ociimage.PackPause(ctx, tar, ociimage.PauseRef); err != nil {
 		t.Fatalf("pack pause image: %v", err)
 	}
 	if out, err := exec.CommandContext(ctx, "ctr", "--address", c.socket, "-n", "k8s.io",
@@ -229,9 +229,9 @@ func (c *containerd) importImage() {
 		t.Fatalf("ctr images import: %v\n%s\ncontainerd log:\n%s", err, out, c.logs)
 	}
 	nstest.Eventually(t, 10*time.Second, func() bool {
-		_, err := c.crictlOutput("inspecti", image.DefaultRef)
+		_, err := c.crictlOutput("inspecti", ociimage.PauseRef)
 		return err == nil
-	}, "CRI does not list %s after the import", image.DefaultRef)
+	}, "CRI does not list %s after the import", ociimage.PauseRef)
 }
 
 // crictlOutput runs crictl against this containerd and returns stdout.

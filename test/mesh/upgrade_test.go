@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/hack/image"
 	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/internal/ociimage"
 )
 
 // upgradeSluice builds sluice's image again under a new tag, loads it into
@@ -18,20 +18,20 @@ import (
 func upgradeSluice(t *testing.T) {
 	t.Helper()
 	tag := imageTag + "-upgrade"
-	plugin, err := image.GoBinary(t.Context(), image.PluginPackage, tag)
+	plugin, err := ociimage.GoBinary(t.Context(), ociimage.PluginPackage, tag)
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentBin, err := image.GoBinary(t.Context(), image.AgentPackage, tag)
+	agentBin, err := ociimage.GoBinary(t.Context(), ociimage.AgentPackage, tag)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := image.Sluice(plugin, agentBin, tag)
+	img, err := ociimage.Sluice(plugin, agentBin, tag)
 	if err != nil {
 		t.Fatal(err)
 	}
 	archive := filepath.Join(t.TempDir(), "sluice.tar")
-	if _, err := image.WriteOCI(archive, image.SluiceRepo+":"+tag, img); err != nil {
+	if _, err := ociimage.WriteOCI(archive, ociimage.SluiceRepo+":"+tag, img); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.ImportImage(t.Context(), archive); err != nil {

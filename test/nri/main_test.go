@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
-	pause "github.com/sluicemesh/sluice/hack/pause/image"
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/internal/ociimage"
 	"github.com/sluicemesh/sluice/internal/productbuild"
 )
 
-const pauseRef = pause.DefaultRef
+const pauseRef = ociimage.PauseRef
 
 // shared is built once per test binary, on first use.
 var shared struct {
@@ -77,7 +77,7 @@ func buildShared() error {
 		return err
 	}
 	shared.pause = filepath.Join(shared.dir, "pause.tar")
-	if err := pause.Pack(ctx, shared.pause, pauseRef); err != nil {
+	if err := ociimage.PackPause(ctx, shared.pause, pauseRef); err != nil {
 		return fmt.Errorf("pack the pause image: %w", err)
 	}
 	return nil

@@ -12,14 +12,14 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/sluicemesh/sluice/hack/pause/image"
+	"github.com/sluicemesh/sluice/internal/ociimage"
 )
 
 func main() {
 	out := flag.String("o", "pause.tar", "where to write the docker-archive tar")
-	ref := flag.String("ref", image.DefaultRef, "the image's tag")
+	ref := flag.String("ref", ociimage.PauseRef, "the image's tag")
 	flag.Parse()
-	if err := image.Pack(context.Background(), *out, *ref); err != nil {
+	if err := ociimage.PackPause(context.Background(), *out, *ref); err != nil {
 		fmt.Fprintln(os.Stderr, "pack:", err)
 		os.Exit(1)
 	}

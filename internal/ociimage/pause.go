@@ -1,8 +1,9 @@
-// Package image packs the pause command (hack/pause) into a one-layer
-// container image and writes it as a docker-archive tar, the format
-// `ctr images import` and `docker load` read. Tests that run real pod
-// sandboxes use it so they need no registry and no network.
-package image
+package ociimage
+
+// The pause image: the pause command (hack/pause) in a one-layer image,
+// written as a docker-archive tar, the format `ctr images import` and
+// `docker load` read. Tests that run real pod sandboxes use it so they
+// need no registry and no network.
 
 import (
 	"archive/tar"
@@ -24,26 +25,26 @@ import (
 	"github.com/sluicemesh/sluice/internal/productbuild"
 )
 
-// DefaultRef is what tests tag the image as; "localhost/" keeps any
+// PauseRef is what tests tag the pause image as; "localhost/" keeps any
 // runtime from trying to pull it from a real registry.
-const DefaultRef = "localhost/sluice-pause:test"
+const PauseRef = "localhost/sluice-pause:test"
 
-// Package is the import path of the pause command.
-const Package = "github.com/sluicemesh/sluice/hack/pause"
+// PausePackage is the import path of the pause command.
+const PausePackage = "github.com/sluicemesh/sluice/hack/pause"
 
-// BuildBinary compiles the pause command the product's way
+// buildPause compiles the pause command the product's way
 // (internal/productbuild) as a linux binary for the machine's own
 // architecture, the one Image declares. It runs `go build` in the current
 // directory, which must lie inside this module.
-func BuildBinary(ctx context.Context, out string) error {
+func buildPause(ctx context.Context, out string) error {
 	opt := productbuild.Options{GOOS: "linux", GOARCH: runtime.GOARCH}
-	return productbuild.Build(ctx, opt, filepath.Dir(out), productbuild.Target{Name: filepath.Base(out), Pkg: Package})
+	return productbuild.Build(ctx, opt, filepath.Dir(out), productbuild.Target{Name: filepath.Base(out), Pkg: PausePackage})
 }
 
-// Image returns an image whose only file is binary at /pause, its
+// Pause returns an image whose only file is binary at /pause, its
 // entrypoint. Timestamps are fixed, so the same binary gives the same
 // digest.
-func Image(binary []byte) (v1.Image, error) {
+func Pause(binary []byte) (v1.Image, error) {
 	layerTar, err := singleFileTar("pause", binary)
 	if err != nil {
 		return nil, err
@@ -114,23 +115,23 @@ func WriteTarball(path, ref string, img v1.Image) error {
 	return f.Close()
 }
 
-// Pack builds the pause binary and writes its image, tagged ref, to the tar
-// at out.
-func Pack(ctx context.Context, out, ref string) error {
+// PackPause builds the pause binary and writes its image, tagged ref, to
+// the tar at out.
+func PackPause(ctx context.Context, out, ref string) error {
 	dir, err := os.MkdirTemp("", "sluice-pause-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "pause")
-	if err := BuildBinary(ctx, bin); err != nil {
+	if err := buildPause(ctx, bin); err != nil {
 		return err
 	}
 	b, err := os.ReadFile(bin)
 	if err != nil {
 		return err
 	}
-	img, err := Image(b)
+	img, err := Pause(b)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,7 @@
-// Command build writes the project's images as OCI archives, with no
-// Docker engine (`make image` runs it):
+// Command image writes the project's images as OCI archives, with no
+// Docker engine (`make image` runs it; internal/ociimage builds them):
 //
-//	go run ./hack/image/build -bin bin -version v1.2.3 -o bin/image
+//	go run ./hack/image -bin bin -version v1.2.3 -o bin/image
 //
 // sluice.tar is the product image from the binaries `make build` left in
 // -bin; sluice-testapp.tar and sluice-pause.tar are the node tests' images,
@@ -19,8 +19,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/sluicemesh/sluice/hack/image"
-	pause "github.com/sluicemesh/sluice/hack/pause/image"
+	"github.com/sluicemesh/sluice/internal/ociimage"
 )
 
 func main() {
@@ -46,38 +45,38 @@ func run(ctx context.Context, bin, version, out string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	sluice, err := image.Sluice(plugin, agent, version)
+	sluice, err := ociimage.Sluice(plugin, agent, version)
 	if err != nil {
 		return err
 	}
-	if err := write(out, "sluice.tar", image.SluiceRepo+":"+version, sluice); err != nil {
+	if err := write(out, "sluice.tar", ociimage.SluiceRepo+":"+version, sluice); err != nil {
 		return err
 	}
-	app, err := image.GoBinary(ctx, image.TestAppPackage, version)
+	app, err := ociimage.GoBinary(ctx, ociimage.TestAppPackage, version)
 	if err != nil {
 		return err
 	}
-	testApp, err := image.TestApp(app)
+	testApp, err := ociimage.TestApp(app)
 	if err != nil {
 		return err
 	}
-	if err := write(out, "sluice-testapp.tar", image.TestAppRef, testApp); err != nil {
+	if err := write(out, "sluice-testapp.tar", ociimage.TestAppRef, testApp); err != nil {
 		return err
 	}
-	pauseBin, err := image.GoBinary(ctx, pause.Package, version)
+	pauseBin, err := ociimage.GoBinary(ctx, ociimage.PausePackage, version)
 	if err != nil {
 		return err
 	}
-	pauseImg, err := pause.Image(pauseBin)
+	pauseImg, err := ociimage.Pause(pauseBin)
 	if err != nil {
 		return err
 	}
-	return write(out, "sluice-pause.tar", pause.DefaultRef, pauseImg)
+	return write(out, "sluice-pause.tar", ociimage.PauseRef, pauseImg)
 }
 
 func write(dir, file, ref string, img v1.Image) error {
 	path := filepath.Join(dir, file)
-	digest, err := image.WriteOCI(path, ref, img)
+	digest, err := ociimage.WriteOCI(path, ref, img)
 	if err != nil {
 		return err
 	}

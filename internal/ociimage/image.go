@@ -1,9 +1,12 @@
-// Package image builds the project's container images without Docker: a
-// single layer of static binaries on nothing (as the Dockerfile's scratch
-// stage), fixed timestamps and owners, so the same binaries always give
-// the same digest. WriteOCI writes an image as an OCI archive (an image
-// layout in a tar) that `ctr images import` and `docker load` read.
-package image
+// Package ociimage builds the project's container images without Docker:
+// a single layer of static binaries on nothing (as the Dockerfile's
+// scratch stage), fixed timestamps and owners, so the same binaries always
+// give the same digest. WriteOCI writes an image as an OCI archive (an
+// image layout in a tar) that `ctr images import` and `docker load` read.
+// Build support and test support: `make image` (hack/image) writes the
+// product's, the node and mesh suites load theirs, and the suites that run
+// pod sandboxes load the pause image.
+package ociimage
 
 import (
 	"archive/tar"
