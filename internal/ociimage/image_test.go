@@ -101,3 +101,53 @@ func TestSluiceLayer(t *testing.T) {
 		t.Errorf("entrypoint = %q, want the agent", ep)
 	}
 }
+
+// The pause image goes through the same writer as the product's: an OCI
+// archive naming its ref for containerd, the same bytes from the same
+// source, /pause its one file and entrypoint.
+func TestPauseArchive(t *testing.T) {
+	dir := t.TempDir()
+	var archives [2][]byte
+	for i := range archives {
+		path := filepath.Join(dir, "pause.tar")
+		if err := PackPause(t.Context(), path, PauseRef); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if archives[i], err = os.ReadFile(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(archives[0], archives[1]) {
+		t.Fatal("two packs of the pause image gave different archives")
+	}
+	files := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(archives[0]))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name], _ = io.ReadAll(tr)
+	}
+	if _, ok := files["oci-layout"]; !ok {
+		t.Errorf("no oci-layout in the archive: not an OCI archive")
+	}
+	if !bytes.Contains(files["index.json"], []byte(`"io.containerd.image.name":"`+PauseRef+`"`)) {
+		t.Errorf("index.json does not name %s for containerd: %s", PauseRef, files["index.json"])
+	}
+	img, err := Pause([]byte("bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep := cf.Config.Entrypoint; len(ep) != 1 || ep[0] != "/pause" {
+		t.Errorf("entrypoint = %q, want /pause", ep)
+	}
+}

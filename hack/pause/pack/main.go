@@ -16,7 +16,7 @@ import (
 )
 
 func main() {
-	out := flag.String("o", "pause.tar", "where to write the docker-archive tar")
+	out := flag.String("o", "pause.tar", "where to write the OCI archive")
 	ref := flag.String("ref", ociimage.PauseRef, "the image's tag")
 	flag.Parse()
 	if err := ociimage.PackPause(context.Background(), *out, *ref); err != nil {
