@@ -9,6 +9,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
@@ -40,7 +41,7 @@ func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Wor
 	if err != nil {
 		return nil, fmt.Errorf("--host-netns %s: %w", path, err)
 	}
-	if err := redirect.EnsureHostTable(host, cfg.hostConfig()); err != nil {
+	if err := (kernel.Netlink{}).EnsureHostTable(redirect.Netns(host), cfg.hostConfig()); err != nil {
 		host.Close()
 		return nil, fmt.Errorf("host probe table in %s: %w", path, err)
 	}
@@ -76,4 +77,6 @@ func (a *ambientNode) workloads() *workloads.Ambient {
 
 // uninstall removes the host side; only on an uninstall exit, never on an
 // upgrade, where the new agent keeps using it.
-func (a *ambientNode) uninstall() error { return redirect.RemoveHostTable(a.host) }
+func (a *ambientNode) uninstall() error {
+	return kernel.Netlink{}.RemoveHostTable(redirect.Netns(a.host))
+}

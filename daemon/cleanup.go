@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/installer"
@@ -96,7 +97,7 @@ func releaseAll(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return fmt.Errorf("--host-netns %s: %w", hostPath, err)
 	}
 	defer host.Close()
-	store, err := workloads.Open(workloads.Config{Dir: cfg.stateDir, Opener: opener, Kernel: redirect.Netlink{},
+	store, err := workloads.Open(workloads.Config{Dir: cfg.stateDir, Opener: opener, Kernel: kernel.Netlink{},
 		Log: log.With("component", "workloads"), Ambient: &workloads.Ambient{Ztunnel: noZtunnel{}, Host: host}})
 	if err != nil {
 		return err
@@ -109,7 +110,7 @@ func releaseAll(ctx context.Context, cfg *config, log *slog.Logger) error {
 		}
 		log.Info("removed a pod's capture rules", "pod", r.PodNamespace+"/"+r.PodName, "attachment", r.Attachment.String())
 	}
-	if err := redirect.RemoveHostTable(host); err != nil {
+	if err := (kernel.Netlink{}).RemoveHostTable(redirect.Netns(host)); err != nil {
 		errs = append(errs, fmt.Errorf("remove the host probe table: %w", err))
 	}
 	return errors.Join(errs...)

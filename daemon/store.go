@@ -7,7 +7,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/podns"
-	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 )
 
@@ -18,7 +18,7 @@ func openStore(cfg *config, opener *podns.Opener, amb *ambientNode, m *metrics.M
 	return workloads.Open(workloads.Config{
 		Dir:     cfg.stateDir,
 		Opener:  opener,
-		Kernel:  redirect.Netlink{},
+		Kernel:  kernel.Netlink{},
 		Log:     log.With("component", "workloads"),
 		OnApply: func(d time.Duration) { m.ApplySeconds.Observe(d.Seconds()) },
 		OnReassert: func(r workloads.Record, drift []string) {

@@ -111,7 +111,7 @@ func (b *builder) ambientOutput() nft.Chain {
 	}
 	if s.CaptureDNS {
 		add("dns-udp", nft.RedirectTo(s.DNSPort),
-			append(b.familyGuard(), nft.IfMatch{Out: true, Neg: true, Name: loopbackInterface}, nft.PortMatch{Proto: nft.UDP, Port: dnsPort}, notZtunnel)...)
+			append(b.familyGuard(), nft.IfMatch{Out: true, Neg: true, Name: LoopbackInterface}, nft.PortMatch{Proto: nft.UDP, Port: dnsPort}, notZtunnel)...)
 		for _, f := range b.families() {
 			add("dns-tcp"+tagSuffix(f), nft.RedirectTo(s.DNSPort),
 				nft.AddrMatch{Neg: true, Addr: loopback(f)}, nft.PortMatch{Proto: nft.TCP, Port: dnsPort}, notZtunnel)
@@ -120,7 +120,7 @@ func (b *builder) ambientOutput() nft.Chain {
 	add("route-marked", nft.Accept(), append(b.familyGuard(), nft.L4ProtoMatch{Proto: nft.TCP}, b.routeMarked())...)
 	for _, f := range b.families() {
 		// The app calling its own pod address over lo.
-		add("loopback"+tagSuffix(f), nft.Accept(), nft.IfMatch{Out: true, Name: loopbackInterface}, nft.AddrMatch{Neg: true, Addr: loopback(f)})
+		add("loopback"+tagSuffix(f), nft.Accept(), nft.IfMatch{Out: true, Name: LoopbackInterface}, nft.AddrMatch{Neg: true, Addr: loopback(f)})
 	}
 	for _, f := range b.families() {
 		add("outbound"+tagSuffix(f), nft.RedirectTo(s.OutboundPort),

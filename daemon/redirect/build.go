@@ -41,10 +41,11 @@ const (
 	setRerouteIfaces   = "reroute-interfaces"
 )
 
-const (
-	dnsPort           = 53
-	loopbackInterface = "lo"
-)
+const dnsPort = 53
+
+// LoopbackInterface is the pod's loopback: the policy routes' device, and
+// where ::6 goes.
+const LoopbackInterface = "lo"
 
 var (
 	loopbackV4 = netip.MustParseAddr("127.0.0.1")
@@ -89,7 +90,7 @@ type builder struct {
 	spec   Spec
 	sets   []nft.Set
 	chains []nft.Chain
-	routes []policyRoute
+	routes []PolicyRoute
 	addrs  []netip.Addr
 }
 
@@ -105,11 +106,11 @@ func (b *builder) ruleset(table string) *Ruleset {
 }
 
 // policyRoutes are the spec's fwmark rule and local route, per family.
-func (b *builder) policyRoutes() []policyRoute {
-	var out []policyRoute
+func (b *builder) policyRoutes() []PolicyRoute {
+	var out []PolicyRoute
 	for _, f := range b.families() {
 		s := b.spec
-		out = append(out, policyRoute{fam: f, mark: s.RouteMark, mask: s.RouteMarkMask, table: s.RouteTable, priority: s.RoutePriority})
+		out = append(out, PolicyRoute{Family: f, Mark: s.RouteMark, Mask: s.RouteMarkMask, Table: s.RouteTable, Priority: s.RoutePriority})
 	}
 	return out
 }

@@ -15,93 +15,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.nft from the current builder")
 
-func prefixes(s ...string) []netip.Prefix {
-	out := make([]netip.Prefix, len(s))
-	for i, p := range s {
-		out[i] = netip.MustParsePrefix(p)
-	}
-	return out
-}
-
-// goldenSpecs is one Spec per mode and option; each has testdata/<name>.nft.
-// The Linux tests apply every one of them to a kernel too.
-func goldenSpecs() map[string]Spec {
-	with := func(f func(*Spec)) Spec {
-		s := DefaultSpec()
-		f(&s)
-		return s
-	}
-	return map[string]Spec{
-		"sidecar-default":        DefaultSpec(),
-		"inbound-include-ports":  with(func(s *Spec) { s.IncludeInboundPorts = []uint16{9080, 8080, 8080} }),
-		"inbound-exclude-ports":  with(func(s *Spec) { s.ExcludeInboundPorts = []uint16{22, 9000} }),
-		"outbound-include-ports": with(func(s *Spec) { s.IncludeOutboundPorts = []uint16{3306} }),
-		"outbound-exclude-ports": with(func(s *Spec) { s.ExcludeOutboundPorts = []uint16{5432, 6379} }),
-		"outbound-cidrs": with(func(s *Spec) {
-			s.IncludeOutboundCIDRs = prefixes("10.96.0.0/12", "10.96.1.0/24", "fd00:96::/108")
-			s.ExcludeOutboundCIDRs = prefixes("10.96.0.10/32", "169.254.169.254/32", "fd00:96::10/128", "fd00:99::/64")
-		}),
-		"exclude-interfaces": with(func(s *Spec) { s.ExcludeInterfaces = []string{"net1", "eth9"} }),
-		"dns-capture":        with(func(s *Spec) { s.CaptureDNS = true }),
-		"ipv4-only": with(func(s *Spec) {
-			s.IPv6 = false
-			s.CaptureDNS = true
-			s.ExcludeOutboundCIDRs = prefixes("10.0.0.0/8")
-		}),
-		"ipv6-only": with(func(s *Spec) {
-			s.IPv4 = false
-			s.CaptureDNS = true
-			s.ExcludeOutboundCIDRs = prefixes("fd00::/8")
-		}),
-		"tproxy": with(func(s *Spec) { s.Interception = InterceptTProxy }),
-		"tproxy-include-ports": with(func(s *Spec) {
-			s.Interception = InterceptTProxy
-			s.IncludeInboundPorts = []uint16{8080}
-			s.ExcludeInterfaces = []string{"net1"}
-			s.IPv6 = false
-		}),
-		"inbound-no-ports": with(func(s *Spec) { s.IncludeNoInboundPorts = true }),
-		"outbound-no-cidrs": with(func(s *Spec) {
-			s.IncludeNoOutboundCIDRs = true
-			s.IncludeOutboundPorts = []uint16{3306}
-		}),
-		"ambient-default":            DefaultAmbientSpec(),
-		"ambient-no-dns":             ambientWith(func(s *Spec) { s.CaptureDNS = false }),
-		"ambient-reroute-interfaces": ambientWith(func(s *Spec) { s.RerouteInterfaces = []string{"k6t-eth0"} }),
-		"drop-invalid":               with(func(s *Spec) { s.DropInvalid = true }),
-		"reroute-interfaces": with(func(s *Spec) {
-			s.RerouteInterfaces = []string{"k6t-eth0", "tap0"}
-			s.IncludeOutboundCIDRs = prefixes("10.96.0.0/12", "fd00:96::/108")
-		}),
-		"tproxy-reroute-interfaces": with(func(s *Spec) {
-			s.Interception = InterceptTProxy
-			s.RerouteInterfaces = []string{"k6t-eth0"}
-			s.DropInvalid = true
-		}),
-		"outbound-include-loopback": with(func(s *Spec) { s.IncludeOutboundCIDRs = prefixes("127.0.0.0/8", "10.96.0.0/12") }),
-		"dns-capture-exclude-ports": with(func(s *Spec) {
-			s.CaptureDNS = true
-			s.ExcludeOutboundPorts = []uint16{53}
-		}),
-		"ambient-bypass-inbound": ambientWith(func(s *Spec) {
-			s.BypassInboundCapture = true
-			s.CaptureDNS = true
-		}),
-		"ambient-ipv4-only": ambientWith(func(s *Spec) {
-			s.IPv6 = false
-			s.CaptureDNS = true
-		}),
-	}
-}
-
-func ambientWith(f func(*Spec)) Spec {
-	s := DefaultAmbientSpec()
-	f(&s)
-	return s
-}
-
 func TestGolden(t *testing.T) {
-	for name, spec := range goldenSpecs() {
+	for name, spec := range Examples() {
 		t.Run(name, func(t *testing.T) {
 			r, err := Build(spec)
 			if err != nil {
@@ -148,11 +63,11 @@ func checkGolden(t *testing.T, name, got string) {
 }
 
 func TestBuildDeterministic(t *testing.T) {
-	a, err := Build(goldenSpecs()["outbound-cidrs"])
+	a, err := Build(Examples()["outbound-cidrs"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := Build(goldenSpecs()["outbound-cidrs"])
+	b, _ := Build(Examples()["outbound-cidrs"])
 	if a.Hash() != b.Hash() || len(a.Hash()) != 64 {
 		t.Errorf("hashes %q and %q: want equal sha256 hex", a.Hash(), b.Hash())
 	}
@@ -163,7 +78,7 @@ func TestBuildDeterministic(t *testing.T) {
 }
 
 func TestTagsUnique(t *testing.T) {
-	for name, spec := range goldenSpecs() {
+	for name, spec := range Examples() {
 		r, err := Build(spec)
 		if err != nil {
 			t.Fatal(err)
@@ -263,7 +178,7 @@ func TestSpecJSONCompatible(t *testing.T) {
 		t.Errorf("old journal builds\n%s\nwant\n%s", got.Render(), want.Render())
 	}
 	// And every Spec survives a round trip.
-	for name, spec := range goldenSpecs() {
+	for name, spec := range Examples() {
 		data, err := json.Marshal(spec)
 		if err != nil {
 			t.Fatal(err)

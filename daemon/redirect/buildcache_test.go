@@ -16,7 +16,7 @@ func TestBuildCacheServesWhatBuildMakes(t *testing.T) {
 	if b, _ := Build(DefaultSpec()); b != a {
 		t.Error("an equal Spec was built again")
 	}
-	for name, s := range goldenSpecs() {
+	for name, s := range Examples() {
 		for i := range 2 {
 			got, err := Build(s)
 			if err != nil {

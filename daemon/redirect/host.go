@@ -3,8 +3,9 @@ package redirect
 import (
 	"errors"
 	"fmt"
-	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 	"net/netip"
+
+	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 )
 
 // The host table: table inet sluice-host in the node's netns, after
@@ -80,6 +81,24 @@ func hostPostrouting(cfg HostConfig) nft.Chain {
 		}
 	}
 	return c
+}
+
+// HostSetAddrs sorts pod addresses into the host table's two sets, as
+// the kernel's AddHostIPs and RemoveHostIPs send them: none for none, and
+// ok false when one is not a valid address.
+func HostSetAddrs(ips []netip.Addr) (sets []nft.Addrs, ok bool) {
+	byset := map[string][]netip.Addr{}
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if !ip.IsValid() {
+			return nil, false
+		}
+		byset[hostSet(ip)] = append(byset[hostSet(ip)], ip)
+	}
+	if len(byset) == 0 {
+		return nil, true
+	}
+	return []nft.Addrs{{Set: setHostPodsV4, Addrs: byset[setHostPodsV4]}, {Set: setHostPodsV6, Addrs: byset[setHostPodsV6]}}, true
 }
 
 // hostSet is the set a pod address belongs in.

@@ -20,11 +20,12 @@ const HostTableName = "sluice-host"
 // Ruleset is the whole table inet sluice for one pod (an nft.Table: named
 // sets, then chains of rules), and the policy routes some modes need beside
 // it. It is the single description both the text (Render) and the netlink
-// messages (Apply, Verify) are produced from, so the two cannot disagree. A
+// messages (Kernel's Apply, Verify) are produced from, so the two cannot
+// disagree. A
 // Ruleset is immutable once built and safe to share between goroutines.
 type Ruleset struct {
 	table  *nft.Table
-	routes []policyRoute
+	routes []PolicyRoute
 	// loAddrs are /128 addresses lo must have (Envoy's ::6).
 	loAddrs []netip.Addr
 	ipv4    bool   // IPv4 is captured: what is left when lo has no IPv6
@@ -37,58 +38,70 @@ type Ruleset struct {
 // valid `nft -f` input and still shows everything Apply programs.
 func (r *Ruleset) Render() string { return r.text }
 
+// Table is the nftables table. Like the Ruleset, it is not to be changed.
+func (r *Ruleset) Table() *nft.Table { return r.table }
+
+// Routes are the policy routes programmed beside the table (TPROXY,
+// ambient), none for the other modes.
+func (r *Ruleset) Routes() []PolicyRoute { return r.routes }
+
+// LoopbackAddrs are the /128 addresses lo must have (Envoy's ::6).
+func (r *Ruleset) LoopbackAddrs() []netip.Addr { return r.loAddrs }
+
+// IPv4 says IPv4 is captured: what is left to program when lo has IPv6
+// disabled.
+func (r *Ruleset) IPv4() bool { return r.ipv4 }
+
 // Hash identifies the ruleset: the sha256 (hex) of its rendering.
 func (r *Ruleset) Hash() string {
 	sum := sha256.Sum256([]byte(r.text))
 	return hex.EncodeToString(sum[:])
 }
 
-// policyRoute is `ip rule add fwmark mark/mask lookup table pref priority`
-// and `ip route add local default dev lo table table` for one family: a
+// PolicyRoute is `ip rule add fwmark Mark/Mask lookup Table pref Priority`
+// and `ip route add local default dev lo table Table` for one family: a
 // packet carrying the mark is delivered locally whatever its destination,
 // which is how TPROXY-ed packets and replies to transparent sockets reach
 // the proxy.
-type policyRoute struct {
-	fam      nft.Family
-	mark     uint32
-	mask     uint32
-	table    uint32
-	priority uint32
-	// What an Apply added, to take back when it fails: only the rule,
-	// or only the route, of this family and table.
-	ruleOnly, routeOnly bool
+type PolicyRoute struct {
+	Family   nft.Family
+	Mark     uint32
+	Mask     uint32
+	Table    uint32
+	Priority uint32
 }
 
 // renderRoutes writes the policy routes and lo's addresses as `ip`
 // commands in nft comments.
-func renderRoutes(routes []policyRoute, addrs []netip.Addr) string {
+func renderRoutes(routes []PolicyRoute, addrs []netip.Addr) string {
 	var b strings.Builder
 	if len(routes) > 0 {
 		b.WriteString("# policy routing, programmed with the table:\n")
 	}
 	for _, r := range routes {
-		fmt.Fprintf(&b, "# ip %s rule add fwmark %#x/%#x lookup %d pref %d\n", ipFlag(r.fam), r.mark, r.mask, r.table, r.priority)
-		fmt.Fprintf(&b, "# ip %s route add local %s dev %s table %d\n", ipFlag(r.fam), defaultPrefix(r.fam), loopbackInterface, r.table)
+		fmt.Fprintf(&b, "# ip %s rule add fwmark %#x/%#x lookup %d pref %d\n", r.IPFlag(), r.Mark, r.Mask, r.Table, r.Priority)
+		fmt.Fprintf(&b, "# ip %s route add local %s dev %s table %d\n", r.IPFlag(), r.DefaultPrefix(), LoopbackInterface, r.Table)
 	}
 	if len(addrs) > 0 {
 		b.WriteString("# addresses, programmed with the table:\n")
 	}
 	for _, a := range addrs {
-		fmt.Fprintf(&b, "# ip -6 addr add %s/128 dev %s\n", a, loopbackInterface)
+		fmt.Fprintf(&b, "# ip -6 addr add %s/128 dev %s\n", a, LoopbackInterface)
 	}
 	return b.String()
 }
 
-// ipFlag is the `ip` command's family option.
-func ipFlag(f nft.Family) string {
-	if f == nft.IPv6 {
+// IPFlag is the `ip` command's option for r's family.
+func (r PolicyRoute) IPFlag() string {
+	if r.Family == nft.IPv6 {
 		return "-6"
 	}
 	return "-4"
 }
 
-func defaultPrefix(f nft.Family) string {
-	if f == nft.IPv6 {
+// DefaultPrefix is the default route's prefix in r's family.
+func (r PolicyRoute) DefaultPrefix() string {
+	if r.Family == nft.IPv6 {
 		return "::/0"
 	}
 	return "0.0.0.0/0"

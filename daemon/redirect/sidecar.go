@@ -146,7 +146,7 @@ func (b *builder) outbound() nft.Chain {
 	s := b.spec
 	c := nft.Chain{Name: chainOutbound}
 	add := func(tag string, v nft.Verdict, m ...nft.Match) { addRule(&c.Rules, tag, v, m...) }
-	lo := nft.IfMatch{Out: true, Name: loopbackInterface}
+	lo := nft.IfMatch{Out: true, Name: LoopbackInterface}
 
 	// Port exclusions come before the loopback rules below, so the proxy
 	// calling its own pod on an excluded port is not sent to inbound.
@@ -200,7 +200,7 @@ func (b *builder) ownerRules() []nft.Rule {
 	s := b.spec
 	var rules []nft.Rule
 	add := func(tag string, v nft.Verdict, m ...nft.Match) { addRule(&rules, tag, v, m...) }
-	lo := nft.IfMatch{Out: true, Name: loopbackInterface}
+	lo := nft.IfMatch{Out: true, Name: LoopbackInterface}
 	for _, owner := range b.proxyOwners() {
 		proxy := owner.match(false)
 		// The app called itself through a service VIP and the proxy is

@@ -1,13 +1,15 @@
 // Package redirect turns a Spec (what capture a pod gets) into an nftables
-// ruleset, renders it as nft text, and programs it into a pod's network
-// namespace over netlink in one transaction. It knows nothing of Kubernetes
-// or gRPC: policy decides the Spec, workloads decides when to apply it.
+// ruleset and renders it as nft text. It knows nothing of Kubernetes or
+// gRPC: policy decides the Spec, workloads decides when to apply it.
 //
 // This package decides what a pod (and the node's probe table) gets: the
 // Spec, its validation, the builders per mode, and the kernel state beside
-// the table (policy routes; ::6 on lo for IPv6 sidecars). How a table is
-// modelled, rendered, applied, removed and verified is package nft's,
-// which knows nothing of Specs or Istio.
+// the table (policy routes; ::6 on lo for IPv6 sidecars). It is pure (no
+// netlink, no netns: deps_test.go), so a rule change is tested without
+// root. How a table is modelled and rendered is package nft's; the one
+// door to the kernel, which programs a Ruleset into a pod's network
+// namespace in one transaction, removes it and reads it back, is the
+// Kernel interface, implemented by package redirect/kernel.
 //
 // Every mode fails closed: with the proxy's inbound listener absent, a
 // captured connection is refused (REDIRECT, ambient) or dropped (TPROXY),
@@ -108,8 +110,9 @@ type Spec struct {
 	DNSPort    uint16
 
 	// The families captured. A sidecar with IPv6 also gets ::6/128 on lo
-	// (InboundPassthroughIPv6). If the pod's lo has IPv6 disabled, Apply
-	// leaves out what lo cannot hold (IPv6 local routes, ::6) and logs it.
+	// (InboundPassthroughIPv6). If the pod's lo has IPv6 disabled, the
+	// kernel's Apply leaves out what lo cannot hold (IPv6 local routes,
+	// ::6) and logs it.
 	IPv4 bool
 	IPv6 bool
 

@@ -47,7 +47,7 @@ func (b *builder) tproxyPrerouting() nft.Chain {
 func (b *builder) tproxyInbound() nft.Chain {
 	c := nft.Chain{Name: chainInbound}
 	add := func(tag string, v nft.Verdict, m ...nft.Match) { addRule(&c.Rules, tag, v, m...) }
-	lo := nft.IfMatch{Name: loopbackInterface}
+	lo := nft.IfMatch{Name: LoopbackInterface}
 	// Already diverted or marked by Envoy: never twice.
 	add("route-marked", nft.Return(), nft.L4ProtoMatch{Proto: nft.TCP}, b.routeMarked())
 	for _, f := range b.families() {
@@ -100,7 +100,7 @@ func (b *builder) tproxy() nft.Chain {
 func (b *builder) tproxyOutputMark() nft.Chain {
 	s := b.spec
 	c := nft.MangleChain(chainOutputMark, nft.HookOutput)
-	lo := nft.IfMatch{Out: true, Name: loopbackInterface}
+	lo := nft.IfMatch{Out: true, Name: LoopbackInterface}
 	c.Rules = b.skipExcludedInterfaces("skip-excluded-interfaces-mark", true)
 	addRule(&c.Rules, "lo-route-marked", nft.Return(), lo, nft.L4ProtoMatch{Proto: nft.TCP}, b.routeMarked())
 	for _, owner := range b.proxyOwners() {

@@ -9,7 +9,7 @@ import (
 // Validate is Build's own check: it accepts what Build accepts and
 // refuses with the same error what Build refuses.
 func TestValidateAgreesWithBuild(t *testing.T) {
-	for name, s := range goldenSpecs() {
+	for name, s := range Examples() {
 		if err := s.Validate(); err != nil {
 			t.Errorf("%s: Validate refused a spec Build takes: %v", name, err)
 		}

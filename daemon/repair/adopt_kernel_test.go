@@ -17,6 +17,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/internal/nstest"
@@ -40,7 +41,7 @@ func newTakeoverRig(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI) *tak
 }
 
 // newTakeoverRigWith is newTakeoverRig with the store's ambient side.
-func newTakeoverRigWith(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI, ambient *workloads.Ambient) *takeoverRig {
+func newTakeoverRigWith(t *testing.T, rules istiotest.Ruleset, istioCNI IstioCNI, ambient *workloads.Ambient) *takeoverRig {
 	t.Helper()
 	nstest.RequireRoot(t)
 	uid := types.UID("0a0d0000-0000-4000-8000-" + strings.Repeat("0", 11) + "1")
@@ -51,7 +52,7 @@ func newTakeoverRigWith(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: opener, Kernel: redirect.Netlink{}, Log: testLog(t), Ambient: ambient})
+	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: opener, Kernel: kernel.Netlink{}, Log: testLog(t), Ambient: ambient})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +67,11 @@ func newTakeoverRigWith(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	if kernel == nil {
-		kernel = istioKernel{}
+	if istioCNI == nil {
+		istioCNI = istioKernel{}
 	}
 	r := &Repairer{cfg: Config{Store: store, HostProc: "/proc", IstioTakeover: true}, log: testLog(t),
-		istioCNI: kernel, opener: opener, failedAt: map[types.UID]failure{}, handled: map[types.UID]bool{}, outcomes: map[string]int{},
+		istioCNI: istioCNI, opener: opener, failedAt: map[types.UID]failure{}, handled: map[types.UID]bool{}, outcomes: map[string]int{},
 		istioLeft: map[types.UID]bool{}, deferred: map[string]bool{}}
 	return &takeoverRig{r: r, store: store, pod: pod, sb: sb, path: path, ns: ns}
 }
@@ -174,7 +175,7 @@ func TestRefusedAmbientTakeOverKeepsIstio(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hostNS.Close() })
-	if err := redirect.EnsureHostTable(hostNS, redirect.DefaultHostConfig()); err != nil {
+	if err := (kernel.Netlink{}).EnsureHostTable(redirect.Netns(hostNS), redirect.DefaultHostConfig()); err != nil {
 		t.Fatal(err)
 	}
 	zt := &refusingZtunnel{}

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
@@ -78,7 +79,7 @@ func startAgentParts(t *testing.T) *agentParts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: opener, Kernel: redirect.Netlink{}, Log: log})
+	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: opener, Kernel: kernel.Netlink{}, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

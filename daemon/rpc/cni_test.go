@@ -19,6 +19,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/internal/nstest"
@@ -42,7 +43,7 @@ func newCNIFixtureWith(t *testing.T, state string, amb *workloads.Ambient) *cniF
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.store, err = workloads.Open(workloads.Config{Dir: state, Opener: o, Kernel: redirect.Netlink{},
+	f.store, err = workloads.Open(workloads.Config{Dir: state, Opener: o, Kernel: kernel.Netlink{},
 		Log: slog.New(slog.DiscardHandler), Ambient: amb})
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestAmbientAddAnnotatesBeforeReturning(t *testing.T) {
 	nstest.RequireRoot(t)
 	host := nstest.New(t, "host")
 	h := host.Handle(t)
-	if err := redirect.EnsureHostTable(h, redirect.DefaultHostConfig()); err != nil {
+	if err := (kernel.Netlink{}).EnsureHostTable(redirect.Netns(h), redirect.DefaultHostConfig()); err != nil {
 		t.Fatal(err)
 	}
 	zt := &fakeZtunnel{}

@@ -15,6 +15,7 @@ import (
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/internal/kubetest"
@@ -43,7 +44,7 @@ func TestAmbientAddFailsWhenTheRedirectionPatchIsDenied(t *testing.T) {
 
 	host := nstest.New(t, "host")
 	h := host.Handle(t)
-	if err := redirect.EnsureHostTable(h, redirect.DefaultHostConfig()); err != nil {
+	if err := (kernel.Netlink{}).EnsureHostTable(redirect.Netns(h), redirect.DefaultHostConfig()); err != nil {
 		t.Fatal(err)
 	}
 	zt := &fakeZtunnel{}

@@ -44,7 +44,7 @@ func (s *Store) handOver(ctx context.Context, r *Record) error {
 	}
 	defer lockStripe(&s.podStripes, r.PodUID)()
 	s.hostMu.Lock()
-	err := s.kernel.AddHostIPs(s.ambient.Host, podAddrs(r)...)
+	err := s.kernel.AddHostIPs(redirect.Netns(s.ambient.Host), podAddrs(r)...)
 	s.hostMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("add %s to the host probe table: %w", r.Attachment, err)
@@ -113,7 +113,7 @@ func (s *Store) removeHostIPsLocked(r *Record) error {
 		}
 	}
 	s.mu.RUnlock()
-	return s.kernel.RemoveHostIPs(s.ambient.Host, gone...)
+	return s.kernel.RemoveHostIPs(redirect.Netns(s.ambient.Host), gone...)
 }
 
 // ZtunnelSnapshot lists the ambient pods for a ztunnel that (re)connects:

@@ -38,7 +38,7 @@ type Config struct {
 	// Opener opens the netns paths of ADD, DEL and CHECK (required).
 	Opener NetnsOpener
 	// Kernel programs rulesets and the host probe table (required):
-	// redirect.Netlink in the agent.
+	// kernel.Netlink (package redirect/kernel) in the agent.
 	Kernel redirect.Kernel
 	Log    *slog.Logger
 	// OnApply, when set, observes the duration of each ruleset

@@ -110,7 +110,7 @@ func TestUnitReconcileAmbientHostTable(t *testing.T) {
 	}
 	host, _ := u.ns.Open("/host")
 	defer host.Close()
-	u.kernel.RemoveHostIPs(host, netip.MustParseAddr("10.0.0.7")) // the table was recreated
+	u.kernel.RemoveHostIPs(redirect.Netns(host), netip.MustParseAddr("10.0.0.7")) // the table was recreated
 	u.ns.Delete(stale.Netns)
 	if err := u.store.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package workloads
 import (
 	"errors"
 	"net/netip"
+
+	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
 // LearnAddrs gives the pod's ambient attachments that were enrolled with no
@@ -57,5 +59,5 @@ func (s *Store) learnAddrs(a Attachment, prefixes []netip.Prefix) error {
 	defer lockStripe(&s.podStripes, r.PodUID)()
 	s.hostMu.Lock()
 	defer s.hostMu.Unlock()
-	return s.kernel.AddHostIPs(s.ambient.Host, podAddrs(&r)...)
+	return s.kernel.AddHostIPs(redirect.Netns(s.ambient.Host), podAddrs(&r)...)
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
@@ -26,7 +27,7 @@ func plantTable(t *testing.T, ns *nstest.NS) {
 		t.Fatal(err)
 	}
 	h := ns.Handle(t)
-	if err := redirect.Apply(h, rs); err != nil {
+	if _, err := (kernel.Netlink{}).Apply(redirect.Netns(h), rs); err != nil {
 		t.Fatalf("plant table in %s: %v", ns.Name, err)
 	}
 }
@@ -306,7 +307,7 @@ func newAmbientFixture(t *testing.T) *ambientFixture {
 	f := newFixture(t)
 	host := nstest.New(t, "host")
 	h := host.Handle(t)
-	if err := redirect.EnsureHostTable(h, redirect.DefaultHostConfig()); err != nil {
+	if err := (kernel.Netlink{}).EnsureHostTable(redirect.Netns(h), redirect.DefaultHostConfig()); err != nil {
 		t.Fatal(err)
 	}
 	zt := &fakeZtunnel{}

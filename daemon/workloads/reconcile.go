@@ -96,7 +96,7 @@ func (s *Store) reconcileOne(r Record) error {
 	if isAmbient(&r) && s.ambient != nil {
 		// The host table may have been recreated empty (an uninstall and a
 		// reinstall, a reboot of the agent's host netns in tests).
-		if err := s.kernel.AddHostIPs(s.ambient.Host, podAddrs(&r)...); err != nil {
+		if err := s.kernel.AddHostIPs(redirect.Netns(s.ambient.Host), podAddrs(&r)...); err != nil {
 			return fmt.Errorf("reconcile %s: host probe table: %w", r.Attachment, err)
 		}
 	}
@@ -107,14 +107,14 @@ func (s *Store) reconcileOne(r Record) error {
 // exactly ("reassert", as kube-proxy re-asserts its chains; "repair" is
 // the repair package's word, for pods running uncaptured). The table is
 // read back only when the netns's nftables generation moved since r's
-// (redirect.VerifySince); a restart or resync of pods nobody touched is a
+// (redirect.Kernel.VerifySince); a restart or resync of pods nobody touched is a
 // generation read and the routes per pod.
 func (s *Store) reassert(ns netns.NsHandle, r Record) error {
 	rs, err := redirect.Build(r.Spec)
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 	}
-	drift, gen, err := s.kernel.VerifySince(ns, rs, r.NFTGen)
+	drift, gen, err := s.kernel.VerifySince(redirect.Netns(ns), rs, r.NFTGen)
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 	}

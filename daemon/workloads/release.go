@@ -112,7 +112,7 @@ func (s *Store) removeUnshared(r *Record) error {
 	if err != nil {
 		had = nil
 	}
-	return s.kernel.Remove(ns, had)
+	return s.kernel.Remove(redirect.Netns(ns), had)
 }
 
 // sameNetns says whether two records name one namespace: by cookie when

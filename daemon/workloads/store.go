@@ -64,7 +64,7 @@ type Record struct {
 	// NFTGen is the netns's nftables generation at which its table was
 	// last known to be exactly this ruleset: the Apply's commit, or a
 	// verify that found no drift. While it is unchanged a verify need not
-	// read the table back (redirect.VerifySince). 0: unknown.
+	// read the table back (redirect.Kernel.VerifySince). 0: unknown.
 	NFTGen redirect.Gen `json:"nftGen,omitempty"`
 	// genPending says the journal does not hold NFTGen yet: Apply learns
 	// it after the record is written; the next verify writes it.
@@ -251,7 +251,7 @@ func (s *Store) releaseLeft(ctx context.Context, prev, r *Record) {
 
 func (s *Store) apply(ns netns.NsHandle, rs *redirect.Ruleset) (redirect.Gen, error) {
 	start := time.Now()
-	gen, err := s.kernel.Apply(ns, rs)
+	gen, err := s.kernel.Apply(redirect.Netns(ns), rs)
 	if s.onApply != nil {
 		s.onApply(time.Since(start))
 	}
@@ -309,7 +309,7 @@ func (s *Store) Check(ctx context.Context, a Attachment, netnsPath string, spec 
 		return nil, err
 	}
 	defer ns.Close()
-	kernel, err := s.kernel.Verify(ns, rs)
+	kernel, err := s.kernel.Verify(redirect.Netns(ns), rs)
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: %w", a, err)
 	}
@@ -351,5 +351,5 @@ func (s *Store) Verify(r Record) ([]string, error) {
 		return nil, err
 	}
 	defer ns.Close()
-	return s.kernel.Verify(ns, rs)
+	return s.kernel.Verify(redirect.Netns(ns), rs)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -36,7 +37,7 @@ func (f *fixture) open(t *testing.T) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(Config{Dir: f.state, Opener: o, Kernel: redirect.Netlink{}, Log: slog.New(slog.DiscardHandler), Ambient: f.ambient})
+	s, err := Open(Config{Dir: f.state, Opener: o, Kernel: kernel.Netlink{}, Log: slog.New(slog.DiscardHandler), Ambient: f.ambient})
 	if err != nil {
 		t.Fatal(err)
 	}

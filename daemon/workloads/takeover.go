@@ -95,7 +95,7 @@ func (s *Store) restoreTable(ns netns.NsHandle, r *Record) error {
 		if err != nil {
 			had = nil
 		}
-		return s.kernel.Remove(ns, had)
+		return s.kernel.Remove(redirect.Netns(ns), had)
 	}
 	rs, err := redirect.Build(owner.Spec)
 	if err != nil {

@@ -98,7 +98,7 @@ func writeDetails(m *md, c config, r *results) {
 	m.p("## Details")
 	m.p("")
 	m.table("1. Rule programming per pod, each in a fresh netns", r.rules...)
-	m.p("sluice is `redirect.Build` + `redirect.Apply` of `redirect.DefaultSpec()` in-process (what the agent")
+	m.p("sluice is `redirect.Build` + `kernel.Netlink.Apply` of `redirect.DefaultSpec()` in-process (what the agent")
 	m.p("does per pod). `nft -f` loads `Render()` of the same ruleset and the iptables tools load the")
 	m.p("istio-iptables-equivalent rules for the default sidecar (see `hack/bench/rules.go`), each exec'd as")
 	m.p("`nsenter --net=PATH TOOL FILE`, as peers run them; `iptables-restore` is the sum of the v4 and v6 runs.")

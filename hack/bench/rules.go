@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 )
 
 // istioRules is what istio-iptables programs for the default sidecar
@@ -85,10 +86,11 @@ func ruleTools(tmp string) ([]ruleTool, error) {
 			return err
 		}
 		defer h.Close()
-		return redirect.Apply(h, r)
+		_, err = kernel.Netlink{}.Apply(redirect.Netns(h), r)
+		return err
 	}
 	tools := []ruleTool{
-		{"sluice (netlink, redirect.Apply)", apply},
+		{"sluice (netlink, kernel.Netlink.Apply)", apply},
 		{"nft -f", func(ns string) error { return execIn(ns, "nft", "-f", filepath.Join(tmp, "sluice.nft")) }},
 		{"iptables-restore + ip6tables-restore", func(ns string) error {
 			if err := execIn(ns, "iptables-restore", filepath.Join(tmp, "istio.v4")); err != nil {

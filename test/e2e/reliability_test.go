@@ -18,6 +18,7 @@ import (
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -39,7 +40,7 @@ func rulesetState(t *testing.T, pod *nstest.NS) string {
 		t.Fatal(err)
 	}
 	h := pod.Handle(t)
-	drift, err := redirect.Verify(h, rs)
+	drift, err := kernel.Netlink{}.Verify(redirect.Netns(h), rs)
 	if err != nil {
 		t.Fatalf("verify %s: %v", pod.Name, err)
 	}

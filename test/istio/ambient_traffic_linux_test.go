@@ -12,6 +12,7 @@ import (
 	istioipt "istio.io/istio/cni/pkg/iptables"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -137,7 +138,7 @@ func TestAmbientTrafficParity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := redirect.Apply(st.pod.Handle(t), rs); err != nil {
+			if _, err := (kernel.Netlink{}).Apply(redirect.Netns(st.pod.Handle(t)), rs); err != nil {
 				t.Fatal(err)
 			}
 			istio, sluice := it.ambientOutcomes(), st.ambientOutcomes()

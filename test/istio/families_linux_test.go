@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -56,7 +57,7 @@ func TestDualStackCaptureFollowsIstio(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := redirect.Apply(pod.Handle(t), rs); err != nil {
+			if _, err := (kernel.Netlink{}).Apply(redirect.Netns(pod.Handle(t)), rs); err != nil {
 				t.Fatal(err)
 			}
 			proxy := listenIn(t, pod, "tcp4", "0.0.0.0:15001") // Envoy without dual stack

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -214,7 +215,7 @@ func (tp *trafficPod) applySluice(t *testing.T, c sidecarCase) bool {
 	if err != nil {
 		return false
 	}
-	if err := redirect.Apply(tp.pod.Handle(t), rs); err != nil {
+	if _, err := (kernel.Netlink{}).Apply(redirect.Netns(tp.pod.Handle(t)), rs); err != nil {
 		t.Fatal(err)
 	}
 	return true

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -125,7 +126,7 @@ func TestIstioValidatorInSluicePods(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := ns.Handle(t)
-			if err := redirect.Apply(h, rs); err != nil {
+			if _, err := (kernel.Netlink{}).Apply(redirect.Netns(h), rs); err != nil {
 				t.Fatalf("apply: %v", err)
 			}
 			for _, ip := range tc.probe {

@@ -80,7 +80,7 @@ func renderChain(b *strings.Builder, c Chain) {
 	}
 	for _, r := range c.Rules {
 		b.WriteString("\t\t")
-		b.WriteString(r.text())
+		b.WriteString(r.Text())
 		b.WriteString("\n")
 	}
 	b.WriteString("\t}\n")
@@ -123,8 +123,9 @@ func (h Hook) String() string {
 	return "postrouting"
 }
 
-// text is the rule as one nft statement line.
-func (r Rule) text() string {
+// Text is the rule as one nft statement line, as Render writes it
+// (and drift reports quote it).
+func (r Rule) Text() string {
 	parts := make([]string, 0, len(r.Matches)+len(r.Stmts)+2)
 	for _, m := range r.Matches {
 		parts = append(parts, matchText(m))

@@ -38,8 +38,8 @@ const (
 )
 
 // Match is one condition of a rule. The concrete types below are the whole
-// vocabulary; render.go turns each into nft text and exprs_linux.go into
-// netlink expressions.
+// vocabulary; render.go turns each into nft text, and package nftnl
+// (redirect/kernel/nftnl, exprs_linux.go) into netlink expressions.
 type Match interface{ isMatch() }
 
 type (

@@ -1,19 +1,18 @@
 // Package nft is sluice's small model of an nftables table: sets, chains,
-// rules built from a fixed vocabulary of matches, statements and verdicts.
-// It renders a table as `nft` text and, on Linux, programs it into a
-// network namespace over netlink in one transaction, removes it, and reads
-// it back to report drift. It knows nothing of pods, proxies or Specs:
-// package redirect decides what goes into a table, this one how it reaches
-// the kernel.
+// rules built from a fixed vocabulary of matches, statements and verdicts,
+// and their rendering as `nft` text. It is pure (no netlink, no syscalls:
+// redirect's deps_test.go): package redirect decides what goes into a
+// table, this one what a table is, and redirect/kernel/nftnl how it
+// reaches the kernel.
 package nft
 
 import "net/netip"
 
 // Table is one table in the inet family, so a single table covers IPv4
 // and IPv6: named sets, then chains of rules. It is the single description
-// both the text (Render) and the netlink messages (Apply, Verify) are
+// both the text (Render) and the netlink messages (package nftnl) are
 // produced from, so the two cannot disagree. Treat a Table as immutable
-// once handed to Apply, Verify or Render.
+// once handed to nftnl or Render.
 type Table struct {
 	Name   string
 	Sets   []Set
@@ -40,6 +39,13 @@ type Set struct {
 	Ports    []uint16       // SetPorts, sorted, unique
 	Prefixes []netip.Prefix // SetIPv4/SetIPv6, masked, sorted, none inside another
 	Ifnames  []string       // SetIfnames, sorted, unique
+}
+
+// Addrs are elements for one named set of single addresses (SetIPv4Addrs
+// or SetIPv6Addrs), which come and go apart from the table's description.
+type Addrs struct {
+	Set   string
+	Addrs []netip.Addr
 }
 
 // Hook is where a base chain hooks into the netfilter path.

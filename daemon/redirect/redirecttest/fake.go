@@ -2,7 +2,8 @@
 // package redirect, for tests of the logic above it (workloads, rpc) that
 // must run without root: Fake is a redirect.Kernel keyed by netns inode,
 // Namespaces an opener of pod netns paths. They are fakes for pure logic:
-// the kernel tests of redirect, and the e2e tests, test the real thing.
+// the kernel tests of redirect/kernel, and the e2e tests, test the real
+// thing.
 package redirecttest
 
 import (
@@ -112,15 +113,15 @@ func (f *Fake) HostIPs(ino uint64) []netip.Addr {
 }
 
 // begin counts a call and returns the netns inode and the injected error.
-func (f *Fake) begin(op Op, ns netns.NsHandle) (uint64, error) {
+func (f *Fake) begin(op Op, ns redirect.Netns) (uint64, error) {
 	f.calls[op]++
 	if err := f.fail[op]; err != nil {
 		return 0, err
 	}
-	return Inode(ns)
+	return Inode(netns.NsHandle(ns))
 }
 
-func (f *Fake) Apply(ns netns.NsHandle, r *redirect.Ruleset) (redirect.Gen, error) {
+func (f *Fake) Apply(ns redirect.Netns, r *redirect.Ruleset) (redirect.Gen, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ino, err := f.begin(OpApply, ns)
@@ -133,7 +134,7 @@ func (f *Fake) Apply(ns netns.NsHandle, r *redirect.Ruleset) (redirect.Gen, erro
 	return f.gens[ino], nil
 }
 
-func (f *Fake) Remove(ns netns.NsHandle, had *redirect.Ruleset) error {
+func (f *Fake) Remove(ns redirect.Netns, had *redirect.Ruleset) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ino, err := f.begin(OpRemove, ns)
@@ -147,7 +148,7 @@ func (f *Fake) Remove(ns netns.NsHandle, had *redirect.Ruleset) error {
 	return nil
 }
 
-func (f *Fake) Verify(ns netns.NsHandle, want *redirect.Ruleset) ([]string, error) {
+func (f *Fake) Verify(ns redirect.Netns, want *redirect.Ruleset) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ino, err := f.begin(OpVerify, ns)
@@ -160,7 +161,7 @@ func (f *Fake) Verify(ns netns.NsHandle, want *redirect.Ruleset) ([]string, erro
 // VerifySince skips the comparison, as the real one skips reading the
 // table, while the netns's generation is still since; otherwise it counts
 // as a Verify too.
-func (f *Fake) VerifySince(ns netns.NsHandle, want *redirect.Ruleset, since redirect.Gen) ([]string, redirect.Gen, error) {
+func (f *Fake) VerifySince(ns redirect.Netns, want *redirect.Ruleset, since redirect.Gen) ([]string, redirect.Gen, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ino, err := f.begin(OpVerifySince, ns)
@@ -190,15 +191,15 @@ func (f *Fake) compare(ino uint64, want *redirect.Ruleset) []string {
 	return nil
 }
 
-func (f *Fake) AddHostIPs(ns netns.NsHandle, ips ...netip.Addr) error {
+func (f *Fake) AddHostIPs(ns redirect.Netns, ips ...netip.Addr) error {
 	return f.changeHostIPs(OpAddHostIPs, ns, ips)
 }
 
-func (f *Fake) RemoveHostIPs(ns netns.NsHandle, ips ...netip.Addr) error {
+func (f *Fake) RemoveHostIPs(ns redirect.Netns, ips ...netip.Addr) error {
 	return f.changeHostIPs(OpRemoveHostIPs, ns, ips)
 }
 
-func (f *Fake) changeHostIPs(op Op, ns netns.NsHandle, ips []netip.Addr) error {
+func (f *Fake) changeHostIPs(op Op, ns redirect.Netns, ips []netip.Addr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ino, err := f.begin(op, ns)

@@ -13,17 +13,18 @@ import (
 func TestFake(t *testing.T) {
 	ns := NewNamespaces(t)
 	ino := ns.Add("/netns/a")
-	h, err := ns.Open("/netns/a")
+	handle, err := ns.Open("/netns/a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
-	if got, _ := Inode(h); got != ino {
+	defer handle.Close()
+	if got, _ := Inode(handle); got != ino {
 		t.Fatalf("handle inode %d, want %d", got, ino)
 	}
 	side, _ := redirect.Build(redirect.DefaultSpec())
 	amb, _ := redirect.Build(redirect.DefaultAmbientSpec())
 	k := NewFake()
+	h := redirect.Netns(handle)
 	if d, _ := k.Verify(h, side); len(d) != 1 {
 		t.Fatalf("Verify of an empty netns: %v", d)
 	}
