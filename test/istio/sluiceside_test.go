@@ -44,7 +44,7 @@ func sluiceFacts(pod *corev1.Pod, ips []netip.Addr) (facts, policy.Decision, err
 	}
 	if len(s.RerouteInterfaces) > 0 {
 		// The reroute rule runs ahead of inbound capture in every
-		// interception mode (redirect/reroute_linux_test.go).
+		// interception mode (redirect/kernel/reroute_linux_test.go).
 		f["reroute-to"] = rerouteOutbound
 	}
 	switch {

@@ -1,4 +1,4 @@
-package nft
+package nftnl
 
 import (
 	"testing"
@@ -8,6 +8,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 	"github.com/sluicemesh/sluice/internal/nlsock"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
@@ -15,7 +16,7 @@ import (
 // The benchmarks below hold nlsock (internal/nlsock) to the upstream
 // libraries it stands in for, on the same table in a real netns (root):
 //
-//	go test -run '^$' -bench 'Upstream' -benchtime 2000x -count 6 ./daemon/redirect/nft
+//	go test -run '^$' -bench 'Upstream' -benchtime 2000x -count 6 ./daemon/redirect/kernel/nftnl
 //
 //   - product: Apply as the agent runs it (GET, cached batch, one ACK, nlsock).
 //   - nlsock: the batch marshalled afresh, sent with one ACK on an nlsock socket.
@@ -31,15 +32,15 @@ import (
 // process's user+sys CPU over the op alone (getrusage), which counts the
 // goroutines and threads each library wakes; ns/op is wall time.
 
-type applyFunc func(b *testing.B, h netns.NsHandle, t *Table, replace bool)
+type applyFunc func(b *testing.B, h netns.NsHandle, t *nft.Table, replace bool)
 
-func applyProduct(b *testing.B, h netns.NsHandle, t *Table, _ bool) {
-	if _, _, err := Apply(h, t); err != nil {
+func applyProduct(b *testing.B, h netns.NsHandle, t *nft.Table, _ bool) {
+	if _, _, err := apply(h, t); err != nil {
 		b.Fatal(err)
 	}
 }
 
-func freshBatch(b *testing.B, t *Table, replace bool) []netlink.Message {
+func freshBatch(b *testing.B, t *nft.Table, replace bool) []netlink.Message {
 	p := newProgram(t)
 	batch, err := marshal(func(c *nftables.Conn) error { return p.build(c, replace) })
 	if err != nil {
@@ -49,7 +50,7 @@ func freshBatch(b *testing.B, t *Table, replace bool) []netlink.Message {
 	return batch
 }
 
-func applyNlsock(b *testing.B, h netns.NsHandle, t *Table, replace bool) {
+func applyNlsock(b *testing.B, h netns.NsHandle, t *nft.Table, replace bool) {
 	batch := freshBatch(b, t, replace)
 	s, err := open(h)
 	if err != nil {
@@ -61,7 +62,7 @@ func applyNlsock(b *testing.B, h netns.NsHandle, t *Table, replace bool) {
 	}
 }
 
-func applyMdlayher(b *testing.B, h netns.NsHandle, t *Table, replace bool) {
+func applyMdlayher(b *testing.B, h netns.NsHandle, t *nft.Table, replace bool) {
 	batch := freshBatch(b, t, replace)
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(h)})
 	if err != nil {
@@ -90,7 +91,7 @@ type lasting struct{ c *nftables.Conn }
 
 func (l lasting) Close() error { return l.c.CloseLasting() }
 
-func applyNftables(b *testing.B, h netns.NsHandle, t *Table, replace bool) {
+func applyNftables(b *testing.B, h netns.NsHandle, t *nft.Table, replace bool) {
 	c, err := nftables.New(nftables.WithNetNSFd(int(h)), nftables.AsLasting())
 	if err != nil {
 		b.Fatal(err)
