@@ -21,8 +21,8 @@ func TestAmbientLabelFlipOnRunningPod(t *testing.T) {
 	createNamespace(t, c, "mesh")
 	n := newNode(t)
 	zsock := filepath.Join(t.TempDir(), "zt", "ztunnel.sock")
-	n.kubeAgent(env, "--ambient", "--host-netns", n.ns.Path, "--ztunnel-socket", zsock,
-		"--netns-roots", n.nsRoot+",/proc", "--host-proc", "/proc")
+	n.kubeAgent(env, "--ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", zsock,
+		"--netns-roots", n.Root+",/proc", "--host-proc", "/proc")
 	z := connectZDS(t, zsock)
 	if req, _ := z.next(); req.GetSnapshotSent() == nil {
 		t.Fatalf("want an empty snapshot, got %v", req)
@@ -76,7 +76,7 @@ func TestAmbientLabelFlipOnRunningPod(t *testing.T) {
 	nstest.Eventually(t, 2*time.Second, func() bool {
 		return rulesetState(t, sb) == "none" && annotated() == ""
 	}, "pod not unenrolled within 2s of its opt-out label")
-	if ws := n.listWorkloads(t); len(ws) != 0 {
+	if ws := n.Workloads(t); len(ws) != 0 {
 		t.Fatalf("agent still lists %v", ws)
 	}
 }

@@ -108,16 +108,16 @@ func netnsInode(t *testing.T, ns *nstest.NS) uint64 {
 func TestAmbientHandsPodsToZtunnel(t *testing.T) {
 	n := newNode(t)
 	zsock := filepath.Join(t.TempDir(), "ztunnel", "ztunnel.sock")
-	args := []string{"--ambient", "--default-mode", "ambient", "--host-netns", n.ns.Path, "--ztunnel-socket", zsock}
+	args := []string{"--ambient", "--default-mode", "ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", zsock}
 	n.startAgent(args...)
 	c := n.cni(n.conflist("1.1.0", ""))
-	pod := n.pod("amb")
+	pod := n.Pod("amb")
 	rc := rt("amb1", pod)
 
-	if _, err := c.add(rc); err == nil || !strings.Contains(err.Error(), "no ztunnel connected") {
+	if _, err := c.Add(rc); err == nil || !strings.Contains(err.Error(), "no ztunnel connected") {
 		t.Fatalf("ADD with no ztunnel = %v, want a try-again error naming ztunnel", err)
 	}
-	if err := c.del(rc); err != nil {
+	if err := c.Del(rc); err != nil {
 		t.Fatal(err)
 	}
 
@@ -126,7 +126,7 @@ func TestAmbientHandsPodsToZtunnel(t *testing.T) {
 		t.Fatalf("first message %v, want an empty snapshot", req)
 	}
 	added := make(chan error, 1)
-	go func() { _, err := c.add(rc); added <- err }()
+	go func() { _, err := c.Add(rc); added <- err }()
 	req, ino := z.next()
 	if req.GetAdd().GetUid() != "uid-amb" || ino != netnsInode(t, pod) {
 		t.Fatalf("ztunnel got %v with netns inode %d, want Add uid-amb with the pod's netns %d", req, ino, netnsInode(t, pod))
@@ -135,7 +135,7 @@ func TestAmbientHandsPodsToZtunnel(t *testing.T) {
 		t.Fatalf("ADD: %v", err)
 	}
 	n.expectInSync(t, "amb1")
-	if out := n.ns.Run(t, "nft", "list", "set", "inet", "sluice-host", "probe-pods-v4"); !strings.Contains(out, "10.244.0.") {
+	if out := n.NS.Run(t, "nft", "list", "set", "inet", "sluice-host", "probe-pods-v4"); !strings.Contains(out, "10.244.0.") {
 		t.Fatalf("pod IP not in the host probe set:\n%s", out)
 	}
 	p := startProxy(t, pod, "15001")
@@ -145,8 +145,8 @@ func TestAmbientHandsPodsToZtunnel(t *testing.T) {
 	p.expect(t, "10.96.0.10:80")
 
 	// A restarted agent gives the new connection every enrolled pod.
-	n.agent.cmd.Process.Kill()
-	<-n.agent.done
+	n.agent.Cmd.Process.Kill()
+	<-n.agent.Done
 	n.startAgent(args...)
 	z = connectZDS(t, zsock)
 	if req, ino := z.next(); req.GetAdd().GetUid() != "uid-amb" || ino != netnsInode(t, pod) {
@@ -157,21 +157,21 @@ func TestAmbientHandsPodsToZtunnel(t *testing.T) {
 	}
 
 	deleted := make(chan error, 1)
-	go func() { deleted <- c.del(rc) }()
+	go func() { deleted <- c.Del(rc) }()
 	if req, _ := z.next(); req.GetDel().GetUid() != "uid-amb" {
 		t.Fatalf("ztunnel got %v on DEL, want Del uid-amb", req)
 	}
 	if err := <-deleted; err != nil {
 		t.Fatal(err)
 	}
-	if out := n.ns.Run(t, "nft", "list", "set", "inet", "sluice-host", "probe-pods-v4"); strings.Contains(out, "10.244.0.") {
+	if out := n.NS.Run(t, "nft", "list", "set", "inet", "sluice-host", "probe-pods-v4"); strings.Contains(out, "10.244.0.") {
 		t.Fatalf("pod IP left in the host probe set after DEL:\n%s", out)
 	}
 	if s := rulesetState(t, pod); s != "none" {
 		t.Fatalf("pod netns after DEL: %s", s)
 	}
-	n.agent.stop(t)
-	if err := n.ns.Command("nft", "list", "table", "inet", "sluice-host").Run(); err == nil {
+	n.agent.Stop(t)
+	if err := n.NS.Command("nft", "list", "table", "inet", "sluice-host").Run(); err == nil {
 		t.Fatal("host table left after an uninstall exit")
 	}
 	if _, err := os.Stat(zsock); !os.IsNotExist(err) {
@@ -185,34 +185,34 @@ func TestAmbientHandsPodsToZtunnel(t *testing.T) {
 func TestSIGTERMDrainsInFlightADD(t *testing.T) {
 	n := newNode(t)
 	zsock := filepath.Join(t.TempDir(), "ztunnel", "ztunnel.sock")
-	a := n.startAgent("--ambient", "--default-mode", "ambient", "--host-netns", n.ns.Path, "--ztunnel-socket", zsock)
+	a := n.startAgent("--ambient", "--default-mode", "ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", zsock)
 	z := connectZDS(t, zsock)
 	if req, _ := z.next(); req.GetSnapshotSent() == nil {
 		t.Fatalf("want an empty snapshot, got %v", req)
 	}
 	c := n.cni(n.conflist("1.1.0", ""))
-	pod := n.pod("drain")
+	pod := n.Pod("drain")
 	added := make(chan error, 1)
-	go func() { _, err := c.add(rt("drain1", pod)); added <- err }()
+	go func() { _, err := c.Add(rt("drain1", pod)); added <- err }()
 	// The ADD is now inside the agent, waiting for the ack.
 	req, ino := z.nextUnacked()
 	if req.GetAdd().GetUid() != "uid-drain" || ino != netnsInode(t, pod) {
 		t.Fatalf("ztunnel got %v", req)
 	}
-	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.Cmd.Process.Signal(syscall.SIGTERM)
 	nstest.Eventually(t, 5*time.Second, func() bool {
-		return len(a.logs.lines("signal received; draining")) == 1
+		return len(a.Logs.Lines("signal received; draining")) == 1
 	}, "agent did not start draining")
 	z.ack()
 	if err := <-added; err != nil {
 		t.Fatalf("the in-flight ADD failed across SIGTERM: %v", err)
 	}
 	select {
-	case <-a.done:
+	case <-a.Done:
 	case <-time.After(15 * time.Second):
 		t.Fatal("agent did not exit after draining")
 	}
-	if !a.cmd.ProcessState.Success() {
-		t.Fatalf("agent exit: %v\n%s", a.cmd.ProcessState, a.logs)
+	if !a.Cmd.ProcessState.Success() {
+		t.Fatalf("agent exit: %v\n%s", a.Cmd.ProcessState, a.Logs)
 	}
 }

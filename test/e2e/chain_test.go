@@ -15,10 +15,10 @@ func TestChainAddCaptureCheckDel(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
 	c := n.cni(n.conflist("1.1.0", ""))
-	pod := n.pod("pod-a")
+	pod := n.Pod("pod-a")
 	rc := rt("c0ffee01", pod)
 
-	res, err := c.add(rc)
+	res, err := c.Add(rc)
 	if err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
@@ -43,24 +43,24 @@ func TestChainAddCaptureCheckDel(t *testing.T) {
 	}
 	p.expect(t, "[fd00:96::10]:80")
 
-	if err := c.check(rc); err != nil {
+	if err := c.Check(rc); err != nil {
 		t.Fatalf("CHECK on a fresh pod: %v", err)
 	}
 	pod.Run(t, "nft", "flush", "table", "inet", "sluice")
-	if err := c.check(rc); err == nil || !strings.Contains(err.Error(), "drift") {
+	if err := c.Check(rc); err == nil || !strings.Contains(err.Error(), "drift") {
 		t.Fatalf("CHECK after flush = %v, want drift", err)
 	}
 
-	if err := c.del(rc); err != nil {
+	if err := c.Del(rc); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if err := c.del(rc); err != nil {
+	if err := c.Del(rc); err != nil {
 		t.Fatalf("second DEL: %v", err)
 	}
 	if out, err := pod.Command("nft", "list", "table", "inet", "sluice").CombinedOutput(); err == nil {
 		t.Fatalf("table still there after DEL:\n%s", out)
 	}
-	if recs := n.listWorkloads(t); len(recs) != 0 {
+	if recs := n.Workloads(t); len(recs) != 0 {
 		t.Fatalf("agent still lists %d workloads after DEL", len(recs))
 	}
 }
@@ -79,11 +79,11 @@ func TestAddResultEqualsBridgeResult(t *testing.T) {
 			}
 			bridgeOnly := &libcni.NetworkConfigList{Name: conf.Name, CNIVersion: conf.CNIVersion, Plugins: conf.Plugins[:1]}
 			c := n.cni(list)
-			pod := n.pod("pod-" + strings.ReplaceAll(ver, ".", ""))
+			pod := n.Pod("pod-" + strings.ReplaceAll(ver, ".", ""))
 			rc := rt("bridge-"+strings.ReplaceAll(ver, ".", ""), pod)
 			var bridgeRes []byte
-			err = n.ns.Do(func() error {
-				res, err := c.lib.AddNetworkList(t.Context(), bridgeOnly, rc)
+			err = n.NS.Do(func() error {
+				res, err := c.Lib.AddNetworkList(t.Context(), bridgeOnly, rc)
 				if err != nil {
 					return err
 				}
@@ -93,8 +93,8 @@ func TestAddResultEqualsBridgeResult(t *testing.T) {
 			if err != nil {
 				t.Fatalf("bridge ADD: %v", err)
 			}
-			stdin := []byte(`{"cniVersion":"` + ver + `","name":"e2e","type":"sluice","socket":"` + n.socket + `","prevResult":` + string(bridgeRes) + `}`)
-			out, err := execPlugin(t, n.ns, []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=" + rc.ContainerID, "CNI_NETNS=" + pod.Path, "CNI_IFNAME=eth0"}, stdin)
+			stdin := []byte(`{"cniVersion":"` + ver + `","name":"e2e","type":"sluice","socket":"` + n.Socket + `","prevResult":` + string(bridgeRes) + `}`)
+			out, err := execPlugin(t, n.NS, []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=" + rc.ContainerID, "CNI_NETNS=" + pod.Path, "CNI_IFNAME=eth0"}, stdin)
 			if err != nil {
 				t.Fatalf("sluice ADD: %v\n%s", err, out)
 			}

@@ -33,14 +33,14 @@ func TestCleanupRestoresTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cni{node: n, conf: conf, lib: libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)}
-	pod := n.pod("clean")
-	if _, err := c.add(rt("clean1", pod)); err != nil {
+	c := &cni{NS: n.NS, Conf: conf, Lib: libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)}
+	pod := n.Pod("clean")
+	if _, err := c.Add(rt("clean1", pod)); err != nil {
 		t.Fatal(err)
 	}
 	pod.Run(t, "nft", "add", "table", "inet", "someone-elses")
 	cleanup := func() (string, error) {
-		out, err := n.ns.Command(filepath.Join(binDir, "sluice-agent"), append([]string{"cleanup"}, n.agentArgs(flags...)...)...).CombinedOutput()
+		out, err := n.NS.Command(filepath.Join(binDir, "sluice-agent"), append([]string{"cleanup"}, n.agentArgs(flags...)...)...).CombinedOutput()
 		return string(out), err
 	}
 
@@ -48,7 +48,7 @@ func TestCleanupRestoresTheNode(t *testing.T) {
 		t.Fatalf("cleanup under a running agent: %v\n%s", err, out)
 	}
 	pod.Run(t, "nft", "list", "table", "inet", "sluice") // still there
-	a.stop(t)
+	a.Stop(t)
 	if _, err := os.Stat(filepath.Join(n.cniBin, "sluice")); err != nil {
 		t.Fatalf("the agent removed its plugin on a plain stop: %v", err)
 	}
@@ -66,7 +66,7 @@ func TestCleanupRestoresTheNode(t *testing.T) {
 	if b, _ := os.ReadFile(primaryPath); !bytes.Equal(b, primary) {
 		t.Errorf("primary conflist after cleanup:\n%s\nwant as before sluice:\n%s", b, primary)
 	}
-	for _, gone := range []string{filepath.Join(n.cniBin, "sluice"), n.stateDir, n.socket} {
+	for _, gone := range []string{filepath.Join(n.cniBin, "sluice"), n.StateDir, n.Socket} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s left after cleanup (%v)", gone, err)
 		}
@@ -93,19 +93,19 @@ func TestCleanupOnUninstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cni{node: n, conf: conf, lib: libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)}
-	pod := n.pod("leave")
-	if _, err := c.add(rt("leave1", pod)); err != nil {
+	c := &cni{NS: n.NS, Conf: conf, Lib: libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)}
+	pod := n.Pod("leave")
+	if _, err := c.Add(rt("leave1", pod)); err != nil {
 		t.Fatal(err)
 	}
-	a.stop(t)
+	a.Stop(t)
 	if err := pod.Command("nft", "list", "table", "inet", "sluice").Run(); err == nil {
 		t.Error("the pod's sluice table outlived the agent's uninstall")
 	}
 	if b, _ := os.ReadFile(primaryPath); !bytes.Equal(b, primary) {
 		t.Errorf("primary conflist after uninstall:\n%s", b)
 	}
-	for _, gone := range []string{filepath.Join(n.cniBin, "sluice"), n.stateDir, n.socket} {
+	for _, gone := range []string{filepath.Join(n.cniBin, "sluice"), n.StateDir, n.Socket} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s left after the agent's uninstall (%v)", gone, err)
 		}

@@ -11,7 +11,7 @@ import (
 
 func agentCLI(t *testing.T, n *node, args ...string) (string, int) {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(binDir, "sluice-agent"), append(args, "--socket", n.socket)...).CombinedOutput()
+	out, err := exec.Command(filepath.Join(binDir, "sluice-agent"), append(args, "--socket", n.Socket)...).CombinedOutput()
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
@@ -30,7 +30,7 @@ func TestCLILookups(t *testing.T) {
 	n.startAgent("--exclude-namespaces", "kube-system")
 	c := n.cni(n.loopbackChain("2s"))
 	for _, id := range []string{"cafe0001aaaa", "cafe0002bbbb"} {
-		if _, err := c.add(rt(id, n.pod(id))); err != nil {
+		if _, err := c.Add(rt(id, n.Pod(id))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,15 +90,15 @@ func TestPolledCallsLogAtDebug(t *testing.T) {
 				}
 			}
 			c := n.cni(n.loopbackChain("2s"))
-			if _, err := c.add(rt("quiet1", n.pod("quiet1"))); err != nil {
+			if _, err := c.Add(rt("quiet1", n.Pod("quiet1"))); err != nil {
 				t.Fatal(err)
 			}
-			status := n.agent.logs.lines("msg=call", "/sluice.v1.CNI/Status")
+			status := n.agent.Logs.Lines("msg=call", "/sluice.v1.CNI/Status")
 			if level == "info" && len(status) != 0 || level == "debug" && len(status) < 3 {
-				t.Errorf("at %s, %d STATUS call lines:\n%s", level, len(status), n.agent.logs)
+				t.Errorf("at %s, %d STATUS call lines:\n%s", level, len(status), n.agent.Logs)
 			}
-			if got := n.agent.logs.lines(`msg="pod enrolled"`, "container_id=quiet1", "mode=sidecar"); len(got) != 1 {
-				t.Errorf("at %s, no decision line for the ADD:\n%s", level, n.agent.logs)
+			if got := n.agent.Logs.Lines(`msg="pod enrolled"`, "container_id=quiet1", "mode=sidecar"); len(got) != 1 {
+				t.Errorf("at %s, no decision line for the ADD:\n%s", level, n.agent.Logs)
 			}
 		})
 	}

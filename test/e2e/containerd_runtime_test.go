@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicemesh/sluice/internal/agenttest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 	"github.com/sluicemesh/sluice/internal/ociimage"
 )
@@ -53,7 +54,7 @@ type containerd struct {
 	socket string
 	crictl string
 	cfg    string // crictl's config
-	logs   *syncBuffer
+	logs   *agenttest.Logs
 	cmd    *exec.Cmd
 	done   chan struct{}
 	// sandboxes maps each pod sandbox run to its netns path; cleanup
@@ -133,7 +134,7 @@ func (n *node) startContainerd(crictl string) *containerd {
 		socket:    filepath.Join(dir, "containerd.sock"),
 		crictl:    crictl,
 		cfg:       filepath.Join(dir, "crictl.yaml"),
-		logs:      &syncBuffer{},
+		logs:      &agenttest.Logs{},
 		done:      make(chan struct{}),
 		sandboxes: map[string]string{},
 	}
@@ -153,7 +154,7 @@ func (n *node) startContainerd(crictl string) *containerd {
 		t.Fatal(err)
 	}
 
-	c.cmd = n.ns.Command("containerd", "--config", confPath)
+	c.cmd = n.NS.Command("containerd", "--config", confPath)
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
 	// Pdeathsig fires when the thread that forked the child exits, not the
 	// process: fork from a locked goroutine that lives as long as the child.

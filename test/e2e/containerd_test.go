@@ -68,14 +68,14 @@ func TestContainerdSandboxCaptured(t *testing.T) {
 	if _, err := netlink.LinkByName(containerdBridge); err == nil {
 		t.Fatalf("bridge %s is in the host netns", containerdBridge)
 	}
-	if err := n.ns.Do(func() error { _, err := netlink.LinkByName(containerdBridge); return err }); err != nil {
+	if err := n.NS.Do(func() error { _, err := netlink.LinkByName(containerdBridge); return err }); err != nil {
 		t.Fatalf("bridge %s not in the node netns: %v", containerdBridge, err)
 	}
 
 	if got := rulesetState(t, pod); got != "full" {
 		t.Fatalf("sandbox netns %s ruleset: %s", netnsPath, got)
 	}
-	ws := n.listWorkloads(t)
+	ws := n.Workloads(t)
 	if len(ws) != 1 {
 		t.Fatalf("agent lists %d workloads, want 1: %v", len(ws), ws)
 	}
@@ -99,12 +99,12 @@ func TestContainerdSandboxCaptured(t *testing.T) {
 	if left := cniCacheEntries(podID); len(left) > 0 {
 		t.Fatalf("libcni results left after rmp, so a DEL did not complete: %v", left)
 	}
-	if ws := n.listWorkloads(t); len(ws) != 0 {
+	if ws := n.Workloads(t); len(ws) != 0 {
 		t.Fatalf("agent still lists workloads after rmp: %v", ws)
 	}
-	dels := n.agent.logs.lines("method=/sluice.v1.CNI/Del", "container_id="+podID)
+	dels := n.agent.Logs.Lines("method=/sluice.v1.CNI/Del", "container_id="+podID)
 	if len(dels) < 2 {
-		t.Fatalf("agent saw %d DELs for %s, want containerd's two:\n%s", len(dels), podID, n.agent.logs)
+		t.Fatalf("agent saw %d DELs for %s, want containerd's two:\n%s", len(dels), podID, n.agent.Logs)
 	}
 	for _, l := range dels {
 		if !strings.Contains(l, "code=OK") {

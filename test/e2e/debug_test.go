@@ -42,15 +42,15 @@ func TestGrpcurl(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
 	c := n.cni(n.loopbackChain("2s"))
-	pod := n.pod("g1")
-	if _, err := c.add(rt("grpc1", pod)); err != nil {
+	pod := n.Pod("g1")
+	if _, err := c.Add(rt("grpc1", pod)); err != nil {
 		t.Fatal(err)
 	}
 	// grpcurl 1.9.2 and 1.9.3 ignore -unix (fullstorydev/grpcurl#496);
 	// the unix:// address works in every recent version.
 	run := func(args ...string) string {
 		t.Helper()
-		args = append(append([]string{"-plaintext"}, args[:len(args)-1]...), "unix://"+n.socket, args[len(args)-1])
+		args = append(append([]string{"-plaintext"}, args[:len(args)-1]...), "unix://"+n.Socket, args[len(args)-1])
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("grpcurl %v: %v\n%s", args, err, out)
@@ -81,13 +81,13 @@ func TestAgentCLI(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
 	c := n.cni(n.loopbackChain("2s"))
-	pod := n.pod("cli")
-	if _, err := c.add(rt("cli1", pod)); err != nil {
+	pod := n.Pod("cli")
+	if _, err := c.Add(rt("cli1", pod)); err != nil {
 		t.Fatal(err)
 	}
 	agentCLI := func(cmd string) string {
 		t.Helper()
-		out, err := exec.Command(filepath.Join(binDir, "sluice-agent"), cmd, "--socket", n.socket).CombinedOutput()
+		out, err := exec.Command(filepath.Join(binDir, "sluice-agent"), cmd, "--socket", n.Socket).CombinedOutput()
 		if err != nil {
 			t.Fatalf("sluice-agent %s: %v\n%s", cmd, err, out)
 		}

@@ -33,27 +33,27 @@ func cniEnv(cmd, containerID, netns string) []string {
 // available" (50) with "status": "agent".
 func TestAgentDown(t *testing.T) {
 	n := newNode(t)
-	pod := n.pod("pod")
-	out, err := execPlugin(t, n.ns, cniEnv("ADD", "down1", pod.Path), pluginStdin(n.socket, "1.0.0", `,"prevResult":`+fakePrev))
+	pod := n.Pod("pod")
+	out, err := execPlugin(t, n.NS, cniEnv("ADD", "down1", pod.Path), pluginStdin(n.Socket, "1.0.0", `,"prevResult":`+fakePrev))
 	if err == nil {
 		t.Fatalf("ADD succeeded with no agent: %s", out)
 	}
 	e := cniError(t, out)
-	if e.Code != types.ErrTryAgainLater || !strings.Contains(e.Msg, n.socket) {
-		t.Fatalf("ADD error = %d %q, want code 11 naming %s", e.Code, e.Msg, n.socket)
+	if e.Code != types.ErrTryAgainLater || !strings.Contains(e.Msg, n.Socket) {
+		t.Fatalf("ADD error = %d %q, want code 11 naming %s", e.Code, e.Msg, n.Socket)
 	}
-	if out, err := execPlugin(t, n.ns, cniEnv("DEL", "down1", pod.Path), pluginStdin(n.socket, "1.0.0", "")); err != nil {
+	if out, err := execPlugin(t, n.NS, cniEnv("DEL", "down1", pod.Path), pluginStdin(n.Socket, "1.0.0", "")); err != nil {
 		t.Fatalf("DEL with no agent failed: %v %s", err, out)
 	}
-	if out, err := execPlugin(t, n.ns, cniEnv("STATUS", "", ""), pluginStdin(n.socket, "1.1.0", "")); err != nil {
+	if out, err := execPlugin(t, n.NS, cniEnv("STATUS", "", ""), pluginStdin(n.Socket, "1.1.0", "")); err != nil {
 		t.Fatalf("STATUS (default) with no agent = %v %s, want success", err, out)
 	}
-	out, err = execPlugin(t, n.ns, cniEnv("STATUS", "", ""), pluginStdin(n.socket, "1.1.0", `,"status":"agent"`))
+	out, err = execPlugin(t, n.NS, cniEnv("STATUS", "", ""), pluginStdin(n.Socket, "1.1.0", `,"status":"agent"`))
 	if err == nil || cniError(t, out).Code != types.ErrPluginNotAvailable {
 		t.Fatalf("STATUS (status: agent) with no agent = %v %s, want code 50", err, out)
 	}
 	// Excluded namespaces never need the agent (no boot deadlock).
-	out, err = execPlugin(t, n.ns, cniEnv("ADD", "down2", pod.Path), pluginStdin(n.socket, "1.0.0", `,"excludeNamespaces":["default"],"prevResult":`+fakePrev))
+	out, err = execPlugin(t, n.NS, cniEnv("ADD", "down2", pod.Path), pluginStdin(n.Socket, "1.0.0", `,"excludeNamespaces":["default"],"prevResult":`+fakePrev))
 	if err != nil {
 		t.Fatalf("ADD in an excluded namespace failed with no agent: %v %s", err, out)
 	}
@@ -64,12 +64,12 @@ func TestAgentDown(t *testing.T) {
 func TestAgentHungAddTimesOut(t *testing.T) {
 	n := newNode(t)
 	a := n.startAgent()
-	pod := n.pod("pod")
-	a.cmd.Process.Signal(syscall.SIGSTOP)
+	pod := n.Pod("pod")
+	a.Cmd.Process.Signal(syscall.SIGSTOP)
 	start := time.Now()
-	out, err := execPlugin(t, n.ns, cniEnv("ADD", "hung1", pod.Path), pluginStdin(n.socket, "1.0.0", `,"prevResult":`+fakePrev))
+	out, err := execPlugin(t, n.NS, cniEnv("ADD", "hung1", pod.Path), pluginStdin(n.Socket, "1.0.0", `,"prevResult":`+fakePrev))
 	took := time.Since(start)
-	a.cmd.Process.Signal(syscall.SIGCONT)
+	a.Cmd.Process.Signal(syscall.SIGCONT)
 	if err == nil {
 		t.Fatalf("ADD succeeded against a stopped agent: %s", out)
 	}
@@ -80,7 +80,7 @@ func TestAgentHungAddTimesOut(t *testing.T) {
 	if took > 10*time.Second {
 		t.Fatalf("ADD took %v against a 1s timeout", took)
 	}
-	if out, err := execPlugin(t, n.ns, cniEnv("ADD", "hung1", pod.Path), pluginStdin(n.socket, "1.0.0", `,"prevResult":`+fakePrev)); err != nil {
+	if out, err := execPlugin(t, n.NS, cniEnv("ADD", "hung1", pod.Path), pluginStdin(n.Socket, "1.0.0", `,"prevResult":`+fakePrev)); err != nil {
 		t.Fatalf("ADD after SIGCONT: %v %s", err, out)
 	}
 }
@@ -92,18 +92,18 @@ func TestAgentHungAddTimesOut(t *testing.T) {
 func TestNonRootCallerDenied(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
-	for p := n.socket; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
+	for p := n.Socket; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
 		if err := os.Chmod(p, 0o777); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := runAsNobody(t, n.socket); got != codes.Unavailable.String() {
+	if got := runAsNobody(t, n.Socket); got != codes.Unavailable.String() {
 		t.Fatalf("uid 65534 got %q, want Unavailable (cut at the handshake)", got)
 	}
-	if !strings.Contains(n.agent.logs.String(), "refused a connection on the agent socket") {
+	if !strings.Contains(n.agent.Logs.String(), "refused a connection on the agent socket") {
 		t.Fatal("the refusal was not logged")
 	}
-	if got := runAsRoot(t, n.socket); got != codes.OK.String() {
+	if got := runAsRoot(t, n.Socket); got != codes.OK.String() {
 		t.Fatalf("root got %q, want OK", got)
 	}
 }
@@ -148,7 +148,7 @@ func childOutput(t *testing.T, cmd *exec.Cmd) string {
 func TestPluginRejectsBadInput(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
-	pod := n.pod("pod")
+	pod := n.Pod("pod")
 	for _, tc := range []struct {
 		name  string
 		stdin []byte
@@ -156,11 +156,11 @@ func TestPluginRejectsBadInput(t *testing.T) {
 		msg   string
 	}{
 		{"garbage", []byte(`{"cniVersion":"1.0.0",`), types.ErrDecodingFailure, ""},
-		{"unknown cniVersion", pluginStdin(n.socket, "9.9.9", `,"prevResult":`+fakePrev), types.ErrIncompatibleCNIVersion, ""},
-		{"bad timeout", pluginStdin(n.socket, "1.0.0", `,"timeout":"x","prevResult":`+fakePrev), types.ErrInvalidNetworkConfig, "timeout"},
+		{"unknown cniVersion", pluginStdin(n.Socket, "9.9.9", `,"prevResult":`+fakePrev), types.ErrIncompatibleCNIVersion, ""},
+		{"bad timeout", pluginStdin(n.Socket, "1.0.0", `,"timeout":"x","prevResult":`+fakePrev), types.ErrInvalidNetworkConfig, "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := execPlugin(t, n.ns, cniEnv("ADD", "bad1", pod.Path), tc.stdin)
+			out, err := execPlugin(t, n.NS, cniEnv("ADD", "bad1", pod.Path), tc.stdin)
 			if err == nil {
 				t.Fatalf("accepted: %s", out)
 			}
@@ -170,7 +170,7 @@ func TestPluginRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
-	if len(n.listWorkloads(t)) != 0 {
+	if len(n.Workloads(t)) != 0 {
 		t.Fatal("a rejected ADD enrolled a workload")
 	}
 }
@@ -180,16 +180,16 @@ func TestPluginRejectsBadInput(t *testing.T) {
 func TestAgentRefusesHostileRequests(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
-	pod := n.pod("pod")
+	pod := n.Pod("pod")
 	outside := filepath.Join(t.TempDir(), "link")
 	if err := os.Symlink("/proc/1/ns/net", outside); err != nil {
 		t.Fatal(err)
 	}
-	inRoot := filepath.Join(n.nsRoot, "escape")
+	inRoot := filepath.Join(n.Root, "escape")
 	if err := os.Symlink("/etc", inRoot); err != nil {
 		t.Fatal(err)
 	}
-	cni := sluicev1.NewCNIClient(n.client())
+	cni := sluicev1.NewCNIClient(n.Client())
 	add := func(id, netns, ifName string, v sluicev1.ApiVersion) error {
 		_, err := cni.Add(t.Context(), &sluicev1.AddRequest{ApiVersion: v, ContainerId: id, Netns: netns, IfName: ifName})
 		return err
@@ -200,11 +200,11 @@ func TestAgentRefusesHostileRequests(t *testing.T) {
 		code codes.Code
 	}{
 		{"/etc/passwd", add("h1", "/etc/passwd", "eth0", 1), codes.InvalidArgument},
-		{"dotdot", add("h2", n.nsRoot+"/../netns/pod", "eth0", 1), codes.InvalidArgument},
+		{"dotdot", add("h2", n.Root+"/../netns/pod", "eth0", 1), codes.InvalidArgument},
 		{"symlink out of roots", add("h3", outside, "eth0", 1), codes.InvalidArgument},
 		{"symlink in roots to /etc", add("h4", inRoot+"/passwd", "eth0", 1), codes.InvalidArgument},
 		{"own netns", add("h5", "/proc/self/ns/net", "eth0", 1), codes.InvalidArgument},
-		{"missing netns", add("h6", filepath.Join(n.nsRoot, "nope"), "eth0", 1), codes.InvalidArgument},
+		{"missing netns", add("h6", filepath.Join(n.Root, "nope"), "eth0", 1), codes.InvalidArgument},
 		{"bad container id", add("../x", pod.Path, "eth0", 1), codes.InvalidArgument},
 		{"bad ifname", add("h7", pod.Path, "eth0/../x", 1), codes.InvalidArgument},
 		{"api version 0", add("h8", pod.Path, "eth0", 0), codes.FailedPrecondition},
@@ -216,17 +216,17 @@ func TestAgentRefusesHostileRequests(t *testing.T) {
 		}
 	}
 	// Bytes that are not gRPC at all.
-	c, err := n.ns.Dial("unix", n.socket, time.Second)
+	c, err := n.NS.Dial("unix", n.Socket, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Write([]byte("GET / HTTP/1.0\r\n\r\n\x00\xff garbage"))
 	c.Close()
 
-	if len(n.listWorkloads(t)) != 0 {
+	if len(n.Workloads(t)) != 0 {
 		t.Fatal("a refused request enrolled a workload")
 	}
-	if resp, err := n.status(); err != nil || !resp.Ready {
+	if resp, err := n.Status(); err != nil || !resp.Ready {
 		t.Fatalf("agent not serving after hostile input: %v %v", resp, err)
 	}
 	if _, err := cni.Add(t.Context(), &sluicev1.AddRequest{ApiVersion: 1, ContainerId: "ok1", Netns: pod.Path, IfName: "eth0"}, grpc.WaitForReady(true)); err != nil {
@@ -240,8 +240,8 @@ func TestAgentRefusesHostileRequests(t *testing.T) {
 func TestAgentServesThePreviousAPIVersion(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
-	pod := n.pod("old")
-	cni := sluicev1.NewCNIClient(n.client())
+	pod := n.Pod("old")
+	cni := sluicev1.NewCNIClient(n.Client())
 	if _, err := cni.Add(t.Context(), &sluicev1.AddRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_1,
 		ContainerId: "old1", Netns: pod.Path, IfName: "eth0"}); err != nil {
 		t.Fatalf("ADD at the previous API version: %v", err)

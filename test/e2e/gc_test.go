@@ -20,28 +20,28 @@ func TestGCKeepsOnlyValidAttachments(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
 	c := n.cni(n.loopbackChain("2s"))
-	keep, drop, orphan := n.pod("keep"), n.pod("drop"), n.pod("orphan")
+	keep, drop, orphan := n.Pod("keep"), n.Pod("drop"), n.Pod("orphan")
 	for _, rc := range []*libcni.RuntimeConf{rt("keep", keep), rt("drop", drop)} {
-		if _, err := c.add(rc); err != nil {
+		if _, err := c.Add(rc); err != nil {
 			t.Fatalf("ADD %s: %v", rc.ContainerID, err)
 		}
 	}
-	if _, err := sluicev1.NewCNIClient(n.client()).Add(t.Context(), &sluicev1.AddRequest{
+	if _, err := sluicev1.NewCNIClient(n.Client()).Add(t.Context(), &sluicev1.AddRequest{
 		ApiVersion: sluicev1.ApiVersion_API_VERSION_1, ContainerId: "orphan", Netns: orphan.Path, IfName: "eth0",
 		Config: &sluicev1.PluginConfig{NetworkName: "storm"}}); err != nil {
 		t.Fatal(err)
 	}
 	// Another network's GC lists none of these: it must remove none of them.
 	other := n.cni([]byte(strings.Replace(string(n.loopbackChain("2s")), `"name":"storm"`, `"name":"other-net"`, 1)))
-	if err := n.ns.Do(func() error {
-		return other.lib.GCNetworkList(context.Background(), other.conf, &libcni.GCArgs{ValidAttachments: []types.GCAttachment{}})
+	if err := n.NS.Do(func() error {
+		return other.Lib.GCNetworkList(context.Background(), other.Conf, &libcni.GCArgs{ValidAttachments: []types.GCAttachment{}})
 	}); err != nil {
 		t.Fatalf("GC of other-net: %v", err)
 	}
 	// A GC whose config lacks cni.dev/valid-attachments is refused (by hand:
 	// libcni itself DELs every cached attachment when given no list).
-	out, err := execPlugin(t, n.ns, []string{"CNI_COMMAND=GC", "CNI_CONTAINERID=", "CNI_IFNAME=", "CNI_NETNS="},
-		[]byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"storm","type":"sluice","socket":%q}`, n.socket)))
+	out, err := execPlugin(t, n.NS, []string{"CNI_COMMAND=GC", "CNI_CONTAINERID=", "CNI_IFNAME=", "CNI_NETNS="},
+		[]byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"storm","type":"sluice","socket":%q}`, n.Socket)))
 	if err == nil {
 		t.Error("GC without cni.dev/valid-attachments succeeded")
 	} else if e := cniError(t, out); e.Code != types.ErrInvalidNetworkConfig {
@@ -52,8 +52,8 @@ func TestGCKeepsOnlyValidAttachments(t *testing.T) {
 			t.Fatalf("a GC of another network or without the key touched %s: %s", name, s)
 		}
 	}
-	err = n.ns.Do(func() error {
-		return c.lib.GCNetworkList(context.Background(), c.conf, &libcni.GCArgs{
+	err = n.NS.Do(func() error {
+		return c.Lib.GCNetworkList(context.Background(), c.Conf, &libcni.GCArgs{
 			ValidAttachments: []types.GCAttachment{{ContainerID: "keep", IfName: "eth0"}}})
 	})
 	if err != nil {
@@ -68,12 +68,12 @@ func TestGCKeepsOnlyValidAttachments(t *testing.T) {
 	if s := rulesetState(t, orphan); s != "none" {
 		t.Errorf("orphan (known only to the agent): %s", s)
 	}
-	ws := n.listWorkloads(t)
+	ws := n.Workloads(t)
 	if len(ws) != 1 || ws[0].ContainerId != "keep" {
 		t.Errorf("after GC the agent lists %v", ws)
 	}
-	if len(n.agent.logs.lines("msg=call", "/sluice.v1.CNI/GC", "code=OK")) != 2 { // other-net's, then storm's
-		t.Errorf("the GC verb never reached the agent:\n%s", n.agent.logs)
+	if len(n.agent.Logs.Lines("msg=call", "/sluice.v1.CNI/GC", "code=OK")) != 2 { // other-net's, then storm's
+		t.Errorf("the GC verb never reached the agent:\n%s", n.agent.Logs)
 	}
 }
 
@@ -87,16 +87,16 @@ func TestStatusThroughLibcni(t *testing.T) {
 	byDefault := n.cni(n.loopbackChain("2s"))
 	asksAgent := n.cni([]byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"storm","plugins":[
   {"type":"loopback"},
-  {"type":"sluice","socket":%q,"timeout":"2s","status":"agent"}]}`, n.socket)))
+  {"type":"sluice","socket":%q,"timeout":"2s","status":"agent"}]}`, n.Socket)))
 	status := func(c *cni) error {
-		return n.ns.Do(func() error { return c.lib.GetStatusNetworkList(context.Background(), c.conf) })
+		return n.NS.Do(func() error { return c.Lib.GetStatusNetworkList(context.Background(), c.Conf) })
 	}
 	for _, c := range []*cni{byDefault, asksAgent} {
 		if err := status(c); err != nil {
 			t.Fatalf("STATUS with a ready agent: %v", err)
 		}
 	}
-	n.agent.stop(t)
+	n.agent.Stop(t)
 	if err := status(byDefault); err != nil {
 		t.Errorf("STATUS (default) with no agent = %v, want success", err)
 	}

@@ -43,9 +43,9 @@ func TestInstalledChainCapturesAndUninstalls(t *testing.T) {
 	if last := conf.Plugins[len(conf.Plugins)-1].Network.Type; last != "sluice" {
 		t.Fatalf("last plugin is %q, want sluice", last)
 	}
-	c := &cni{node: n, conf: conf, lib: libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)}
-	pod := n.pod("inst")
-	if _, err := c.add(rt("inst1", pod)); err != nil {
+	c := &cni{NS: n.NS, Conf: conf, Lib: libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)}
+	pod := n.Pod("inst")
+	if _, err := c.Add(rt("inst1", pod)); err != nil {
 		t.Fatalf("ADD through the installed chain: %v", err)
 	}
 	p := startProxy(t, pod, "15001")
@@ -63,10 +63,10 @@ func TestInstalledChainCapturesAndUninstalls(t *testing.T) {
 		return bytes.Contains(b, []byte(`"sluice"`))
 	}, "entry not restored after the primary was rewritten")
 
-	if err := c.del(rt("inst1", pod)); err != nil {
+	if err := c.Del(rt("inst1", pod)); err != nil {
 		t.Fatal(err)
 	}
-	a.stop(t)
+	a.Stop(t)
 	if b, _ := os.ReadFile(primaryPath); !bytes.Equal(b, primary) {
 		t.Fatalf("after SIGTERM the primary is not the original:\n%s", b)
 	}
@@ -92,7 +92,7 @@ func TestReadyzFollowsInstaller(t *testing.T) {
 	}
 	n.startAgentNotReady("--install=true")
 	nstest.Eventually(t, 5*time.Second, func() bool {
-		code, body, err := n.httpGet("http://127.0.0.1:9890/readyz")
+		code, body, err := n.HTTPGet("http://127.0.0.1:9890/readyz")
 		return err == nil && code == 503 && strings.Contains(body, "installer")
 	}, "/readyz not 503 naming the installer")
 	if b, _ := os.ReadFile(primaryPath); !bytes.Equal(b, garbage) {
@@ -104,14 +104,14 @@ func TestReadyzFollowsInstaller(t *testing.T) {
 	if entries, _ := os.ReadDir(n.confDir); len(entries) != 2 {
 		t.Fatalf("installer created files while the primary was invalid: %v", entries)
 	}
-	if resp, err := n.status(); err != nil || resp.Ready || !strings.Contains(resp.Reason, "installer") {
+	if resp, err := n.Status(); err != nil || resp.Ready || !strings.Contains(resp.Reason, "installer") {
 		t.Fatalf("STATUS = %v %v, want not ready because of the installer", resp, err)
 	}
 	if err := os.WriteFile(primaryPath, n.bridgeOnly(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	nstest.Eventually(t, 5*time.Second, func() bool {
-		code, _, err := n.httpGet("http://127.0.0.1:9890/readyz")
+		code, _, err := n.HTTPGet("http://127.0.0.1:9890/readyz")
 		return err == nil && code == 200
 	}, "/readyz not 200 after the primary was fixed")
 }

@@ -107,8 +107,8 @@ func TestKubePolicyDecidesCapture(t *testing.T) {
 		"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/33",
 	}))
 
-	nsCart := n.pod("cart")
-	if _, err := cni.add(rtFor("cart1", nsCart, injected)); err != nil {
+	nsCart := n.Pod("cart")
+	if _, err := cni.Add(rtFor("cart1", nsCart, injected)); err != nil {
 		t.Fatalf("ADD injected pod: %v", err)
 	}
 	n.expectInSync(t, "cart1")
@@ -116,16 +116,16 @@ func TestKubePolicyDecidesCapture(t *testing.T) {
 		t.Errorf("excludeOutboundPorts annotation not in the ruleset:\n%s", out)
 	}
 	for _, p := range []*corev1.Pod{plain, hostNet} {
-		netns := n.pod(p.Name)
-		if _, err := cni.add(rtFor(p.Name+"1", netns, p)); err != nil {
+		netns := n.Pod(p.Name)
+		if _, err := cni.Add(rtFor(p.Name+"1", netns, p)); err != nil {
 			t.Fatalf("ADD %s: %v", p.Name, err)
 		}
 		if s := rulesetState(t, netns); s != "none" {
 			t.Errorf("%s was captured: %s", p.Name, s)
 		}
 	}
-	nsBad := n.pod("bad")
-	_, err := cni.add(rtFor("bad1", nsBad, bad))
+	nsBad := n.Pod("bad")
+	_, err := cni.Add(rtFor("bad1", nsBad, bad))
 	if err == nil {
 		t.Fatal("ADD with an invalid annotation succeeded")
 	}
@@ -138,12 +138,12 @@ func TestKubePolicyDecidesCapture(t *testing.T) {
 		t.Errorf("a pod with an invalid annotation got rules: %s", s)
 	}
 
-	explain, err := sluicev1.NewDebugClient(n.client()).Explain(t.Context(), &sluicev1.ExplainRequest{
+	explain, err := sluicev1.NewDebugClient(n.Client()).Explain(t.Context(), &sluicev1.ExplainRequest{
 		Pod: &sluicev1.PodRef{Namespace: "shop", Name: "cart", Uid: string(injected.UID)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := sluicev1.NewDebugClient(n.client()).GetWorkload(t.Context(), &sluicev1.GetWorkloadRequest{ContainerId: "cart1"})
+	got, err := sluicev1.NewDebugClient(n.Client()).GetWorkload(t.Context(), &sluicev1.GetWorkloadRequest{ContainerId: "cart1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,9 +168,9 @@ func TestKubeAPIServerOutage(t *testing.T) {
 			env.StartAPIServer()
 		}
 	})
-	netns := n.pod("late")
+	netns := n.Pod("late")
 	ghost := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "outage", Name: "late", UID: "0000-late"}}
-	_, err := cni.add(rtFor("late1", netns, ghost))
+	_, err := cni.Add(rtFor("late1", netns, ghost))
 	if err == nil || !strings.Contains(err.Error(), "API server") {
 		t.Fatalf("ADD during the outage = %v, want an error naming the API server", err)
 	}
@@ -180,7 +180,7 @@ func TestKubeAPIServerOutage(t *testing.T) {
 	restarted = true
 	pod := createPod(t, c, "outage", sidecarPod("late", nil))
 	nstest.Eventually(t, 30*time.Second, func() bool {
-		_, err := cni.add(rtFor("late1", netns, pod))
+		_, err := cni.Add(rtFor("late1", netns, pod))
 		return err == nil
 	}, "agent did not recover after the API server returned")
 	n.expectInSync(t, "late1")
@@ -223,14 +223,14 @@ func TestKubeUninstallOnlyWhenDaemonSetGoes(t *testing.T) {
 	}
 	args := []string{"--install=true", "--pod-name", self.Name, "--pod-namespace", agentNS}
 
-	n.kubeAgent(env, args...).stop(t)
+	n.kubeAgent(env, args...).Stop(t)
 	if !hasEntry() {
 		t.Fatal("entry removed on exit while the DaemonSet stays")
 	}
 	if err := c.AppsV1().DaemonSets(agentNS).Delete(context.Background(), ds.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	n.kubeAgent(env, args...).stop(t)
+	n.kubeAgent(env, args...).Stop(t)
 	if hasEntry() {
 		t.Fatal("entry kept on exit after the DaemonSet was deleted")
 	}
@@ -240,7 +240,7 @@ func TestKubeUninstallOnlyWhenDaemonSetGoes(t *testing.T) {
 // holds exactly the ruleset its policy chose.
 func (n *node) expectInSync(t *testing.T, containerID string) {
 	t.Helper()
-	w, err := sluicev1.NewDebugClient(n.client()).GetWorkload(t.Context(), &sluicev1.GetWorkloadRequest{ContainerId: containerID})
+	w, err := sluicev1.NewDebugClient(n.Client()).GetWorkload(t.Context(), &sluicev1.GetWorkloadRequest{ContainerId: containerID})
 	if err != nil {
 		t.Fatalf("GetWorkload %s: %v", containerID, err)
 	}

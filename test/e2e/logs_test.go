@@ -13,10 +13,10 @@ import (
 func TestRequestIDJoinsPluginAndAgentLogs(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
-	pod := n.pod("logs")
-	cmd := n.ns.Command(filepath.Join(binDir, "sluice"))
+	pod := n.Pod("logs")
+	cmd := n.NS.Command(filepath.Join(binDir, "sluice"))
 	cmd.Env = append([]string{"CNI_PATH=" + binDir}, cniEnv("ADD", "logs1", pod.Path)...)
-	cmd.Stdin = bytes.NewReader(pluginStdin(n.socket, "1.0.0", `,"logLevel":"info","timout":"1s","prevResult":`+fakePrev))
+	cmd.Stdin = bytes.NewReader(pluginStdin(n.Socket, "1.0.0", `,"logLevel":"info","timout":"1s","prevResult":`+fakePrev))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if out, err := cmd.Output(); err != nil {
@@ -27,10 +27,10 @@ func TestRequestIDJoinsPluginAndAgentLogs(t *testing.T) {
 		t.Fatalf("plugin logged no request id:\n%s", stderr.String())
 	}
 	id := m[1]
-	if lines := n.agent.logs.lines("msg=call", "request_id="+id, "/sluice.v1.CNI/Add", "code=OK"); len(lines) != 1 {
-		t.Fatalf("agent log has %d ADD lines with request id %s:\n%s", len(lines), id, n.agent.logs)
+	if lines := n.agent.Logs.Lines("msg=call", "request_id="+id, "/sluice.v1.CNI/Add", "code=OK"); len(lines) != 1 {
+		t.Fatalf("agent log has %d ADD lines with request id %s:\n%s", len(lines), id, n.agent.Logs)
 	}
-	warn := n.agent.logs.lines("plugin warning", "request_id="+id)
+	warn := n.agent.Logs.Lines("plugin warning", "request_id="+id)
 	if len(warn) != 1 || !strings.Contains(warn[0], `timout`) {
 		t.Fatalf("the plugin's warning did not reach the agent's log: %q", warn)
 	}

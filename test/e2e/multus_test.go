@@ -54,12 +54,12 @@ func TestMultusNADRunsSluice(t *testing.T) {
 	pod := createPod(t, c, "multus", sidecarPod("app", map[string]string{
 		"k8s.v1.cni.cncf.io/networks": "default/" + nadName,
 	}))
-	netns := n.pod("app")
+	netns := n.Pod("app")
 	rc := rtFor("mul1", netns, pod)
 
 	// No agent yet, so no file in Multus's conf dir names the network: the
 	// pod must not start.
-	if _, err := multus.add(rc); err == nil || !strings.Contains(err.Error(), n.confDir) {
+	if _, err := multus.Add(rc); err == nil || !strings.Contains(err.Error(), n.confDir) {
 		t.Fatalf("ADD before the agent wrote its conflist = %v, want an error naming %s", err, n.confDir)
 	}
 	expectNoPrimary(t, netns)
@@ -71,7 +71,7 @@ func TestMultusNADRunsSluice(t *testing.T) {
 	}
 
 	start := time.Now()
-	res, err := multus.add(rc)
+	res, err := multus.Add(rc)
 	if err != nil {
 		t.Fatalf("ADD through Multus: %v\nmultus log:\n%s", err, multus.log())
 	}
@@ -83,7 +83,7 @@ func TestMultusNADRunsSluice(t *testing.T) {
 	if len(r.IPs) == 0 || !strings.HasPrefix(r.IPs[0].Address.String(), "10.244.0.") {
 		t.Fatalf("Multus's result is not the primary's: %+v", r)
 	}
-	recs := n.listWorkloads(t)
+	recs := n.Workloads(t)
 	// Multus names the interface of a pod's first extra network net1, and
 	// gives that network no prevResult: the agent reads the addresses the
 	// primary gave from the pod's netns, as istio-iptables does.
@@ -97,13 +97,13 @@ func TestMultusNADRunsSluice(t *testing.T) {
 	}
 	p.expect(t, "10.96.0.10:80")
 
-	if err := multus.del(rc); err != nil {
+	if err := multus.Del(rc); err != nil {
 		t.Fatalf("DEL through Multus: %v\nmultus log:\n%s", err, multus.log())
 	}
 	if s := rulesetState(t, netns); s != "none" {
 		t.Fatalf("pod ruleset after DEL through Multus: %s", s)
 	}
-	if recs := n.listWorkloads(t); len(recs) != 0 {
+	if recs := n.Workloads(t); len(recs) != 0 {
 		t.Fatalf("agent still lists %v after DEL", recs)
 	}
 	expectNoPrimary(t, netns)
@@ -113,25 +113,25 @@ func TestMultusNADRunsSluice(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "plain", Annotations: map[string]string{"k8s.v1.cni.cncf.io/networks": "default/" + nadName}},
 		Spec:       corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	})
-	plainNS := n.pod("plain")
-	if _, err := multus.add(rtFor("plain1", plainNS, plain)); err != nil {
+	plainNS := n.Pod("plain")
+	if _, err := multus.Add(rtFor("plain1", plainNS, plain)); err != nil {
 		t.Fatalf("ADD of an uninjected pod through Multus: %v", err)
 	}
-	if got := n.agent.logs.lines("/sluice.v1.CNI/Add", "container_id=plain1", "code=OK"); len(got) != 1 {
+	if got := n.agent.Logs.Lines("/sluice.v1.CNI/Add", "container_id=plain1", "code=OK"); len(got) != 1 {
 		t.Fatalf("agent answered %d ADDs for the uninjected pod, want 1 (Multus must call sluice)", len(got))
 	}
 	if s := rulesetState(t, plainNS); s != "none" {
 		t.Fatalf("uninjected pod was captured: %s", s)
 	}
-	if err := multus.del(rtFor("plain1", plainNS, plain)); err != nil {
+	if err := multus.Del(rtFor("plain1", plainNS, plain)); err != nil {
 		t.Fatal(err)
 	}
 
 	// The agent goes away (its file stays: an upgrade): fail closed.
-	n.agent.cmd.Process.Kill()
-	<-n.agent.done
-	_, err = multus.add(rtFor("mul2", netns, pod))
-	if err == nil || !strings.Contains(err.Error(), n.socket) {
+	n.agent.Cmd.Process.Kill()
+	<-n.agent.Done
+	_, err = multus.Add(rtFor("mul2", netns, pod))
+	if err == nil || !strings.Contains(err.Error(), n.Socket) {
 		t.Fatalf("ADD with the agent down = %v, want an error naming its socket", err)
 	}
 	if s := rulesetState(t, netns); s != "none" {
@@ -206,7 +206,7 @@ func forwardAPIServer(t *testing.T, n *node, env *kubetest.Env) {
 		t.Fatal(err)
 	}
 	var ln net.Listener
-	if err := n.ns.Do(func() error {
+	if err := n.NS.Do(func() error {
 		var err error
 		ln, err = net.Listen("tcp", u.Host)
 		return err
@@ -277,7 +277,7 @@ func (n *node) multusRuntime(t *testing.T, env *kubetest.Env, multusBin string) 
 		t.Fatal(err)
 	}
 	c := n.cni(b)
-	c.lib = libcni.NewCNIConfigWithCacheDir([]string{filepath.Dir(multusBin), n.cniBin, binDir}, filepath.Join(dir, "libcni"), nil)
+	c.Lib = libcni.NewCNIConfigWithCacheDir([]string{filepath.Dir(multusBin), n.cniBin, binDir}, filepath.Join(dir, "libcni"), nil)
 	return &multusRuntime{cni: c, logFile: conf["logFile"].(string)}
 }
 

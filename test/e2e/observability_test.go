@@ -9,25 +9,25 @@ import (
 func TestMetricsAndProbes(t *testing.T) {
 	n := newNode(t)
 	n.startAgent()
-	if code, body, err := n.httpGet("http://127.0.0.1:9890/readyz"); err != nil || code != 200 {
+	if code, body, err := n.HTTPGet("http://127.0.0.1:9890/readyz"); err != nil || code != 200 {
 		t.Fatalf("/readyz = %d %q %v", code, body, err)
 	}
-	if code, _, err := n.httpGet("http://127.0.0.1:9890/healthz"); err != nil || code != 200 {
+	if code, _, err := n.HTTPGet("http://127.0.0.1:9890/healthz"); err != nil || code != 200 {
 		t.Fatalf("/healthz = %d %v", code, err)
 	}
 	c := n.cni(n.loopbackChain("2s"))
-	pod := n.pod("m1")
-	if _, err := c.add(rt("m1", pod)); err != nil {
+	pod := n.Pod("m1")
+	if _, err := c.Add(rt("m1", pod)); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.del(rt("m1", pod)); err != nil {
+	if err := c.Del(rt("m1", pod)); err != nil {
 		t.Fatal(err)
 	}
-	pod2 := n.pod("m2")
-	if _, err := c.add(rt("m2", pod2)); err != nil {
+	pod2 := n.Pod("m2")
+	if _, err := c.Add(rt("m2", pod2)); err != nil {
 		t.Fatal(err)
 	}
-	_, body, err := n.httpGet("http://127.0.0.1:9890/metrics")
+	_, body, err := n.HTTPGet("http://127.0.0.1:9890/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 func (n *node) loopbackChain(timeout string) []byte {
 	return []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"storm","plugins":[
   {"type":"loopback"},
-  {"type":"sluice","socket":%q,"timeout":%q}]}`, n.socket, timeout))
+  {"type":"sluice","socket":%q,"timeout":%q}]}`, n.Socket, timeout))
 }
 
 // rulesetState says whether a netns holds the full sluice ruleset ("full"),
@@ -65,7 +65,7 @@ func TestStormSurvivesAgentKills(t *testing.T) {
 	const pods = 200
 	ns := make([]*nstest.NS, pods)
 	for i := range ns {
-		ns[i] = n.pod(fmt.Sprintf("storm-%03d", i))
+		ns[i] = n.Pod(fmt.Sprintf("storm-%03d", i))
 	}
 
 	var wg sync.WaitGroup
@@ -75,7 +75,7 @@ func TestStormSurvivesAgentKills(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = c.add(rt(fmt.Sprintf("storm%03d", i), ns[i]))
+			_, errs[i] = c.Add(rt(fmt.Sprintf("storm%03d", i), ns[i]))
 			finished <- struct{}{}
 		}()
 	}
@@ -89,8 +89,8 @@ func TestStormSurvivesAgentKills(t *testing.T) {
 		for j := 0; j < pods/5; j++ {
 			<-finished
 		}
-		n.agent.cmd.Process.Signal(syscall.SIGKILL)
-		<-n.agent.done
+		n.agent.Cmd.Process.Signal(syscall.SIGKILL)
+		<-n.agent.Done
 		n.startAgent()
 	}
 	wg.Wait()
@@ -105,7 +105,7 @@ func TestStormSurvivesAgentKills(t *testing.T) {
 		if !strings.Contains(err.Error(), "sluice") {
 			t.Errorf("ADD %s failed without a sluice error: %v", id, err)
 		}
-		if err := c.del(rt(id, ns[i])); err != nil {
+		if err := c.Del(rt(id, ns[i])); err != nil {
 			t.Errorf("DEL after failed ADD %s: %v", id, err)
 		}
 	}
@@ -121,7 +121,7 @@ func TestStormSurvivesAgentKills(t *testing.T) {
 	}
 
 	journaled := map[string]bool{}
-	for _, w := range n.listWorkloads(t) {
+	for _, w := range n.Workloads(t) {
 		journaled[w.ContainerId] = true
 	}
 	for i, pod := range ns {
@@ -142,16 +142,16 @@ func TestStormAgentStopped(t *testing.T) {
 	n := newNode(t)
 	a := n.startAgent()
 	c := n.cni(n.loopbackChain("1s"))
-	a.cmd.Process.Signal(syscall.SIGSTOP)
+	a.Cmd.Process.Signal(syscall.SIGSTOP)
 	var wg sync.WaitGroup
 	const pods = 30
 	errs := make([]error, pods)
 	for i := range pods {
-		pod := n.pod(fmt.Sprintf("stop-%02d", i))
+		pod := n.Pod(fmt.Sprintf("stop-%02d", i))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = c.add(rt(fmt.Sprintf("stop%02d", i), pod))
+			_, errs[i] = c.Add(rt(fmt.Sprintf("stop%02d", i), pod))
 		}()
 	}
 	done := make(chan struct{})
@@ -159,17 +159,17 @@ func TestStormAgentStopped(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
-		a.cmd.Process.Signal(syscall.SIGCONT)
+		a.Cmd.Process.Signal(syscall.SIGCONT)
 		t.Fatal("ADDs against a stopped agent hung past 30s (timeout 1s)")
 	}
-	a.cmd.Process.Signal(syscall.SIGCONT)
+	a.Cmd.Process.Signal(syscall.SIGCONT)
 	for i, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "not available") {
 			t.Errorf("ADD %d against a stopped agent: %v, want 'not available'", i, err)
 		}
 	}
-	pod := n.pod("after")
-	if _, err := c.add(rt("after", pod)); err != nil {
+	pod := n.Pod("after")
+	if _, err := c.Add(rt("after", pod)); err != nil {
 		t.Fatalf("ADD after SIGCONT: %v", err)
 	}
 }
@@ -182,17 +182,17 @@ func TestPodsDeletedWhileAgentDown(t *testing.T) {
 	c := n.cni(n.loopbackChain("2s"))
 	var gone []*nstest.NS
 	for i := range 5 {
-		pod := n.pod(fmt.Sprintf("gone-%d", i))
-		if _, err := c.add(rt(fmt.Sprintf("gone%d", i), pod)); err != nil {
+		pod := n.Pod(fmt.Sprintf("gone-%d", i))
+		if _, err := c.Add(rt(fmt.Sprintf("gone%d", i), pod)); err != nil {
 			t.Fatal(err)
 		}
 		gone = append(gone, pod)
 	}
-	kept := n.pod("kept")
-	if _, err := c.add(rt("kept", kept)); err != nil {
+	kept := n.Pod("kept")
+	if _, err := c.Add(rt("kept", kept)); err != nil {
 		t.Fatal(err)
 	}
-	a.stop(t)
+	a.Stop(t)
 	for _, pod := range gone {
 		if err := unix.Unmount(pod.Path, unix.MNT_DETACH); err != nil {
 			t.Fatal(err)
@@ -200,11 +200,11 @@ func TestPodsDeletedWhileAgentDown(t *testing.T) {
 		os.Remove(pod.Path)
 	}
 	n.startAgent()
-	ws := n.listWorkloads(t)
+	ws := n.Workloads(t)
 	if len(ws) != 1 || ws[0].ContainerId != "kept" {
 		t.Fatalf("after restart the agent lists %v, want only kept", ws)
 	}
-	files, _ := filepath.Glob(filepath.Join(n.stateDir, "*.json"))
+	files, _ := filepath.Glob(filepath.Join(n.StateDir, "*.json"))
 	if len(files) != 1 {
 		t.Fatalf("journal holds %v, want one record", files)
 	}
@@ -220,8 +220,8 @@ func TestFlushedTablesRestored(t *testing.T) {
 	c := n.cni(n.loopbackChain("2s"))
 	var pods []*nstest.NS
 	for i := range 50 {
-		pod := n.pod(fmt.Sprintf("flush-%02d", i))
-		if _, err := c.add(rt(fmt.Sprintf("flush%02d", i), pod)); err != nil {
+		pod := n.Pod(fmt.Sprintf("flush-%02d", i))
+		if _, err := c.Add(rt(fmt.Sprintf("flush%02d", i), pod)); err != nil {
 			t.Fatal(err)
 		}
 		pods = append(pods, pod)
@@ -243,19 +243,19 @@ func TestFlushedTablesRestored(t *testing.T) {
 // nothing behind: no rules, no half-written record.
 func TestStateDirFullOrReadOnly(t *testing.T) {
 	n := newNode(t)
-	if err := os.MkdirAll(n.stateDir, 0o700); err != nil {
+	if err := os.MkdirAll(n.StateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	// mode=0700: the agent refuses a state dir others may write to (a
 	// tmpfs root is 1777 by default).
-	if err := unix.Mount("tmpfs", n.stateDir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
+	if err := unix.Mount("tmpfs", n.StateDir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Unmount(n.stateDir, unix.MNT_DETACH) })
+	t.Cleanup(func() { unix.Unmount(n.StateDir, unix.MNT_DETACH) })
 	n.startAgent()
 	c := n.cni(n.loopbackChain("2s"))
 
-	filler, err := os.Create(filepath.Join(n.stateDir, "filler"))
+	filler, err := os.Create(filepath.Join(n.StateDir, "filler"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,33 +265,33 @@ func TestStateDirFullOrReadOnly(t *testing.T) {
 		}
 	}
 	filler.Close()
-	full := n.pod("full")
-	if _, err := c.add(rt("full", full)); err == nil || !strings.Contains(err.Error(), "journal") {
+	full := n.Pod("full")
+	if _, err := c.Add(rt("full", full)); err == nil || !strings.Contains(err.Error(), "journal") {
 		t.Fatalf("ADD on a full disk = %v, want a journal error", err)
 	}
 	if s := rulesetState(t, full); s != "none" {
 		t.Fatalf("failed ADD left kernel state: %s", s)
 	}
-	os.Remove(filepath.Join(n.stateDir, "filler"))
+	os.Remove(filepath.Join(n.StateDir, "filler"))
 
-	if err := unix.Mount("", n.stateDir, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+	if err := unix.Mount("", n.StateDir, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
 		t.Fatal(err)
 	}
-	ro := n.pod("ro")
-	if _, err := c.add(rt("ro", ro)); err == nil || !strings.Contains(err.Error(), "read-only") {
+	ro := n.Pod("ro")
+	if _, err := c.Add(rt("ro", ro)); err == nil || !strings.Contains(err.Error(), "read-only") {
 		t.Fatalf("ADD on a read-only state dir = %v, want a read-only error", err)
 	}
 	if s := rulesetState(t, ro); s != "none" {
 		t.Fatalf("failed ADD left kernel state: %s", s)
 	}
-	if err := unix.Mount("", n.stateDir, "", unix.MS_REMOUNT, ""); err != nil {
+	if err := unix.Mount("", n.StateDir, "", unix.MS_REMOUNT, ""); err != nil {
 		t.Fatal(err)
 	}
-	ok := n.pod("ok")
-	if _, err := c.add(rt("ok", ok)); err != nil {
+	ok := n.Pod("ok")
+	if _, err := c.Add(rt("ok", ok)); err != nil {
 		t.Fatalf("ADD once the disk is writable again: %v", err)
 	}
-	if ents, _ := os.ReadDir(n.stateDir); len(ents) != 1 {
+	if ents, _ := os.ReadDir(n.StateDir); len(ents) != 1 {
 		t.Fatalf("state dir holds %d entries, want exactly the one record", len(ents))
 	}
 }
@@ -304,9 +304,9 @@ func TestAddStormBackpressure(t *testing.T) {
 	n.startAgent("--max-inflight", "64")
 	var pods []*nstest.NS
 	for i := range 20 {
-		pods = append(pods, n.pod(fmt.Sprintf("bp-%02d", i)))
+		pods = append(pods, n.Pod(fmt.Sprintf("bp-%02d", i)))
 	}
-	cni := sluicev1.NewCNIClient(n.client())
+	cni := sluicev1.NewCNIClient(n.Client())
 	const calls = 2000
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -346,7 +346,7 @@ func TestAddStormBackpressure(t *testing.T) {
 // which execs it in place, so the pid is the agent's.
 func agentRSS(t *testing.T, a *agent) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.Cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,8 +56,8 @@ func TestRepairAdoptsIstioCNIPods(t *testing.T) {
 	amb := pods[2]
 
 	zsock := filepath.Join(t.TempDir(), "zt", "ztunnel.sock")
-	n.kubeAgent(env, "--ambient", "--host-netns", n.ns.Path, "--ztunnel-socket", zsock,
-		"--netns-roots", n.nsRoot+",/proc", "--host-proc", "/proc", "--istio-takeover")
+	n.kubeAgent(env, "--ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", zsock,
+		"--netns-roots", n.Root+",/proc", "--host-proc", "/proc", "--istio-takeover")
 	// The sweep at start is done once the sidecar pods are adopted; the
 	// ambient pod waits for ztunnel, under Istio's rules.
 	for _, p := range pods[:2] {
@@ -83,13 +83,13 @@ func TestRepairAdoptsIstioCNIPods(t *testing.T) {
 	for _, p := range pods {
 		id := "late-" + string(p.pod.UID)
 		nstest.Eventually(t, 10*time.Second, func() bool {
-			for _, w := range n.listWorkloads(t) {
+			for _, w := range n.Workloads(t) {
 				if w.ContainerId == id {
 					return true
 				}
 			}
 			return false
-		}, "pod %s never adopted:\n%s", p.pod.Name, n.agent.logs)
+		}, "pod %s never adopted:\n%s", p.pod.Name, n.agent.Logs)
 		n.expectInSync(t, id)
 		state := istiotest.Save(t, p.sb)
 		if strings.Contains(state, "ISTIO_") || strings.Contains(state, "istio-") || !strings.Contains(state, "table inet sluice") {
@@ -121,8 +121,8 @@ func TestRepairLeavesIstioCNIPodsWithoutTakeover(t *testing.T) {
 	before := istiotest.Save(t, p.sb)
 
 	zsock := filepath.Join(t.TempDir(), "zt", "ztunnel.sock")
-	n.kubeAgent(env, "--ambient", "--host-netns", n.ns.Path, "--ztunnel-socket", zsock,
-		"--netns-roots", n.nsRoot+",/proc", "--host-proc", "/proc")
+	n.kubeAgent(env, "--ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", zsock,
+		"--netns-roots", n.Root+",/proc", "--host-proc", "/proc")
 	kubetest.WaitPodEvent(t, admin, p.pod, "IstioCNICaptured")
 	z := connectZDS(t, zsock)
 	for i, want := range []string{"snapshot", "end", "adopted"} {
@@ -142,7 +142,7 @@ func TestRepairLeavesIstioCNIPodsWithoutTakeover(t *testing.T) {
 	if after := istiotest.Save(t, p.sb); after != before {
 		t.Errorf("the sidecar pod's netns changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
-	for _, w := range n.listWorkloads(t) {
+	for _, w := range n.Workloads(t) {
 		if w.ContainerId == "late-"+string(p.pod.UID) {
 			t.Errorf("the agent enrolled the sidecar pod istio-cni captured")
 		}

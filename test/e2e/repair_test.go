@@ -35,17 +35,17 @@ func TestRepairAppliesToPodRunningBeforeAgent(t *testing.T) {
 	sb := n.podSandbox(t, "early", pod, ip)
 
 	start := time.Now()
-	n.kubeAgent(env, "--netns-roots", n.nsRoot+",/proc", "--host-proc", "/proc")
+	n.kubeAgent(env, "--netns-roots", n.Root+",/proc", "--host-proc", "/proc")
 	id := "late-" + string(pod.UID)
 	// The promise: rules within 5 s of the agent's start.
 	nstest.Eventually(t, 5*time.Second-time.Since(start), func() bool {
-		for _, w := range n.listWorkloads(t) {
+		for _, w := range n.Workloads(t) {
 			if w.ContainerId == id {
 				return true
 			}
 		}
 		return false
-	}, "the agent never enrolled the pod running before it:\n%s", n.agent.logs)
+	}, "the agent never enrolled the pod running before it:\n%s", n.agent.Logs)
 	n.expectInSync(t, id)
 	if out := sb.Run(t, "nft", "list", "table", "inet", "sluice"); !strings.Contains(out, "15001") {
 		t.Errorf("the pod's netns has no outbound redirect:\n%s", out)
@@ -69,7 +69,7 @@ func TestRepairLabelsUncapturedPod(t *testing.T) {
 	nstest.Eventually(t, 10*time.Second, func() bool {
 		p, err := c.CoreV1().Pods("marked").Get(context.Background(), "marked", metav1.GetOptions{})
 		return err == nil && p.Labels["sluice.dev/uncaptured"] == "true"
-	}, "the agent never labelled the uncaptured pod:\n%s", n.agent.logs)
+	}, "the agent never labelled the uncaptured pod:\n%s", n.agent.Logs)
 	if ev := kubetest.WaitPodEvent(t, c, pod, "Uncaptured"); ev.Type != corev1.EventTypeWarning {
 		t.Errorf("Uncaptured is %s, want Warning", ev.Type)
 	}
@@ -90,7 +90,7 @@ func TestRepairDeletesUncapturedPod(t *testing.T) {
 	nstest.Eventually(t, 10*time.Second, func() bool {
 		p, err := c.CoreV1().Pods("evicted").Get(context.Background(), "evicted", metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil
-	}, "the agent never deleted the uncaptured pod:\n%s", n.agent.logs)
+	}, "the agent never deleted the uncaptured pod:\n%s", n.agent.Logs)
 	kubetest.WaitPodEvent(t, c, pod, "UncapturedDeleted")
 }
 
@@ -105,7 +105,7 @@ func TestCaptureFailureRecordedOnPod(t *testing.T) {
 	bad := createPod(t, c, "failing", sidecarPod("bad", map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/33",
 	}))
-	if _, err := cni.add(rtFor("bad1", n.pod("bad"), bad)); err == nil {
+	if _, err := cni.Add(rtFor("bad1", n.Pod("bad"), bad)); err == nil {
 		t.Fatal("ADD with an invalid annotation succeeded")
 	}
 	ev := kubetest.WaitPodEvent(t, c, bad, "CaptureFailed")
@@ -139,7 +139,7 @@ func runningPod(t *testing.T, c kubernetes.Interface, ns string, p *corev1.Pod, 
 // kubelet's cgroupfs driver does.
 func (n *node) podSandbox(t *testing.T, name string, pod *corev1.Pod, ip netip.Addr) *nstest.NS {
 	t.Helper()
-	sb := n.pod(name)
+	sb := n.Pod(name)
 	nstest.Veth(t, sb, "eth0", []string{netip.PrefixFrom(ip, ip.BitLen()).String()}, nstest.New(t, name+"-peer"), "veth0", nil)
 	cg := nstest.PodCgroup(t, "cgroupfs", string(pod.UID))
 	cmd := sb.Command("sleep", "300")

@@ -21,13 +21,13 @@ func TestStateDirFullOrReadOnly(t *testing.T) {
 	n := newNode(t)
 	n.smallState = true
 	n.start(true)
-	victim := nstest.NewIn(t, n.root, "victim")
+	victim := nstest.NewIn(t, n.Root, "victim")
 	if e, _ := n.run(call{verb: "ADD", id: "victim", netns: victim.Path}); e != nil {
 		t.Fatal(e)
 	}
 	before := ruleset(t, victim)
-	pid := strconv.Itoa(n.agent.cmd.Process.Pid)
-	state := filepath.Join("/proc", pid, "root", n.stateDir) // inside the agent's mount namespace
+	pid := strconv.Itoa(n.agent.Cmd.Process.Pid)
+	state := filepath.Join("/proc", pid, "root", n.StateDir) // inside the agent's mount namespace
 
 	filler := filepath.Join(state, "filler")
 	f, err := os.Create(filler)
@@ -43,7 +43,7 @@ func TestStateDirFullOrReadOnly(t *testing.T) {
 		}
 	}
 	f.Close()
-	full := nstest.NewIn(t, n.root, "full")
+	full := nstest.NewIn(t, n.Root, "full")
 	e, _ := n.run(call{verb: "ADD", id: "full", netns: full.Path})
 	refused(t, e, types.ErrTryAgainLater, "state dir is full")
 	if ruleset(t, full) != "" {
@@ -52,11 +52,11 @@ func TestStateDirFullOrReadOnly(t *testing.T) {
 	os.Remove(filler)
 	n.stillServes(t, victim, before)
 
-	remount := exec.Command("nsenter", "--mount=/proc/"+pid+"/ns/mnt", "--", "mount", "-o", "remount,ro", n.stateDir)
+	remount := exec.Command("nsenter", "--mount=/proc/"+pid+"/ns/mnt", "--", "mount", "-o", "remount,ro", n.StateDir)
 	if out, err := remount.CombinedOutput(); err != nil {
 		t.Fatalf("remount ro: %v %s", err, out)
 	}
-	ro := nstest.NewIn(t, n.root, "ro")
+	ro := nstest.NewIn(t, n.Root, "ro")
 	e, _ = n.run(call{verb: "ADD", id: "ro", netns: ro.Path})
 	refused(t, e, types.ErrInternal, "read-only file system")
 	if ruleset(t, ro) != "" {
@@ -65,7 +65,7 @@ func TestStateDirFullOrReadOnly(t *testing.T) {
 	if after := ruleset(t, victim); after != before {
 		t.Fatal("the victim's ruleset changed")
 	}
-	remount = exec.Command("nsenter", "--mount=/proc/"+pid+"/ns/mnt", "--", "mount", "-o", "remount,rw", n.stateDir)
+	remount = exec.Command("nsenter", "--mount=/proc/"+pid+"/ns/mnt", "--", "mount", "-o", "remount,rw", n.StateDir)
 	if out, err := remount.CombinedOutput(); err != nil {
 		t.Fatalf("remount rw: %v %s", err, out)
 	}

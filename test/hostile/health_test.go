@@ -30,7 +30,7 @@ const floodRSSBoundKiB = 64 << 10
 // peer was held to a few connections, the held ones took every slot and
 // the probes timed out.
 func floodHealthPort(t *testing.T, n *node) {
-	flood := n.ns.Command(filepath.Join(binDir, "flood"), "-addr", "127.0.0.1:9890", "-clients", "2000", "-sources", "64", "-hold", "200",
+	flood := n.NS.Command(filepath.Join(binDir, "flood"), "-addr", "127.0.0.1:9890", "-clients", "2000", "-sources", "64", "-hold", "200",
 		"-paths", "/metrics,/readyz,/healthz", "-for", "4s")
 	var out strings.Builder
 	flood.Stdout, flood.Stderr = &out, &out
@@ -49,7 +49,7 @@ func floodHealthPort(t *testing.T, n *node) {
 			flooding = false
 		default:
 		}
-		pod := nstest.NewIn(t, n.root, fmt.Sprintf("flooded-%d", calls))
+		pod := nstest.NewIn(t, n.Root, fmt.Sprintf("flooded-%d", calls))
 		if e, took := n.run(call{verb: "ADD", id: pod.Name, netns: pod.Path}); e != nil {
 			t.Errorf("ADD during the flood: %v (after %v)", e, took)
 		}
@@ -62,7 +62,7 @@ func floodHealthPort(t *testing.T, n *node) {
 			}
 		}
 	}
-	peak := vmKiB(t, n.agent.cmd.Process.Pid, "VmHWM")
+	peak := vmKiB(t, n.agent.Cmd.Process.Pid, "VmHWM")
 	t.Logf("flood: %s; %d ADD and STATUS pairs; agent peak RSS %d KiB (bound %d KiB)", strings.TrimSpace(out.String()), calls, peak, floodRSSBoundKiB)
 	if !strings.Contains(out.String(), "answered=") || strings.Contains(out.String(), "answered=0 ") {
 		t.Fatalf("the flood got no answer at all: %s", out.String())
@@ -80,7 +80,7 @@ func (n *node) probe(path string) (int, string) {
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
-			err := n.ns.Do(func() error {
+			err := n.NS.Do(func() error {
 				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 				var err error
 				c, err = d.DialContext(ctx, network, addr)

@@ -25,7 +25,7 @@ type row struct {
 func TestHostileCallers(t *testing.T) {
 	n := newNode(t)
 	n.start(true)
-	victim := nstest.NewIn(t, n.root, "victim")
+	victim := nstest.NewIn(t, n.Root, "victim")
 	if e, _ := n.run(call{verb: "ADD", id: "victim", netns: victim.Path}); e != nil {
 		t.Fatalf("victim ADD: %v", e)
 	}
@@ -59,7 +59,7 @@ func codeOf(e *types.Error) any {
 // outsideNetns makes a netns outside the agent's root, and checks at the
 // end of the test that it never got a table.
 func outsideNetns(t *testing.T, n *node) *nstest.NS {
-	dir := filepath.Join(n.dir, "outside")
+	dir := filepath.Join(n.Dir, "outside")
 	os.MkdirAll(dir, 0o755)
 	out := nstest.NewIn(t, dir, fmt.Sprintf("o%d", time.Now().UnixNano()))
 	t.Cleanup(func() {
@@ -76,7 +76,7 @@ var rows = []row{
 		// slot for ever and every later ADD got "try again later".
 		var wg sync.WaitGroup
 		for i := range 8 {
-			p := filepath.Join(n.root, fmt.Sprintf("fifo%d", i))
+			p := filepath.Join(n.Root, fmt.Sprintf("fifo%d", i))
 			if err := unix.Mkfifo(p, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -99,28 +99,28 @@ var rows = []row{
 	}},
 	{"absolute symlink out of the root", func(t *testing.T, n *node) {
 		out := outsideNetns(t, n)
-		link := filepath.Join(n.root, "abs-escape")
+		link := filepath.Join(n.Root, "abs-escape")
 		os.Symlink(out.Path, link)
 		e, _ := n.run(call{verb: "ADD", id: "abs-escape", netns: link})
 		refused(t, e, types.ErrInvalidEnvironmentVariables, "outside the netns root")
 	}},
 	{"relative symlink out of the root", func(t *testing.T, n *node) {
 		out := outsideNetns(t, n)
-		link := filepath.Join(n.root, "rel-escape")
+		link := filepath.Join(n.Root, "rel-escape")
 		os.Symlink(filepath.Join("..", "outside", out.Name), link)
 		e, _ := n.run(call{verb: "ADD", id: "rel-escape", netns: link})
 		refused(t, e, types.ErrInvalidEnvironmentVariables, "outside the netns root")
 	}},
 	{"the agent's own netns under the root", func(t *testing.T, n *node) {
-		target := filepath.Join(n.root, "hostns")
+		target := filepath.Join(n.Root, "hostns")
 		os.WriteFile(target, nil, 0o444)
-		if err := unix.Mount(n.ns.Path, target, "", unix.MS_BIND, ""); err != nil {
+		if err := unix.Mount(n.NS.Path, target, "", unix.MS_BIND, ""); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { unix.Unmount(target, unix.MNT_DETACH); os.Remove(target) })
 		e, _ := n.run(call{verb: "ADD", id: "hostns", netns: target})
 		refused(t, e, types.ErrInvalidEnvironmentVariables, "agent's own")
-		if ruleset(t, n.ns) != "" {
+		if ruleset(t, n.NS) != "" {
 			t.Fatal("the agent's own netns got a table")
 		}
 	}},
@@ -129,7 +129,7 @@ var rows = []row{
 		refused(t, e, types.ErrInvalidEnvironmentVariables, "/proc is not among the netns roots")
 	}},
 	{"a 250-byte container id", func(t *testing.T, n *node) {
-		pod := nstest.NewIn(t, n.root, "longid")
+		pod := nstest.NewIn(t, n.Root, "longid")
 		e, _ := n.run(call{verb: "ADD", id: strings.Repeat("a", 250), netns: pod.Path})
 		refused(t, e, types.ErrInvalidEnvironmentVariables, "longer than 226")
 	}},
@@ -138,7 +138,7 @@ var rows = []row{
 		for i := range 60000 {
 			ips = append(ips, map[string]any{"address": fmt.Sprintf("10.%d.%d.%d/32", i>>16, (i>>8)&255, i&255)})
 		}
-		pod := nstest.NewIn(t, n.root, "big")
+		pod := nstest.NewIn(t, n.Root, "big")
 		e, _ := n.run(call{verb: "ADD", id: "big", netns: pod.Path,
 			conf: map[string]any{"prevResult": map[string]any{"cniVersion": "1.0.0", "ips": ips}}})
 		refused(t, e, types.ErrInvalidNetworkConfig, "too large")
@@ -148,22 +148,22 @@ var rows = []row{
 		for i := range 8000 {
 			conf[fmt.Sprintf("junk%05d", i)] = true
 		}
-		pod := nstest.NewIn(t, n.root, "noisy")
-		lines := n.agent.logs.count("plugin warning")
+		pod := nstest.NewIn(t, n.Root, "noisy")
+		lines := n.agent.Logs.Count("plugin warning")
 		if e, _ := n.run(call{verb: "ADD", id: "noisy", netns: pod.Path, conf: conf}); e != nil {
 			t.Fatalf("ADD with unknown keys: %v", e)
 		}
-		if got := n.agent.logs.count("plugin warning") - lines; got > 9 {
+		if got := n.agent.Logs.Count("plugin warning") - lines; got > 9 {
 			t.Fatalf("%d warning lines for one call", got)
 		}
 	}},
 	{"DEL of an unknown attachment naming the victim's netns", func(t *testing.T, n *node) {
-		if e, _ := n.run(call{verb: "DEL", id: "stranger", netns: filepath.Join(n.root, "victim")}); e != nil {
+		if e, _ := n.run(call{verb: "DEL", id: "stranger", netns: filepath.Join(n.Root, "victim")}); e != nil {
 			t.Fatalf("DEL: %v", e)
 		}
 	}},
 	{"DEL of the victim's container on another interface", func(t *testing.T, n *node) {
-		if e, _ := n.run(call{verb: "DEL", id: "victim", ifName: "net1", netns: filepath.Join(n.root, "victim")}); e != nil {
+		if e, _ := n.run(call{verb: "DEL", id: "victim", ifName: "net1", netns: filepath.Join(n.Root, "victim")}); e != nil {
 			t.Fatalf("DEL: %v", e)
 		}
 	}},
@@ -181,7 +181,7 @@ var rows = []row{
 		}
 	}},
 	{"a pod of an excluded namespace reaching the agent", func(t *testing.T, n *node) {
-		pod := nstest.NewIn(t, n.root, "excluded")
+		pod := nstest.NewIn(t, n.Root, "excluded")
 		if e, _ := n.run(call{verb: "ADD", id: "excluded", netns: pod.Path, podNS: "excluded"}); e != nil {
 			t.Fatalf("ADD: %v", e)
 		}

@@ -18,7 +18,7 @@ import (
 // primary conflist and a bin dir, both the test's own.
 func (n *node) installing(t *testing.T) (conf, bin string) {
 	t.Helper()
-	conf, bin = filepath.Join(n.dir, "net.d"), filepath.Join(n.dir, "bin")
+	conf, bin = filepath.Join(n.Dir, "net.d"), filepath.Join(n.Dir, "bin")
 	for _, d := range []string{conf, bin} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -81,7 +81,7 @@ func sameDir(a, b map[string]string) bool {
 func TestConfDirSwappedForALink(t *testing.T) {
 	n := newNode(t)
 	conf, _ := n.installing(t)
-	victim := nstest.NewIn(t, n.root, "victim")
+	victim := nstest.NewIn(t, n.Root, "victim")
 	if e, _ := n.run(call{verb: "ADD", id: "victim", netns: victim.Path}); e != nil {
 		t.Fatal(e)
 	}
@@ -91,7 +91,7 @@ func TestConfDirSwappedForALink(t *testing.T) {
 		t.Fatalf("no sluice entry installed: %v\n%s", err, withEntry)
 	}
 
-	other := filepath.Join(n.dir, "other-cni")
+	other := filepath.Join(n.Dir, "other-cni")
 	os.MkdirAll(other, 0o755)
 	calico, err := os.ReadFile("../../installer/conflist/testdata/primary/10-calico.conflist")
 	if err != nil {
@@ -99,7 +99,7 @@ func TestConfDirSwappedForALink(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(other, "10-calico.conflist"), calico, 0o644)
 	untouched := dirBytes(t, other)
-	link := filepath.Join(n.dir, "net.d-link")
+	link := filepath.Join(n.Dir, "net.d-link")
 	if err := os.Symlink(other, link); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestConfDirSwappedForALink(t *testing.T) {
 func TestInstalledPluginChangedInPlace(t *testing.T) {
 	n := newNode(t)
 	_, bin := n.installing(t)
-	victim := nstest.NewIn(t, n.root, "victim")
+	victim := nstest.NewIn(t, n.Root, "victim")
 	if e, _ := n.run(call{verb: "ADD", id: "victim", netns: victim.Path}); e != nil {
 		t.Fatal(e)
 	}
@@ -170,15 +170,15 @@ func agentServingNoUID(t *testing.T, n *node) {
 		}
 	}
 	second := *n
-	second.socket = filepath.Join(filepath.Dir(n.socket), "nouid.sock")
-	second.stateDir = filepath.Join(n.dir, "state-nouid")
+	second.Socket = filepath.Join(filepath.Dir(n.Socket), "nouid.sock")
+	second.StateDir = filepath.Join(n.Dir, "state-nouid")
 	b := second.start(false, "--allowed-uids", "1000", "--health-addr", "127.0.0.1:9893")
 	select {
-	case <-b.done:
+	case <-b.Done:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("an agent serving no uid kept running:\n%s", b.logs)
+		t.Fatalf("an agent serving no uid kept running:\n%s", b.Logs)
 	}
-	if b.cmd.ProcessState.Success() || !strings.Contains(b.logs.String(), "must include uid 0") {
-		t.Fatalf("agent with --allowed-uids 1000: %v\n%s", b.cmd.ProcessState, b.logs)
+	if b.Cmd.ProcessState.Success() || !strings.Contains(b.Logs.String(), "must include uid 0") {
+		t.Fatalf("agent with --allowed-uids 1000: %v\n%s", b.Cmd.ProcessState, b.Logs)
 	}
 }

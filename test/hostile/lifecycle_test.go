@@ -19,12 +19,12 @@ import (
 func TestJournalPointingAtAFIFO(t *testing.T) {
 	n := newNode(t)
 	a := n.start(true)
-	pod := nstest.NewIn(t, n.root, "doomed")
+	pod := nstest.NewIn(t, n.Root, "doomed")
 	if e, _ := n.run(call{verb: "ADD", id: "doomed", netns: pod.Path}); e != nil {
 		t.Fatal(e)
 	}
-	a.cmd.Process.Signal(syscall.SIGKILL)
-	<-a.done
+	a.Cmd.Process.Signal(syscall.SIGKILL)
+	<-a.Done
 	if err := unix.Unmount(pod.Path, unix.MNT_DETACH); err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestJournalPointingAtAFIFO(t *testing.T) {
 		}
 	})
 	n.start(true) // fails the test if not ready within its deadline
-	victim := nstest.NewIn(t, n.root, "victim")
+	victim := nstest.NewIn(t, n.Root, "victim")
 	n.stillServes(t, victim, "")
 }
 
@@ -47,24 +47,24 @@ func TestJournalPointingAtAFIFO(t *testing.T) {
 func TestSecondAgentOnTheStateDir(t *testing.T) {
 	n := newNode(t)
 	n.start(true)
-	victim := nstest.NewIn(t, n.root, "victim")
+	victim := nstest.NewIn(t, n.Root, "victim")
 	if e, _ := n.run(call{verb: "ADD", id: "victim", netns: victim.Path}); e != nil {
 		t.Fatal(e)
 	}
 	before := ruleset(t, victim)
 	first := n.agent
 	second := *n
-	second.socket = filepath.Join(filepath.Dir(n.socket), "second.sock")
+	second.Socket = filepath.Join(filepath.Dir(n.Socket), "second.sock")
 	b := second.start(false, "--health-addr", "127.0.0.1:9891")
 	select {
-	case <-b.done:
+	case <-b.Done:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("a second agent on the same state dir kept running:\n%s", b.logs)
+		t.Fatalf("a second agent on the same state dir kept running:\n%s", b.Logs)
 	}
-	if b.cmd.ProcessState.Success() || !strings.Contains(b.logs.String(), "held by another process") {
-		t.Fatalf("second agent: %v\n%s", b.cmd.ProcessState, b.logs)
+	if b.Cmd.ProcessState.Success() || !strings.Contains(b.Logs.String(), "held by another process") {
+		t.Fatalf("second agent: %v\n%s", b.Cmd.ProcessState, b.Logs)
 	}
-	if strings.Contains(b.logs.String(), "msg=serving") {
+	if strings.Contains(b.Logs.String(), "msg=serving") {
 		t.Fatal("the second agent served")
 	}
 	n.agent = first
@@ -80,7 +80,7 @@ func TestSocketRemovedFailsLiveness(t *testing.T) {
 	if code, body := n.get("/healthz"); code != 200 {
 		t.Fatalf("/healthz %d %s", code, body)
 	}
-	if err := os.Remove(n.socket); err != nil {
+	if err := os.Remove(n.Socket); err != nil {
 		t.Fatal(err)
 	}
 	nstest.Eventually(t, 5*time.Second, func() bool {
@@ -91,7 +91,7 @@ func TestSocketRemovedFailsLiveness(t *testing.T) {
 	if !strings.Contains(body, "not ours any more") {
 		t.Fatalf("/healthz says %q", body)
 	}
-	stopLeavesOthersSocket(t, a, "unix", n.socket)
+	stopLeavesOthersSocket(t, a, "unix", n.Socket)
 }
 
 // stopLeavesOthersSocket puts another server's socket at path, stops the
@@ -103,9 +103,9 @@ func stopLeavesOthersSocket(t *testing.T, a *agent, network, path string) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-a.done:
+	case <-a.Done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("agent did not exit on SIGTERM")
 	}
@@ -118,7 +118,7 @@ func stopLeavesOthersSocket(t *testing.T, a *agent, network, path string) {
 // left exactly as it was.
 func TestSharedSocketDirRefused(t *testing.T) {
 	n := newNode(t)
-	shared := filepath.Dir(n.socket)
+	shared := filepath.Dir(n.Socket)
 	if err := os.Mkdir(shared, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +127,12 @@ func TestSharedSocketDirRefused(t *testing.T) {
 	}
 	a := n.start(false)
 	select {
-	case <-a.done:
+	case <-a.Done:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the agent started on a shared socket dir:\n%s", a.logs)
+		t.Fatalf("the agent started on a shared socket dir:\n%s", a.Logs)
 	}
-	if a.cmd.ProcessState.Success() || !strings.Contains(a.logs.String(), "writable by group or others") {
-		t.Fatalf("agent: %v\n%s", a.cmd.ProcessState, a.logs)
+	if a.Cmd.ProcessState.Success() || !strings.Contains(a.Logs.String(), "writable by group or others") {
+		t.Fatalf("agent: %v\n%s", a.Cmd.ProcessState, a.Logs)
 	}
 	fi, err := os.Stat(shared)
 	if err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
@@ -144,19 +144,19 @@ func TestSharedSocketDirRefused(t *testing.T) {
 // record naming a netns) is refused before anything is read from it.
 func TestSharedStateDirRefused(t *testing.T) {
 	n := newNode(t)
-	if err := os.Mkdir(n.stateDir, 0o700); err != nil {
+	if err := os.Mkdir(n.StateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(n.stateDir, 0o777); err != nil {
+	if err := os.Chmod(n.StateDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	a := n.start(false)
 	select {
-	case <-a.done:
+	case <-a.Done:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the agent started on a shared state dir:\n%s", a.logs)
+		t.Fatalf("the agent started on a shared state dir:\n%s", a.Logs)
 	}
-	if a.cmd.ProcessState.Success() || !strings.Contains(a.logs.String(), "writable by group or others") {
-		t.Fatalf("agent: %v\n%s", a.cmd.ProcessState, a.logs)
+	if a.Cmd.ProcessState.Success() || !strings.Contains(a.Logs.String(), "writable by group or others") {
+		t.Fatalf("agent: %v\n%s", a.Cmd.ProcessState, a.Logs)
 	}
 }

@@ -47,7 +47,7 @@ func (s *sleeper) exit() {
 // journaledNetns is the netns path the agent's journal holds for id's eth0,
 // "" when it holds no record.
 func (n *node) journaledNetns(id string) string {
-	b, err := os.ReadFile(filepath.Join(n.stateDir, id+":eth0.json"))
+	b, err := os.ReadFile(filepath.Join(n.StateDir, id+":eth0.json"))
 	if err != nil {
 		return ""
 	}
@@ -67,14 +67,14 @@ func (n *node) journaledNetns(id string) string {
 // record goes.
 func TestProcEnrolmentOutlivesItsProcess(t *testing.T) {
 	n := newNode(t)
-	n.start(true, "--netns-roots", n.root+",/proc", "--resync-interval", "1s")
-	victim := nstest.NewIn(t, n.root, "victim")
+	n.start(true, "--netns-roots", n.Root+",/proc", "--resync-interval", "1s")
+	victim := nstest.NewIn(t, n.Root, "victim")
 	if e, _ := n.run(call{verb: "ADD", id: "victim", netns: victim.Path}); e != nil {
 		t.Fatal(e)
 	}
 	before := ruleset(t, victim)
 
-	pod := nstest.NewIn(t, n.root, "procpod")
+	pod := nstest.NewIn(t, n.Root, "procpod")
 	first, second := sleepIn(t, pod.Path), sleepIn(t, pod.Path)
 	if e, _ := n.run(call{verb: "ADD", id: "procpod", netns: first.path()}); e != nil {
 		t.Fatal(e)

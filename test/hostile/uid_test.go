@@ -23,18 +23,18 @@ func attackAsNobody(t *testing.T, n *node) {
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("no setpriv")
 	}
-	dir := filepath.Dir(n.socket)
+	dir := filepath.Dir(n.Socket)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(n.socket, 0o666); err != nil {
+	if err := os.Chmod(n.Socket, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.Chmod(n.socket, 0o600); os.Chmod(dir, 0o700) })
-	pid := n.agent.cmd.Process.Pid
+	t.Cleanup(func() { os.Chmod(n.Socket, 0o600); os.Chmod(dir, 0o700) })
+	pid := n.agent.Cmd.Process.Pid
 	base := vmKiB(t, pid, "VmRSS")
 	cmd := exec.Command("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-		filepath.Join(binDir, "attacker"), "-socket", n.socket, "-conns", "8", "-streams", "32", "-send", "1048559", "-for", "3s")
+		filepath.Join(binDir, "attacker"), "-socket", n.Socket, "-conns", "8", "-streams", "32", "-send", "1048559", "-for", "3s")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("attacker: %v\n%s", err, out)
@@ -48,7 +48,7 @@ func attackAsNobody(t *testing.T, n *node) {
 	if v := metric(metrics, "sluice_rpc_refused_connections_total"); v < 1 {
 		t.Errorf("sluice_rpc_refused_connections_total = %v", v)
 	}
-	if n.agent.logs.count("refused a connection on the agent socket") == 0 {
+	if n.agent.Logs.Count("refused a connection on the agent socket") == 0 {
 		t.Error("no refusal logged")
 	}
 }

@@ -15,7 +15,7 @@ import (
 // zdsSocket is a ZDS socket path in a directory of the test's own, reachable
 // by any uid like the agent socket's base.
 func zdsSocket(n *node) string {
-	return filepath.Join(filepath.Dir(filepath.Dir(n.socket)), "ztunnel", "ztunnel.sock")
+	return filepath.Join(filepath.Dir(filepath.Dir(n.Socket)), "ztunnel", "ztunnel.sock")
 }
 
 func ambientArgs(zsock string) []string {
@@ -43,7 +43,7 @@ func TestZtunnelSocketRemovedFailsLiveness(t *testing.T) {
 	if _, body := n.get("/readyz"); !strings.Contains(body, "ztunnel-socket: socket "+zsock+" is not ours any more") {
 		t.Fatalf("/readyz says %q", body)
 	}
-	n.stillServes(t, nstest.NewIn(t, n.root, "victim"), "")
+	n.stillServes(t, nstest.NewIn(t, n.Root, "victim"), "")
 
 	stopLeavesOthersSocket(t, a, "unixpacket", zsock)
 
@@ -90,14 +90,14 @@ func TestSharedZtunnelSocketDirRefused(t *testing.T) {
 			before, _ := os.Lstat(dir)
 			a := n.start(false, ambientArgs(zsock)...)
 			select {
-			case <-a.done:
+			case <-a.Done:
 			case <-time.After(10 * time.Second):
-				t.Fatalf("the agent started on the %s ZDS socket dir:\n%s", c.name, a.logs)
+				t.Fatalf("the agent started on the %s ZDS socket dir:\n%s", c.name, a.Logs)
 			}
-			if a.cmd.ProcessState.Success() || !strings.Contains(a.logs.String(), c.want) {
-				t.Fatalf("agent: %v, want an error saying %q\n%s", a.cmd.ProcessState, c.want, a.logs)
+			if a.Cmd.ProcessState.Success() || !strings.Contains(a.Logs.String(), c.want) {
+				t.Fatalf("agent: %v, want an error saying %q\n%s", a.Cmd.ProcessState, c.want, a.Logs)
 			}
-			if strings.Contains(a.logs.String(), "msg=serving") {
+			if strings.Contains(a.Logs.String(), "msg=serving") {
 				t.Fatal("the agent served")
 			}
 			after, err := os.Lstat(dir)
