@@ -3,7 +3,7 @@
 // and reads (NETLINK_NETFILTER) and of redirect's rtnetlink requests.
 //
 // It is kept only while a benchmark says it pays: BenchmarkUpstreamRoute
-// here and BenchmarkUpstream* in daemon/redirect/nft hold it to
+// here and BenchmarkUpstream* in daemon/redirect/kernel/nftnl hold it to
 // mdlayher/netlink, google/nftables and vishvananda/netlink on the same
 // work (docs/decisions.md, "nlsock against the upstream libraries", has the
 // figures and the upstream changes that would let it go).
