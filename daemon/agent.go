@@ -21,9 +21,9 @@ import (
 	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/nodetaint"
+	"github.com/sluicemesh/sluice/daemon/podcheck"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
-	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/rpc"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
@@ -62,7 +62,7 @@ type agent struct {
 	store     *workloads.Store
 	inst      *installer.Installer // nil without an installer
 	checks    *health.Checks
-	rep       *repair.Repairer // nil standalone
+	rep       *podcheck.Checker // nil standalone
 	auth      *rpc.Authorizer
 
 	gs   *grpc.Server
@@ -199,7 +199,7 @@ func (a *agent) run(sig context.Context) error {
 	return nil
 }
 
-// startBackground starts ZDS, the informers and late enrolment.
+// startBackground starts ZDS, the informers and the checks of running pods.
 func (a *agent) startBackground() error {
 	if a.amb != nil {
 		go func() {
@@ -217,7 +217,7 @@ func (a *agent) startBackground() error {
 			return err
 		}
 	}
-	// Every handler is registered by now but repair's, which waits for
+	// Every handler is registered by now but podcheck's, which waits for
 	// the caches to sync and is then sent what they hold.
 	go a.informers.Run(a.ctx)
 	a.checks.Add("policy", a.kube.Synced)

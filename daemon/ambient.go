@@ -6,11 +6,11 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/sluicemesh/sluice/daemon/istioadopt"
 	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
-	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
@@ -28,7 +28,7 @@ type ambientNode struct {
 // leaves out.
 //
 // With Kubernetes (informers non-nil), each snapshot also lists the
-// ambient pods istio-cni enrolled that the repairer has not adopted yet
+// ambient pods istio-cni enrolled that sluice has not adopted yet
 // (records says which pods sluice holds), so ztunnel keeps their proxies
 // while the node moves from istio-cni to sluice.
 func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Workload, records func() []workloads.Record, informers *kubecache.Cache, log *slog.Logger) (*ambientNode, error) {
@@ -52,7 +52,7 @@ func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Wor
 		Logger:   log.With("component", "ztunnel"),
 	}
 	if informers != nil {
-		pending, err := repair.NewPendingAmbient(informers.Pods, records, cfg.hostProc, opener.Open, nil, log.With("component", "adopt"))
+		pending, err := istioadopt.NewPending(informers.Pods, records, cfg.hostProc, opener.Open, nil, log.With("component", "adopt"))
 		if err != nil {
 			host.Close()
 			return nil, err

@@ -2,8 +2,8 @@ package main
 
 import (
 	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/podcheck"
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/daemon/repair"
 )
 
 // registerMetrics registers every metric read at scrape time, in one list
@@ -40,7 +40,7 @@ func (a *agent) registerMetrics() {
 	}
 	if a.rep != nil {
 		m.ByLabel("counter", "uncaptured_pods_repaired_total", "Pods found running uncaptured, by what --repair-mode did, and pods istio-cni captured (istio-captured: left to Istio, istio-adopted: taken over); failed counts every failed try.",
-			"outcome", repair.Outcomes, a.rep.Repairs)
+			"outcome", podcheck.Outcomes, a.rep.Counts)
 	}
 	if a.inst != nil {
 		m.Func("counter", "installer_writes_total", "Files the installer wrote (installs and repairs).",

@@ -10,11 +10,12 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/podcheck"
 	"github.com/sluicemesh/sluice/daemon/repair"
 )
 
 // newEvents builds the Kubernetes client and the Event recorder the agent
-// reports capture failures, reasserted rulesets and late enrolment with.
+// reports capture failures, reasserted rulesets and repairs with.
 func newEvents(cfg *config, rc *rest.Config, log *slog.Logger) (kubernetes.Interface, *events.Recorder, error) {
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
@@ -23,9 +24,10 @@ func newEvents(cfg *config, rc *rest.Config, log *slog.Logger) (kubernetes.Inter
 	return client, events.New(events.Config{Client: client, NodeName: cfg.nodeName, Log: log.With("component", "events")}), nil
 }
 
-// startRepair runs late enrolment (pods found running uncaptured, handled
-// per --repair-mode) on the shared informers. With --ambient, the adoption
-// of istio-cni's ambient pods waits until a ztunnel has its snapshot.
+// startRepair runs the checks of running pods (podcheck: pods found running
+// uncaptured, handled per --repair-mode; live ambient enrolment; istio-cni
+// adoption) on the shared informers. With --ambient, the adoption of
+// istio-cni's ambient pods waits until a ztunnel has its snapshot.
 func (a *agent) startRepair() error {
 	label, err := repair.ParseLabel(a.cfg.repairLabel) // validated by parseConfig
 	if err != nil {
@@ -35,7 +37,7 @@ func (a *agent) startRepair() error {
 	if a.amb != nil {
 		ztunnelReady = a.amb.zds.Ready
 	}
-	a.rep, err = repair.New(repair.Config{Policy: a.kube, Pods: a.informers.Pods, Namespaces: a.informers.Namespaces,
+	a.rep, err = podcheck.New(podcheck.Config{Policy: a.kube, Pods: a.informers.Pods, Namespaces: a.informers.Namespaces,
 		Store: a.store, Client: a.client, Events: a.rec, HostProc: a.cfg.hostProc, Mode: a.cfg.repairMode, Label: label,
 		NodeName: a.cfg.nodeName, Log: a.log.With("component", "repair"), IstioTakeover: a.cfg.istioTakeover, ZtunnelReady: ztunnelReady})
 	if err != nil {

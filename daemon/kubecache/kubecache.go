@@ -1,8 +1,9 @@
 // Package kubecache is the agent's one view of the API server: a client-go
 // SharedInformerFactory holding this node's pods and every namespace. The
-// agent builds it once and hands its informers to policy and repair, which
-// read through the listers and register their handlers on the same
-// informers; neither opens a watch of its own.
+// agent builds it once and hands its informers to policy and to the checks
+// of running pods (podcheck, istioadopt's pending list), which read through
+// the listers and register their handlers on the same informers; none opens
+// a watch of its own.
 package kubecache
 
 import (
@@ -86,4 +87,14 @@ func (c *Cache) Run(ctx context.Context) {
 	c.factory.Start(ctx.Done())
 	<-ctx.Done()
 	c.factory.Shutdown()
+}
+
+// DeletedPod is the pod of an informer's delete notification, which may
+// come as a tombstone when the watch missed the delete itself.
+func DeletedPod(obj any) (*corev1.Pod, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return pod, ok
 }

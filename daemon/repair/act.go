@@ -13,59 +13,37 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sluicemesh/sluice/daemon/events"
-	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/late"
 	"github.com/sluicemesh/sluice/daemon/policy"
-	"github.com/sluicemesh/sluice/daemon/workloads"
 )
 
 // why is what every repair event says about how the pod got here.
 const why = "the pod is running without sluice traffic capture: it started while the sluice agent was not ready or not running"
 
+// Act does to a pod running uncaptured what --repair-mode says, and
+// returns the outcome to count.
+func (r *Repairer) Act(ctx context.Context, pod *corev1.Pod, d policy.Decision) (string, error) {
+	switch r.cfg.Mode {
+	case ModeApply:
+		return r.apply(ctx, pod, d)
+	case ModeLabel:
+		return r.label(ctx, pod)
+	case ModeDelete:
+		return r.evict(ctx, pod)
+	case ModeOff:
+		return r.report(pod)
+	}
+	return "", fmt.Errorf("--repair-mode %q: unknown", r.cfg.Mode)
+}
+
 // apply finds the pod's netns and enrolls it as an ADD would have.
 func (r *Repairer) apply(ctx context.Context, pod *corev1.Pod, d policy.Decision) (string, error) {
-	if err := r.enroll(ctx, pod, d); err != nil {
+	if err := late.Enroll(ctx, r.cfg.Store, r.cfg.HostProc, pod, d, r.log); err != nil {
 		return "", err
 	}
 	r.event(pod, corev1.EventTypeNormal, events.ReasonCaptureRepaired,
 		fmt.Sprintf("%s; its capture rules were programmed now (%s)", why, d.Reason))
 	return OutcomeApplied, nil
-}
-
-// enroll finds a running pod's netns and enrols it under a late id.
-func (r *Repairer) enroll(ctx context.Context, pod *corev1.Pod, d policy.Decision) error {
-	netns, err := podns.FindPodNetns(r.cfg.HostProc, string(pod.UID), podIPs(pod))
-	if err != nil {
-		return err
-	}
-	return r.enrollAt(ctx, pod, d, netns)
-}
-
-// enrollAt enrols the pod whose netns is at the path netns.
-func (r *Repairer) enrollAt(ctx context.Context, pod *corev1.Pod, d policy.Decision, netns string) error {
-	rec := r.lateRecord(pod, d, netns)
-	if err := r.cfg.Store.Enroll(ctx, rec); err != nil {
-		return fmt.Errorf("enroll pod %s/%s late: %w", pod.Namespace, pod.Name, err)
-	}
-	r.log.Info("programmed capture for a running pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID,
-		"netns", netns, "attachment", rec.Attachment.String(), "mode", d.Spec.Mode)
-	return nil
-}
-
-// lateRecord is the record of a running pod enrolled by the agent, not by
-// an ADD.
-func (r *Repairer) lateRecord(pod *corev1.Pod, d policy.Decision, netns string) workloads.Record {
-	ips := podIPs(pod)
-	return workloads.Record{
-		Attachment:     workloads.Attachment{ContainerID: LateContainerID(string(pod.UID)), IfName: "eth0"},
-		PodNamespace:   pod.Namespace,
-		PodName:        pod.Name,
-		PodUID:         string(pod.UID),
-		ServiceAccount: d.ServiceAccount, // ztunnel's identity for an ambient pod
-		Netns:          netns,
-		IPs:            hostPrefixes(ips),
-		Spec:           d.Spec,
-		Late:           true,
-	}
 }
 
 // label marks the pod for someone else to act on. The patch carries the
@@ -131,29 +109,15 @@ func (r *Repairer) handledOnce(pod *corev1.Pod, logMsg, reason, message string) 
 	r.event(pod, corev1.EventTypeWarning, reason, message)
 }
 
-// failed records a failed repair; the pod is tried again on its next
-// update, and by the retry timer after a backoff.
-func (r *Repairer) failed(pod *corev1.Pod, err error) {
-	n, wait := r.noteFailure(pod)
+// Failed reports a failed repair, the attempt'th in a row; the pod is
+// tried again on its next update, and after wait.
+func (r *Repairer) Failed(pod *corev1.Pod, err error, attempt int, wait time.Duration) {
 	r.log.Error("repairing an uncaptured pod failed", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "mode", r.cfg.Mode,
-		"attempt", n, "retry_in", wait, "err", err)
+		"attempt", attempt, "retry_in", wait, "err", err)
 	r.event(pod, corev1.EventTypeWarning, events.ReasonCaptureRepairFailed,
 		fmt.Sprintf("%s, and repairing it (--repair-mode=%s) failed; retried in %s or on the pod's next update: %v", why, r.cfg.Mode, wait, err))
 }
 
 func (r *Repairer) event(pod *corev1.Pod, eventType, reason, message string) {
 	r.cfg.Events.Pod(pod.Namespace, pod.Name, pod.UID, eventType, reason, message)
-}
-
-// noteFailure counts a failed repair or adoption and schedules its retry:
-// the same resourceVersion is not tried again by an event, the retry timer
-// tries it after the returned wait.
-func (r *Repairer) noteFailure(pod *corev1.Pod) (attempt int, wait time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	attempt = r.failedAt[pod.UID].attempts + 1
-	wait = r.backoff(attempt)
-	r.failedAt[pod.UID] = failure{version: pod.ResourceVersion, key: pod.Namespace + "/" + pod.Name, attempts: attempt, due: time.Now().Add(wait)}
-	r.outcomes[OutcomeFailed]++
-	return attempt, wait
 }

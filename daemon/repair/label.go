@@ -8,6 +8,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
+// LabelUncaptured marks a pod found running without capture
+// (--repair-mode=label), for an operator or a controller to act on.
+const LabelUncaptured = "sluice.dev/uncaptured"
+
 // Label is the label --repair-mode=label puts on a pod found running
 // uncaptured (--repair-label KEY=VALUE).
 type Label struct{ Key, Value string }

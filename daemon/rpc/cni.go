@@ -56,7 +56,7 @@ type NetnsAddrs interface {
 }
 
 // Annotator sets ambient.istio.io/redirection on a pod ("" removes it)
-// within ctx (repair.Redirection): Set retries on its own when that fails,
+// within ctx (redirection.Annotator): Set retries on its own when that fails,
 // Apply tries once and says.
 type Annotator interface {
 	Set(ctx context.Context, pod policy.Pod, value string)

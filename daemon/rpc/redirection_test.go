@@ -16,7 +16,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
-	"github.com/sluicemesh/sluice/daemon/repair"
+	"github.com/sluicemesh/sluice/daemon/redirection"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
@@ -50,7 +50,7 @@ func TestAmbientAddFailsWhenTheRedirectionPatchIsDenied(t *testing.T) {
 	zt := &fakeZtunnel{}
 	f := newCNIFixtureWith(t, t.TempDir(), &workloads.Ambient{Ztunnel: zt, Host: h})
 	f.cni.Policy = &policy.Static{Spec: redirect.DefaultAmbientSpec()}
-	f.cni.Redirection = repair.NewRedirection(kubernetes.NewForConfigOrDie(e.Config(user)), slog.New(slog.DiscardHandler))
+	f.cni.Redirection = redirection.New(kubernetes.NewForConfigOrDie(e.Config(user)), slog.New(slog.DiscardHandler))
 	ns := nstest.NewIn(t, f.root, "c1")
 	add := func() error {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -72,8 +72,8 @@ func TestAmbientAddFailsWhenTheRedirectionPatchIsDenied(t *testing.T) {
 	grant(t, admin, user)
 	nstest.Eventually(t, 30*time.Second, func() bool { return add() == nil }, "the retried ADD to succeed once the patch is allowed")
 	got, err := admin.CoreV1().Pods("shop").Get(ctx, "amb", metav1.GetOptions{})
-	if err != nil || got.Annotations[repair.AnnotationRedirection] != "enabled" {
-		t.Fatalf("pod annotations %v (%v), want %s=enabled", got.Annotations, err, repair.AnnotationRedirection)
+	if err != nil || got.Annotations[redirection.Annotation] != "enabled" {
+		t.Fatalf("pod annotations %v (%v), want %s=enabled", got.Annotations, err, redirection.Annotation)
 	}
 }
 

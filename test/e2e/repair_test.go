@@ -19,7 +19,7 @@ import (
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
-// These tests need the agent to run daemon/repair and daemon/events
+// These tests need the agent to run daemon/podcheck and daemon/events
 // (wired in daemon/main.go). Late enrollment finds a pod's netns through
 // /proc/<pid>/ns/net, so /proc joins the test's netns roots.
 

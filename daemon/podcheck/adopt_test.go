@@ -1,4 +1,4 @@
-package repair
+package podcheck
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/istioadopt"
 	"github.com/sluicemesh/sluice/daemon/istioadopt/istiotest"
+	"github.com/sluicemesh/sluice/daemon/late"
+	"github.com/sluicemesh/sluice/daemon/podtest"
+	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
@@ -25,22 +28,22 @@ func TestIstioCapturedPodLeftToIstio(t *testing.T) {
 		rules istiotest.Ruleset
 		mode  string
 	}{
-		{"nftables apply", istiotest.SidecarNft, ModeApply},
-		{"iptables-nft apply", istiotest.SidecarIptables, ModeApply},
-		{"iptables-nft delete", istiotest.SidecarIptables, ModeDelete},
-		{"nftables label", istiotest.SidecarNft, ModeLabel},
+		{"nftables apply", istiotest.SidecarNft, repair.ModeApply},
+		{"iptables-nft apply", istiotest.SidecarIptables, repair.ModeApply},
+		{"iptables-nft delete", istiotest.SidecarIptables, repair.ModeDelete},
+		{"nftables label", istiotest.SidecarNft, repair.ModeLabel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := startAgentParts(t)
-			_, admin := kube(t)
-			ns := namespace(t, admin)
+			a := podtest.Start(t)
+			_, admin := podtest.Kube(t)
+			ns := podtest.Namespace(t, admin)
 			ip := nstest.TestIP(t)
-			pod := setRunning(t, admin, a.createPod(t, admin, ns, "istio", true), ip)
-			sb := sandbox(t, string(pod.UID), ip, true)
+			pod := podtest.SetRunning(t, admin, a.CreatePod(t, admin, ns, "istio", true), ip)
+			sb := podtest.Sandbox(t, string(pod.UID), ip, true)
 			istiotest.Program(t, sb, tc.rules)
 			before := istiotest.Save(t, sb)
 
-			r := a.runAdopting(t, tc.mode, false, nil)
+			r := runAdopting(t, a, tc.mode, false, nil)
 			ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonIstioCNICaptured)
 			if ev.Type != corev1.EventTypeNormal || !strings.Contains(ev.Message, "--istio-takeover") {
 				t.Errorf("event %s %q: want Normal, naming --istio-takeover", ev.Type, ev.Message)
@@ -49,15 +52,15 @@ func TestIstioCapturedPodLeftToIstio(t *testing.T) {
 			if after := istiotest.Save(t, sb); after != before {
 				t.Errorf("the pod's netns changed:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
-			if _, ok := enrolledAs(a.store, string(pod.UID)); ok {
+			if _, ok := podtest.EnrolledAs(a.Store, string(pod.UID)); ok {
 				t.Error("the pod was enrolled")
 			}
 			p, err := admin.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
-			if err != nil || p.DeletionTimestamp != nil || p.Labels[LabelUncaptured] != "" {
+			if err != nil || p.DeletionTimestamp != nil || p.Labels[repair.LabelUncaptured] != "" {
 				t.Errorf("the pod was touched: %v, labels %v, deleting %v", err, p.Labels, p.DeletionTimestamp)
 			}
-			if got := r.Repairs(); got[OutcomeIstioCaptured] != 1 || len(got) != 1 {
-				t.Errorf("Repairs = %v, want one %s and nothing else", got, OutcomeIstioCaptured)
+			if got := r.Counts(); got[istioadopt.OutcomeCaptured] != 1 || len(got) != 1 {
+				t.Errorf("Counts = %v, want one %s and nothing else", got, istioadopt.OutcomeCaptured)
 			}
 		})
 	}
@@ -69,19 +72,19 @@ func TestIstioCapturedPodLeftToIstio(t *testing.T) {
 func TestIstioTakeover(t *testing.T) {
 	for _, rules := range []istiotest.Ruleset{istiotest.SidecarNft, istiotest.SidecarIptables} {
 		t.Run(rules.File, func(t *testing.T) {
-			a := startAgentParts(t)
-			_, admin := kube(t)
-			ns := namespace(t, admin)
+			a := podtest.Start(t)
+			_, admin := podtest.Kube(t)
+			ns := podtest.Namespace(t, admin)
 			ip := nstest.TestIP(t)
-			pod := setRunning(t, admin, a.createPod(t, admin, ns, "istio", true), ip)
-			sb := sandbox(t, string(pod.UID), ip, true)
+			pod := podtest.SetRunning(t, admin, a.CreatePod(t, admin, ns, "istio", true), ip)
+			sb := podtest.Sandbox(t, string(pod.UID), ip, true)
 			istiotest.Program(t, sb, rules)
 			landed := istiotest.Proxy(t, sb, 15001)
 			istiotest.ExpectCaptured(t, sb, landed, "Istio's rules")
 
-			r := a.runAdopting(t, ModeApply, true, nil)
-			rec := waitEnrolled(t, a, pod)
-			if !rec.Late || rec.ContainerID != LateContainerID(string(pod.UID)) {
+			r := runAdopting(t, a, repair.ModeApply, true, nil)
+			rec := a.WaitEnrolled(t, pod)
+			if !rec.Late || rec.ContainerID != late.ContainerID(string(pod.UID)) {
 				t.Errorf("record %+v: want a late enrolment", rec)
 			}
 			ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonIstioCNIAdopted)
@@ -95,12 +98,12 @@ func TestIstioTakeover(t *testing.T) {
 			if !strings.Contains(state, "table inet sluice") {
 				t.Errorf("no sluice table:\n%s", state)
 			}
-			if drift, err := a.store.Verify(rec); err != nil || len(drift) > 0 {
+			if drift, err := a.Store.Verify(rec); err != nil || len(drift) > 0 {
 				t.Errorf("the adopted pod is not in sync: %v %v", drift, err)
 			}
 			istiotest.ExpectCaptured(t, sb, landed, "sluice's rules")
-			if got := r.Repairs(); got[OutcomeIstioAdopted] != 1 || len(got) != 1 {
-				t.Errorf("Repairs = %v, want one %s", got, OutcomeIstioAdopted)
+			if got := r.Counts(); got[istioadopt.OutcomeAdopted] != 1 || len(got) != 1 {
+				t.Errorf("Counts = %v, want one %s", got, istioadopt.OutcomeAdopted)
 			}
 		})
 	}
@@ -111,21 +114,21 @@ func TestIstioTakeover(t *testing.T) {
 // sluice's table is taken back: the pod is as Istio had it, captured once,
 // and the failure is on the pod.
 func TestIstioTakeoverRollsBack(t *testing.T) {
-	a := startAgentParts(t)
-	_, admin := kube(t)
-	ns := namespace(t, admin)
+	a := podtest.Start(t)
+	_, admin := podtest.Kube(t)
+	ns := podtest.Namespace(t, admin)
 	ip := nstest.TestIP(t)
-	pod := setRunning(t, admin, a.createPod(t, admin, ns, "istio", true), ip)
-	sb := sandbox(t, string(pod.UID), ip, true)
+	pod := podtest.SetRunning(t, admin, a.CreatePod(t, admin, ns, "istio", true), ip)
+	sb := podtest.Sandbox(t, string(pod.UID), ip, true)
 	istiotest.Program(t, sb, istiotest.SidecarIptables)
 	landed := istiotest.Proxy(t, sb, 15001)
 	var before string
 	racer := &racingIstio{onRemove: func() {
 		sb.Run(t, "iptables-nft", "-t", "nat", "-I", "OUTPUT", "-p", "udp", "-j", "ISTIO_OUTPUT")
-		before = strings.Join(withoutSluice(istiotest.Save(t, sb)), "\n")
+		before = strings.Join(istiotest.WithoutSluice(istiotest.Save(t, sb)), "\n")
 	}}
 
-	r := a.runAdopting(t, ModeApply, true, racer)
+	r := runAdopting(t, a, repair.ModeApply, true, racer)
 	ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonCaptureRepairFailed)
 	if !strings.Contains(ev.Message, "Istio's capture is as it was") {
 		t.Errorf("failure event %q does not say the pod was rolled back", ev.Message)
@@ -137,11 +140,11 @@ func TestIstioTakeoverRollsBack(t *testing.T) {
 	if after := istiotest.Save(t, sb); after != before {
 		t.Errorf("a failed takeover changed the netns:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
-	if _, ok := enrolledAs(a.store, string(pod.UID)); ok {
+	if _, ok := podtest.EnrolledAs(a.Store, string(pod.UID)); ok {
 		t.Error("the pod was enrolled")
 	}
-	if got := r.Repairs(); got[OutcomeFailed] != 1 || got[OutcomeIstioAdopted] != 0 {
-		t.Errorf("Repairs = %v, want one failed", got)
+	if got := r.Counts(); got[OutcomeFailed] != 1 || got[istioadopt.OutcomeAdopted] != 0 {
+		t.Errorf("Counts = %v, want one failed", got)
 	}
 	istiotest.ExpectCaptured(t, sb, landed, "Istio's rules after the rollback")
 }
@@ -164,10 +167,10 @@ func (r *racingIstio) Remove(ns netns.NsHandle, c istioadopt.Capture) error {
 }
 
 // runAdopting runs a Repairer with the adoption settings until t ends.
-func (a *agentParts) runAdopting(t *testing.T, mode string, takeover bool, kernel IstioCNI) *Repairer {
+func runAdopting(t *testing.T, a *podtest.Parts, mode string, takeover bool, kernel istioadopt.Kernel) *Checker {
 	t.Helper()
-	r, err := New(Config{Policy: a.policy, Pods: a.cache.Pods, Namespaces: a.cache.Namespaces, Store: a.store, Client: a.client, Events: a.events,
-		HostProc: "/proc", Mode: mode, NodeName: a.node, Log: testLog(t), IstioTakeover: takeover, IstioCNI: kernel})
+	r, err := New(Config{Policy: a.Policy, Pods: a.Cache.Pods, Namespaces: a.Cache.Namespaces, Store: a.Store, Client: a.Client, Events: a.Events,
+		HostProc: "/proc", Mode: mode, NodeName: a.Node, Log: podtest.Log(t), IstioTakeover: takeover, IstioCNI: kernel})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
-package repair
+package redirection
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -10,16 +11,23 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/sluicemesh/sluice/daemon/podtest"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	podtest.Stop()
+	os.Exit(code)
+}
 
 // statusOnly is a client impersonating user, who may patch pods/status
 // (when granted) and nothing else: proof the annotation goes through the
 // status subresource, the lower privilege Istio uses.
 func statusOnly(t *testing.T, user string, grant bool) (kubernetes.Interface, func()) {
 	t.Helper()
-	e, admin := kube(t)
+	e, admin := podtest.Kube(t)
 	cfg := rest.CopyConfig(e.AdminConfig())
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	grantFn := func() {
@@ -48,17 +56,17 @@ func redirectionOf(t *testing.T, c kubernetes.Interface, ns, name string) (strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, ok := p.Annotations[AnnotationRedirection]
+	v, ok := p.Annotations[Annotation]
 	return v, ok
 }
 
 func TestRedirectionPatchesPodStatus(t *testing.T) {
-	a := startAgentParts(t)
-	_, admin := kube(t)
-	ns := namespace(t, admin)
-	pod := a.createPod(t, admin, ns, "amb", false)
+	a := podtest.Start(t)
+	_, admin := podtest.Kube(t)
+	ns := podtest.Namespace(t, admin)
+	pod := a.CreatePod(t, admin, ns, "amb", false)
 	client, _ := statusOnly(t, "redirection-status-"+ns, true)
-	r := NewRedirection(client, testLog(t))
+	r := New(client, podtest.Log(t))
 	ref := policy.Pod{Namespace: ns, Name: pod.Name, UID: string(pod.UID)}
 	// The authorizer learns a new binding a moment later: wait for it
 	// through Set itself, which reports nothing but patches once allowed.
@@ -66,7 +74,7 @@ func TestRedirectionPatchesPodStatus(t *testing.T) {
 		r.Set(context.Background(), ref, "enabled")
 		v, _ := redirectionOf(t, admin, ns, pod.Name)
 		return v == "enabled"
-	}, "pod never annotated %s=enabled through pods/status", AnnotationRedirection)
+	}, "pod never annotated %s=enabled through pods/status", Annotation)
 	r.Set(context.Background(), ref, "")
 	if v, ok := redirectionOf(t, admin, ns, pod.Name); ok {
 		t.Fatalf("annotation not removed: %q", v)
@@ -89,12 +97,12 @@ func TestRedirectionPatchesPodStatus(t *testing.T) {
 // A patch that fails (here: not yet allowed) is retried on a timer until
 // it sticks, not only when the pod changes.
 func TestRedirectionRetriesFailedPatch(t *testing.T) {
-	a := startAgentParts(t)
-	_, admin := kube(t)
-	ns := namespace(t, admin)
-	pod := a.createPod(t, admin, ns, "amb", false)
+	a := podtest.Start(t)
+	_, admin := podtest.Kube(t)
+	ns := podtest.Namespace(t, admin)
+	pod := a.CreatePod(t, admin, ns, "amb", false)
 	client, grant := statusOnly(t, "redirection-retry-"+ns, false)
-	r := NewRedirection(client, testLog(t))
+	r := New(client, podtest.Log(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()

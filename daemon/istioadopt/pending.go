@@ -1,4 +1,4 @@
-package repair
+package istioadopt
 
 import (
 	"context"
@@ -14,15 +14,17 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/kubecache"
+	"github.com/sluicemesh/sluice/daemon/late"
+	"github.com/sluicemesh/sluice/daemon/redirection"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
 
-// PendingAmbient knows this node's ambient pods another node agent
+// Pending knows this node's ambient pods another node agent
 // (istio-cni) enrolled, marked ambient.istio.io/redirection=enabled, that
 // sluice has not adopted yet. ztunnel drops every pod its snapshot leaves
-// out, so until the repairer adopts them they are listed in each snapshot
+// out, so until the Adopter adopts them they are listed in each snapshot
 // (ztunnel.Config.Pending), and ztunnel keeps their proxies across the
 // swap of node agents.
 //
@@ -31,11 +33,11 @@ import (
 // that istio-cni, not the pod, decided it is ambient; one whose netns
 // cannot be read is left out, and ztunnel then drops a proxy that Istio's
 // rules still send to (closed, never open).
-type PendingAmbient struct {
+type Pending struct {
 	records  func() []workloads.Record // what sluice holds (Store.List)
 	hostProc string
 	open     func(path string) (netns.NsHandle, error)
-	istio    IstioCNI
+	istio    Kernel
 	log      *slog.Logger
 	reg      cache.ResourceEventHandlerRegistration
 
@@ -43,21 +45,21 @@ type PendingAmbient struct {
 	pods map[types.UID]*corev1.Pod
 }
 
-// NewPendingAmbient watches pods, the agent's shared pod informer; it may
+// NewPending watches pods, the agent's shared pod informer; it may
 // be called before the informer runs. records lists what sluice holds; it
 // is called only from List. open opens a pod's netns (podns.Opener.Open);
-// istio reads istio-cni's rules there (nil: the kernel's).
-func NewPendingAmbient(pods coreinformers.PodInformer, records func() []workloads.Record, hostProc string,
-	open func(string) (netns.NsHandle, error), istio IstioCNI, log *slog.Logger) (*PendingAmbient, error) {
+// istio reads istio-cni's rules there (nil: Netlink).
+func NewPending(pods coreinformers.PodInformer, records func() []workloads.Record, hostProc string,
+	open func(string) (netns.NsHandle, error), istio Kernel, log *slog.Logger) (*Pending, error) {
 	if istio == nil {
-		istio = istioKernel{}
+		istio = Netlink{}
 	}
-	p := &PendingAmbient{records: records, hostProc: hostProc, open: open, istio: istio, log: log, pods: map[types.UID]*corev1.Pod{}}
+	p := &Pending{records: records, hostProc: hostProc, open: open, istio: istio, log: log, pods: map[types.UID]*corev1.Pod{}}
 	reg, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.update,
 		UpdateFunc: func(_, obj any) { p.update(obj) },
 		DeleteFunc: func(obj any) {
-			if pod, ok := deletedPod(obj); ok {
+			if pod, ok := kubecache.DeletedPod(obj); ok {
 				p.mu.Lock()
 				delete(p.pods, pod.UID)
 				p.mu.Unlock()
@@ -71,14 +73,14 @@ func NewPendingAmbient(pods coreinformers.PodInformer, records func() []workload
 	return p, nil
 }
 
-func (p *PendingAmbient) update(obj any) {
+func (p *Pending) update(obj any) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pod.Annotations[AnnotationRedirection] == "enabled" && settled(pod) {
+	if pod.Annotations[redirection.Annotation] == "enabled" && late.Settled(pod) {
 		p.pods[pod.UID] = pod
 	} else {
 		delete(p.pods, pod.UID)
@@ -89,7 +91,7 @@ func (p *PendingAmbient) update(obj any) {
 // whose netns holds istio-cni's rules, each with its netns. It waits for
 // the pod cache to list once, within ctx: an unsynced cache would make the
 // list short.
-func (p *PendingAmbient) List(ctx context.Context) ([]ztunnel.Workload, error) {
+func (p *Pending) List(ctx context.Context) ([]ztunnel.Workload, error) {
 	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 		return p.reg.HasSynced(), nil
 	}); err != nil {
@@ -122,8 +124,8 @@ func (p *PendingAmbient) List(ctx context.Context) ([]ztunnel.Workload, error) {
 
 // istioEnrolled returns the pod's netns path when istio-cni's rules are
 // there, or why not.
-func (p *PendingAmbient) istioEnrolled(pod *corev1.Pod) (string, error) {
-	path, err := podns.FindPodNetns(p.hostProc, string(pod.UID), podIPs(pod))
+func (p *Pending) istioEnrolled(pod *corev1.Pod) (string, error) {
+	path, err := late.FindNetns(p.hostProc, pod)
 	if err != nil {
 		return "", fmt.Errorf("its netns was not found: %w", err)
 	}

@@ -1,4 +1,4 @@
-package repair
+package istioadopt
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/sluicemesh/sluice/daemon/istioadopt"
 	"github.com/sluicemesh/sluice/daemon/istioadopt/istiotest"
+	"github.com/sluicemesh/sluice/daemon/late"
 	"github.com/sluicemesh/sluice/daemon/podns"
+	"github.com/sluicemesh/sluice/daemon/podtest"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
@@ -23,11 +24,11 @@ import (
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
-// These run the takeover against the kernel alone (no API server): a
-// Repairer with a store, a pod sandbox with Istio's rules, real traffic.
+// These run the takeover against the kernel alone (no API server): an
+// Adopter with a store, a pod sandbox with Istio's rules, real traffic.
 
 type takeoverRig struct {
-	r     *Repairer
+	a     *Adopter
 	store *workloads.Store
 	pod   *corev1.Pod
 	sb    *nstest.NS
@@ -35,30 +36,30 @@ type takeoverRig struct {
 	ns    netns.NsHandle
 }
 
-func newTakeoverRig(t *testing.T, rules istiotest.Ruleset, kernel IstioCNI) *takeoverRig {
+func newTakeoverRig(t *testing.T, rules istiotest.Ruleset, istio Kernel) *takeoverRig {
 	t.Helper()
-	return newTakeoverRigWith(t, rules, kernel, nil)
+	return newTakeoverRigWith(t, rules, istio, nil)
 }
 
 // newTakeoverRigWith is newTakeoverRig with the store's ambient side.
-func newTakeoverRigWith(t *testing.T, rules istiotest.Ruleset, istioCNI IstioCNI, ambient *workloads.Ambient) *takeoverRig {
+func newTakeoverRigWith(t *testing.T, rules istiotest.Ruleset, istio Kernel, ambient *workloads.Ambient) *takeoverRig {
 	t.Helper()
 	nstest.RequireRoot(t)
 	uid := types.UID("0a0d0000-0000-4000-8000-" + strings.Repeat("0", 11) + "1")
 	ip := nstest.TestIP(t)
-	sb := sandbox(t, string(uid), ip, true)
+	sb := podtest.Sandbox(t, string(uid), ip, true)
 	istiotest.Program(t, sb, rules)
 	opener, err := podns.NewOpener([]string{"/proc"}, "/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: opener, Kernel: kernel.Netlink{}, Log: testLog(t), Ambient: ambient})
+	store, err := workloads.Open(workloads.Config{Dir: t.TempDir(), Opener: opener, Kernel: kernel.Netlink{}, Log: podtest.Log(t), Ambient: ambient})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "istio", UID: uid},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip.String()}}
-	path, err := podns.FindPodNetns("/proc", string(uid), podIPs(pod))
+	path, err := late.FindNetns("/proc", pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,13 +68,11 @@ func newTakeoverRigWith(t *testing.T, rules istiotest.Ruleset, istioCNI IstioCNI
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	if istioCNI == nil {
-		istioCNI = istioKernel{}
+	a, err := NewAdopter(Config{Store: store, HostProc: "/proc", Takeover: true, Kernel: istio, Log: podtest.Log(t)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	r := &Repairer{cfg: Config{Store: store, HostProc: "/proc", IstioTakeover: true}, log: testLog(t),
-		istioCNI: istioCNI, opener: opener, failedAt: map[types.UID]failure{}, handled: map[types.UID]bool{}, outcomes: map[string]int{},
-		istioLeft: map[types.UID]bool{}, deferred: map[string]bool{}}
-	return &takeoverRig{r: r, store: store, pod: pod, sb: sb, path: path, ns: ns}
+	return &takeoverRig{a: a, store: store, pod: pod, sb: sb, path: path, ns: ns}
 }
 
 func (g *takeoverRig) takeOver(t *testing.T) error {
@@ -83,12 +82,12 @@ func (g *takeoverRig) takeOver(t *testing.T) error {
 
 func (g *takeoverRig) takeOverAs(t *testing.T, spec redirect.Spec) error {
 	t.Helper()
-	c, err := istioadopt.Detect(g.ns)
+	c, err := Detect(g.ns)
 	if err != nil || !c.Found() {
 		t.Fatalf("Detect = %s, %v", c, err)
 	}
 	d := policy.Decision{Capture: true, Spec: spec, Reason: "test", ServiceAccount: "default"}
-	return g.r.takeOver(context.Background(), g.pod, d, g.path, c)
+	return g.a.takeOver(context.Background(), g.pod, d, g.path, c)
 }
 
 // sluice's table is in before Istio's rules go (the pod is never without
@@ -115,7 +114,7 @@ func TestTakeOverOrder(t *testing.T) {
 			if strings.Contains(after, "ISTIO_") || strings.Contains(after, "istio-") || !strings.Contains(after, "table inet sluice") {
 				t.Errorf("after the takeover, want sluice's table alone:\n%s", after)
 			}
-			rec, ok := enrolledAs(g.store, string(g.pod.UID))
+			rec, ok := podtest.EnrolledAs(g.store, string(g.pod.UID))
 			if !ok || !rec.Late {
 				t.Fatalf("not journaled as a late enrolment: %+v", rec)
 			}
@@ -140,7 +139,7 @@ func TestTakeOverRollsBackFailedRemoval(t *testing.T) {
 		if !strings.Contains(before, "table inet sluice") {
 			t.Errorf("sluice's table was not in before the removal:\n%s", before)
 		}
-		before = strings.Join(withoutSluice(before), "\n")
+		before = strings.Join(istiotest.WithoutSluice(before), "\n")
 	}
 	landed := istiotest.Proxy(t, g.sb, 15001)
 
@@ -155,7 +154,7 @@ func TestTakeOverRollsBackFailedRemoval(t *testing.T) {
 	if after != before {
 		t.Errorf("the rollback did not restore Istio's state:\nwant:\n%s\ngot:\n%s", before, after)
 	}
-	if _, ok := enrolledAs(g.store, string(g.pod.UID)); ok {
+	if _, ok := podtest.EnrolledAs(g.store, string(g.pod.UID)); ok {
 		t.Error("journaled after a failed takeover")
 	}
 	istiotest.ExpectCaptured(t, g.sb, landed, "Istio's rules after the rollback")
@@ -203,13 +202,28 @@ func TestRefusedAmbientTakeOverKeepsIstio(t *testing.T) {
 			t.Fatalf("try %d: the netns is not as Istio had it:\nbefore:\n%s\nafter:\n%s", try, before, after)
 		}
 		istiotest.ExpectCaptured(t, g.sb, landed, "Istio's rules after the refusal")
-		if _, ok := enrolledAs(g.store, string(g.pod.UID)); ok {
+		if _, ok := podtest.EnrolledAs(g.store, string(g.pod.UID)); ok {
 			t.Fatalf("try %d: journaled after a refused takeover", try)
 		}
 	}
 	if zt.adds != 2 || zt.dels != 0 {
 		t.Errorf("ztunnel heard %d adds and %d dels, want 2 and 0", zt.adds, zt.dels)
 	}
+}
+
+// racingIstio is the kernel with a change made by someone else between
+// the Adopter's Detect and its Remove.
+type racingIstio struct {
+	onRemove func()
+	removes  int
+}
+
+func (r *racingIstio) Detect(ns netns.NsHandle) (Capture, error) { return Detect(ns) }
+
+func (r *racingIstio) Remove(ns netns.NsHandle, c Capture) error {
+	r.removes++
+	r.onRemove()
+	return Remove(ns, c)
 }
 
 // refusingZtunnel refuses every Add, after onAdd looks at the kernel.
@@ -229,22 +243,4 @@ func (z *refusingZtunnel) Add(context.Context, ztunnel.Workload) error {
 func (z *refusingZtunnel) Del(context.Context, string) error {
 	z.dels++
 	return nil
-}
-
-// withoutSluice drops the `table inet sluice { ... }` block from nft's
-// listing.
-func withoutSluice(state string) []string {
-	var out []string
-	skip := false
-	for _, l := range strings.Split(state, "\n") {
-		switch {
-		case l == "table inet sluice {":
-			skip = true
-		case skip && l == "}":
-			skip = false
-		case !skip:
-			out = append(out, l)
-		}
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package repair
+package podcheck
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/podtest"
+	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
@@ -22,10 +24,10 @@ import (
 // allows nothing keeps the pod (a failed repair, said so), and once the
 // budget is gone the retry timer evicts it with no event on the pod.
 func TestEvictionRespectsPodDisruptionBudget(t *testing.T) {
-	a := startAgentParts(t)
-	_, admin := kube(t)
-	ns := namespace(t, admin)
-	pod := a.createPod(t, admin, ns, "guarded", true)
+	a := podtest.Start(t)
+	_, admin := podtest.Kube(t)
+	ns := podtest.Namespace(t, admin)
+	pod := a.CreatePod(t, admin, ns, "guarded", true)
 	patch := []byte(`{"metadata":{"labels":{"app":"guarded"}}}`)
 	pod, err := admin.CoreV1().Pods(ns).Patch(context.Background(), pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
@@ -48,13 +50,13 @@ func TestEvictionRespectsPodDisruptionBudget(t *testing.T) {
 	if _, err := admin.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(context.Background(), pdb, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod = setRunning(t, admin, pod, nstest.TestIP(t))
+	pod = podtest.SetRunning(t, admin, pod, nstest.TestIP(t))
 	// Ready: an unready pod may be evicted whatever the budget says.
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	if pod, err = admin.CoreV1().Pods(ns).UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := a.runRepairWith(t, func(c *Config) { c.Mode = ModeDelete; c.RetryAfter = 200 * time.Millisecond })
+	r, _ := runRepairWith(t, a, func(c *Config) { c.Mode = repair.ModeDelete; c.RetryAfter = 200 * time.Millisecond })
 
 	ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonCaptureRepairFailed)
 	if !strings.Contains(ev.Message, "PodDisruptionBudget") {
@@ -71,53 +73,53 @@ func TestEvictionRespectsPodDisruptionBudget(t *testing.T) {
 		return apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil
 	}, "the retry timer never evicted the pod once its budget was gone")
 	// The count follows the API call's return, a moment after its effect.
-	nstest.Eventually(t, 5*time.Second, func() bool { return r.Repairs()[OutcomeEvicted] == 1 },
-		"Repairs = %v, want one evicted", r.Repairs())
-	if got := r.Repairs(); got[OutcomeFailed] < 1 {
-		t.Errorf("Repairs = %v, want the failures before the eviction counted", got)
+	nstest.Eventually(t, 5*time.Second, func() bool { return r.Counts()[repair.OutcomeEvicted] == 1 },
+		"Counts = %v, want one evicted", r.Counts())
+	if got := r.Counts(); got[OutcomeFailed] < 1 {
+		t.Errorf("Counts = %v, want the failures before the eviction counted", got)
 	}
 }
 
 // A failed repair is retried on a timer, with no update to the pod.
 func TestFailedRepairRetriedOnTimer(t *testing.T) {
-	a := startAgentParts(t)
-	_, admin := kube(t)
-	ns := namespace(t, admin)
+	a := podtest.Start(t)
+	_, admin := podtest.Kube(t)
+	ns := podtest.Namespace(t, admin)
 	// Running, but no process of it exists on this machine: no netns.
-	setRunning(t, admin, a.createPod(t, admin, ns, "ghost", true), nstest.TestIP(t))
-	r, _ := a.runRepairWith(t, func(c *Config) { c.Mode = ModeApply; c.RetryAfter = 100 * time.Millisecond })
-	nstest.Eventually(t, 10*time.Second, func() bool { return r.Repairs()[OutcomeFailed] >= 3 },
-		"a failed repair was not retried on the timer: %v", r.Repairs())
+	podtest.SetRunning(t, admin, a.CreatePod(t, admin, ns, "ghost", true), nstest.TestIP(t))
+	r, _ := runRepairWith(t, a, func(c *Config) { c.Mode = repair.ModeApply; c.RetryAfter = 100 * time.Millisecond })
+	nstest.Eventually(t, 10*time.Second, func() bool { return r.Counts()[OutcomeFailed] >= 3 },
+		"a failed repair was not retried on the timer: %v", r.Counts())
 }
 
 // label mode sets the label it is given, e.g. istio-cni's.
 func TestLabelModeUsesConfiguredLabel(t *testing.T) {
-	a := startAgentParts(t)
-	_, admin := kube(t)
-	ns := namespace(t, admin)
+	a := podtest.Start(t)
+	_, admin := podtest.Kube(t)
+	ns := podtest.Namespace(t, admin)
 	ip := nstest.TestIP(t)
-	pod := setRunning(t, admin, a.createPod(t, admin, ns, "istio-marked", true), ip)
-	a.runRepairWith(t, func(c *Config) { c.Mode = ModeLabel; c.Label = IstioLabel })
+	pod := podtest.SetRunning(t, admin, a.CreatePod(t, admin, ns, "istio-marked", true), ip)
+	runRepairWith(t, a, func(c *Config) { c.Mode = repair.ModeLabel; c.Label = repair.IstioLabel })
 
 	nstest.Eventually(t, 5*time.Second, func() bool {
 		p, err := admin.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 		return err == nil && p.Labels["cni.istio.io/uninitialized"] == "true"
 	}, "pod never labelled cni.istio.io/uninitialized=true")
-	if p, _ := admin.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{}); p.Labels[LabelUncaptured] != "" {
+	if p, _ := admin.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{}); p.Labels[repair.LabelUncaptured] != "" {
 		t.Errorf("the default label was set too: %v", p.Labels)
 	}
-	waitCount(t, admin, pod, events.ReasonUncaptured, 1)
+	podtest.WaitEventCount(t, admin, pod, events.ReasonUncaptured, 1)
 }
 
 // off mode touches nothing and reports the pod once, also across updates.
 func TestOffModeReportsOnce(t *testing.T) {
-	a := startAgentParts(t)
-	_, admin := kube(t)
-	ns := namespace(t, admin)
+	a := podtest.Start(t)
+	_, admin := podtest.Kube(t)
+	ns := podtest.Namespace(t, admin)
 	ip := nstest.TestIP(t)
-	pod := setRunning(t, admin, a.createPod(t, admin, ns, "left", true), ip)
-	sb := sandbox(t, string(pod.UID), ip, true)
-	r, checked := a.runRepair(t, ModeOff)
+	pod := podtest.SetRunning(t, admin, a.CreatePod(t, admin, ns, "left", true), ip)
+	sb := podtest.Sandbox(t, string(pod.UID), ip, true)
+	r, checked := runRepair(t, a, repair.ModeOff)
 
 	ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonUncaptured)
 	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "--repair-mode=off") {
@@ -132,25 +134,14 @@ func TestOffModeReportsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitChecked(t, checked, ns+"/left")
-	waitCount(t, admin, pod, events.ReasonUncaptured, 1)
-	if got := r.Repairs(); got[OutcomeReported] != 1 {
-		t.Errorf("Repairs = %v, want one reported", got)
+	podtest.WaitEventCount(t, admin, pod, events.ReasonUncaptured, 1)
+	if got := r.Counts(); got[repair.OutcomeReported] != 1 {
+		t.Errorf("Counts = %v, want one reported", got)
 	}
-	if _, ok := enrolledAs(a.store, string(pod.UID)); ok {
+	if _, ok := podtest.EnrolledAs(a.Store, string(pod.UID)); ok {
 		t.Error("off mode enrolled the pod")
 	}
 	if out, err := sb.Command("nft", "list", "table", "inet", "sluice").CombinedOutput(); err == nil {
 		t.Errorf("off mode programmed rules:\n%s", out)
-	}
-}
-
-func TestParseLabel(t *testing.T) {
-	for in, ok := range map[string]bool{
-		"cni.istio.io/uninitialized=true": true, "sluice.dev/uncaptured=true": true, "a=": true,
-		"novalue": false, "=x": false, "bad key=true": false, "k=bad value": false,
-	} {
-		if _, err := ParseLabel(in); (err == nil) != ok {
-			t.Errorf("ParseLabel(%q) err = %v, want ok %v", in, err, ok)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package repair
+package late
 
 import (
 	"net/netip"
@@ -33,21 +33,21 @@ func TestSettled(t *testing.T) {
 		"succeeded":            {running(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), false},
 		"failed":               {running(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), false},
 	} {
-		if got := settled(tc.pod); got != tc.want {
+		if got := Settled(tc.pod); got != tc.want {
 			t.Errorf("%s: settled = %v, want %v", name, got, tc.want)
 		}
 	}
-	got := hostPrefixes(podIPs(running(nil)))
+	got := hostPrefixes(PodIPs(running(nil)))
 	if want := []netip.Prefix{netip.MustParsePrefix("10.1.0.5/32"), netip.MustParsePrefix("fd00::5/128")}; !reflect.DeepEqual(got, want) {
 		t.Errorf("journal IPs %v, want %v", got, want)
 	}
-	if ips := podIPs(running(nil)); !reflect.DeepEqual(ips, []netip.Addr{netip.MustParseAddr("10.1.0.5"), netip.MustParseAddr("fd00::5")}) {
+	if ips := PodIPs(running(nil)); !reflect.DeepEqual(ips, []netip.Addr{netip.MustParseAddr("10.1.0.5"), netip.MustParseAddr("fd00::5")}) {
 		t.Errorf("podIPs = %v: want both, once each", ips)
 	}
 }
 
-func TestLateContainerIDIsAValidCNIID(t *testing.T) {
-	id := LateContainerID("3f2a9c1e-1b2c-4d5e-8f90-0123456789ab")
+func TestContainerIDIsAValidCNIID(t *testing.T) {
+	id := ContainerID("3f2a9c1e-1b2c-4d5e-8f90-0123456789ab")
 	for i, c := range id {
 		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 		if !alnum && (i == 0 || (c != '-' && c != '_' && c != '.')) {

@@ -1,4 +1,10 @@
-package repair
+// Package podtest is test support for the packages that act on this
+// node's running pods (podcheck, repair, istioadopt, redirection,
+// ambientpods): the agent's parts against internal/kubetest's API server,
+// run as the agent's user bound to its shipped ClusterRole, pods created
+// and set running as a kubelet would, and pod sandboxes as a runtime
+// leaves them.
+package podtest
 
 import (
 	"context"
@@ -27,49 +33,48 @@ import (
 )
 
 const (
-	// agent is the identity policy, repair and events run as: bound to
-	// deploy/rbac/clusterrole.yaml and nothing else.
-	agent    = "sluice-agent"
+	// Agent is the identity policy, the checks and events run as: bound
+	// to deploy/rbac/clusterrole.yaml and nothing else.
+	Agent = "sluice-agent"
+	// rbacFile is relative to a test's package directory, daemon/<pkg>.
 	rbacFile = "../../deploy/rbac/clusterrole.yaml"
 )
 
 // shared starts the API server on first use, so the pure tests never pay
-// for it, with the agent bound to its shipped ClusterRole.
-var shared = &kubetest.Shared{User: agent, RBACFile: rbacFile}
+// for it; one per test binary.
+var shared = &kubetest.Shared{User: Agent, RBACFile: rbacFile}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.Stop()
-	os.Exit(code)
-}
+// Stop stops the API server if a test started it; TestMain calls it after
+// m.Run.
+func Stop() { shared.Stop() }
 
-// kube returns the shared Env and an admin client, starting the API server
+// Kube returns the shared Env and an admin client, starting the API server
 // on first use.
-func kube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
+func Kube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
 	t.Helper()
 	nstest.RequireRoot(t)
 	testEnv := shared.Get(t)
 	return testEnv, kubernetes.NewForConfigOrDie(testEnv.AdminConfig())
 }
 
-// agentParts is what the agent wires together around a Repairer.
-type agentParts struct {
-	node   string // unique per test: a Repairer sees only its own test's pods
-	cache  *kubecache.Cache
-	policy *policy.Kube
-	store  *workloads.Store
-	events *events.Recorder
-	client kubernetes.Interface
+// Parts is what the agent wires together around the running-pod checks.
+type Parts struct {
+	Node   string // unique per test: a check sees only its own test's pods
+	Cache  *kubecache.Cache
+	Policy *policy.Kube
+	Store  *workloads.Store
+	Events *events.Recorder
+	Client kubernetes.Interface
 }
 
-// startAgentParts runs the policy, a store and an event recorder as the
-// agent would, as its user, until t ends.
-func startAgentParts(t *testing.T) *agentParts {
+// Start runs the informers, the policy, a store and an event recorder as
+// the agent would, as its user, until t ends.
+func Start(t *testing.T) *Parts {
 	t.Helper()
-	e, _ := kube(t)
-	log := testLog(t)
+	e, _ := Kube(t)
+	log := Log(t)
 	node := "node-" + strconv.FormatInt(nodeSeq.Add(1), 10)
-	c, k := newKube(t, node, log)
+	c, k := NewKube(t, node, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
@@ -83,18 +88,18 @@ func startAgentParts(t *testing.T) *agentParts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := kubernetes.NewForConfigOrDie(e.Config(agent))
+	client := kubernetes.NewForConfigOrDie(e.Config(Agent))
 	rec := events.New(events.Config{Client: client, NodeName: node, Log: log})
 	t.Cleanup(func() { rec.Shutdown(context.Background()) })
-	return &agentParts{node: node, cache: c, policy: k, store: store, events: rec, client: client}
+	return &Parts{Node: node, Cache: c, Policy: k, Store: store, Events: rec, Client: client}
 }
 
-// newKube builds the agent's informers for node (not running) and a Kube
+// NewKube builds the agent's informers for node (not running) and a Kube
 // policy over them, as the agent's user.
-func newKube(t *testing.T, node string, log *slog.Logger) (*kubecache.Cache, *policy.Kube) {
+func NewKube(t *testing.T, node string, log *slog.Logger) (*kubecache.Cache, *policy.Kube) {
 	t.Helper()
-	e, _ := kube(t)
-	client := kubernetes.NewForConfigOrDie(e.Config(agent))
+	e, _ := Kube(t)
+	client := kubernetes.NewForConfigOrDie(e.Config(Agent))
 	c, err := kubecache.New(client, node, log)
 	if err != nil {
 		t.Fatal(err)
@@ -107,43 +112,8 @@ func newKube(t *testing.T, node string, log *slog.Logger) (*kubecache.Cache, *po
 	return c, k
 }
 
-// runRepair runs a Repairer in mode until t ends. checked receives the
-// key of every pod it has finished checking.
-func (a *agentParts) runRepair(t *testing.T, mode string) (r *Repairer, checked <-chan string) {
-	t.Helper()
-	return a.runRepairWith(t, func(c *Config) { c.Mode = mode })
-}
-
-// runRepairWith is runRepair with the Config set by set.
-func (a *agentParts) runRepairWith(t *testing.T, set func(*Config)) (r *Repairer, checked <-chan string) {
-	t.Helper()
-	cfg := Config{Policy: a.policy, Pods: a.cache.Pods, Namespaces: a.cache.Namespaces, Store: a.store, Client: a.client, Events: a.events,
-		HostProc: "/proc", NodeName: a.node, Log: testLog(t)}
-	set(&cfg)
-	r, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := make(chan string, 100)
-	r.onChecked = func(key string) {
-		select {
-		case ch <- key:
-		default:
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return r, ch
-}
-
-func testLog(t *testing.T) *slog.Logger {
+// Log writes to t's log.
+func Log(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, nil))
 }
 
@@ -157,7 +127,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 var nsSeq, nodeSeq atomic.Int64
 
-func namespace(t *testing.T, c kubernetes.Interface) string {
+// Namespace creates a namespace of its own for the test.
+func Namespace(t *testing.T, c kubernetes.Interface) string {
 	t.Helper()
 	name := "r" + strconv.FormatInt(nsSeq.Add(1), 10)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -167,13 +138,13 @@ func namespace(t *testing.T, c kubernetes.Interface) string {
 	return name
 }
 
-// createPod creates a pod on the test's node: injected, as Istio's
+// CreatePod creates a pod on the test's node: injected, as Istio's
 // injector leaves a sidecar pod, or plain.
-func (a *agentParts) createPod(t *testing.T, c kubernetes.Interface, ns, name string, injected bool) *corev1.Pod {
+func (a *Parts) CreatePod(t *testing.T, c kubernetes.Interface, ns, name string, injected bool) *corev1.Pod {
 	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Spec:       corev1.PodSpec{NodeName: a.Node, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	}
 	if injected {
 		p.Annotations = map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}
@@ -186,8 +157,8 @@ func (a *agentParts) createPod(t *testing.T, c kubernetes.Interface, ns, name st
 	return got
 }
 
-// setRunning writes the status a kubelet writes once the sandbox is up.
-func setRunning(t *testing.T, c kubernetes.Interface, p *corev1.Pod, ip netip.Addr) *corev1.Pod {
+// SetRunning writes the status a kubelet writes once the sandbox is up.
+func SetRunning(t *testing.T, c kubernetes.Interface, p *corev1.Pod, ip netip.Addr) *corev1.Pod {
 	t.Helper()
 	p = p.DeepCopy()
 	p.Status.Phase = corev1.PodRunning
@@ -200,11 +171,21 @@ func setRunning(t *testing.T, c kubernetes.Interface, p *corev1.Pod, ip netip.Ad
 	return got
 }
 
-// sandbox is a pod's network as a runtime would have left it: a netns with
+// Get reads a pod, failing t if it cannot.
+func Get(t *testing.T, c kubernetes.Interface, ns, name string) *corev1.Pod {
+	t.Helper()
+	p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Sandbox is a pod's network as a runtime would have left it: a netns with
 // the pod's IP on eth0 and a process in it. With inCgroup the process sits
 // in a cgroup naming the pod, as the kubelet's cgroupfs driver places it;
 // without, only the IP can find it.
-func sandbox(t *testing.T, uid string, ip netip.Addr, inCgroup bool) *nstest.NS {
+func Sandbox(t *testing.T, uid string, ip netip.Addr, inCgroup bool) *nstest.NS {
 	t.Helper()
 	pod := nstest.New(t, "pod")
 	nstest.Veth(t, pod, "eth0", []string{netip.PrefixFrom(ip, ip.BitLen()).String()}, nstest.New(t, "peer"), "veth0", nil)
@@ -236,12 +217,62 @@ func sandbox(t *testing.T, uid string, ip netip.Addr, inCgroup bool) *nstest.NS 
 	return pod
 }
 
-// enrolledAs returns the store's record of the pod.
-func enrolledAs(s *workloads.Store, uid string) (workloads.Record, bool) {
+// EnrolledAs returns the store's record of the pod.
+func EnrolledAs(s *workloads.Store, uid string) (workloads.Record, bool) {
 	for _, r := range s.List() {
 		if r.PodUID == uid {
 			return r, true
 		}
 	}
 	return workloads.Record{}, false
+}
+
+// WaitEnrolled waits for the store to hold a record of pod.
+func (a *Parts) WaitEnrolled(t *testing.T, pod *corev1.Pod) (rec workloads.Record) {
+	t.Helper()
+	nstest.Eventually(t, 5*time.Second, func() bool {
+		var ok bool
+		rec, ok = EnrolledAs(a.Store, string(pod.UID))
+		return ok
+	}, "pod %s/%s never enrolled", pod.Namespace, pod.Name)
+	return rec
+}
+
+// Events lists the pod's Events as reason×count.
+func Events(t *testing.T, c kubernetes.Interface, p *corev1.Pod) []string {
+	t.Helper()
+	l, err := c.CoreV1().Events(p.Namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range l.Items {
+		if ev.InvolvedObject.UID == p.UID {
+			out = append(out, ev.Reason+"×"+strconv.Itoa(int(ev.Count)))
+		}
+	}
+	return out
+}
+
+// WaitEventCount waits until the pod's events with reason add up to n, and
+// fails if they go past it. The recorder counts repeats on one Event.
+func WaitEventCount(t *testing.T, c kubernetes.Interface, p *corev1.Pod, reason string, n int32) {
+	t.Helper()
+	count := func() int32 {
+		l, err := c.CoreV1().Events(p.Namespace).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return -1
+		}
+		var sum int32
+		for _, ev := range l.Items {
+			if ev.InvolvedObject.UID == p.UID && ev.Reason == reason {
+				sum += ev.Count
+			}
+		}
+		return sum
+	}
+	nstest.Eventually(t, 10*time.Second, func() bool { return count() >= n }, "fewer than %d %s events", n, reason)
+	if got := count(); got != n {
+		t.Errorf("%d %s events, want %d", got, reason, n)
+	}
 }

@@ -1,0 +1,14 @@
+package istioadopt
+
+import (
+	"os"
+	"testing"
+
+	"github.com/sluicemesh/sluice/daemon/podtest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	podtest.Stop()
+	os.Exit(code)
+}
