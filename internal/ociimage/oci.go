@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // WriteOCI writes img as an OCI archive at path: oci-layout, index.json
@@ -84,23 +85,9 @@ func ociEntries(tag name.Tag, img v1.Image) ([]entry, v1.Hash, error) {
 	if err != nil {
 		return nil, v1.Hash{}, fmt.Errorf("image config digest: %w", err)
 	}
-	index, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.index.v1+json",
-		"manifests": []map[string]any{{
-			"mediaType": mt,
-			"digest":    digest.String(),
-			"size":      len(manifest),
-			"annotations": map[string]string{
-				// containerd's import names the image by the first,
-				// Docker's load by the second.
-				"io.containerd.image.name":          tag.Name(),
-				"org.opencontainers.image.ref.name": tag.Name(),
-			},
-		}},
-	})
+	index, err := indexJSON(tag, mt, digest, len(manifest))
 	if err != nil {
-		return nil, v1.Hash{}, fmt.Errorf("image index: %w", err)
+		return nil, v1.Hash{}, err
 	}
 	entries := []entry{
 		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
@@ -124,6 +111,29 @@ func ociEntries(tag name.Tag, img v1.Image) ([]entry, v1.Hash, error) {
 		entries = append(entries, entry{blob(d), body})
 	}
 	return entries, digest, nil
+}
+
+// indexJSON is the archive's index.json: the one manifest, named by ref.
+func indexJSON(tag name.Tag, mt types.MediaType, digest v1.Hash, size int) ([]byte, error) {
+	index, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     "application/vnd.oci.image.index.v1+json",
+		"manifests": []map[string]any{{
+			"mediaType": mt,
+			"digest":    digest.String(),
+			"size":      size,
+			"annotations": map[string]string{
+				// containerd's import names the image by the first,
+				// Docker's load by the second.
+				"io.containerd.image.name":          tag.Name(),
+				"org.opencontainers.image.ref.name": tag.Name(),
+			},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("image index: %w", err)
+	}
+	return index, nil
 }
 
 func blob(h v1.Hash) string {
