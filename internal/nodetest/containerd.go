@@ -63,7 +63,6 @@ disabled_plugins = [
   "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.erofs",
   "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.nri.v1.nri",
 ]
 
 [grpc]
@@ -208,6 +207,9 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		tmpl = containerdConfigV3
 	}
 	conf := fmt.Sprintf(tmpl, c.path("containerd"), containerdSocket, ociimage.PauseRef)
+	if v2 {
+		conf += fmt.Sprintf(nriConfig, nriSocket, c.path("nri", "plugins"), c.path("nri", "conf.d"))
+	}
 	if err := os.WriteFile(c.path("containerd.toml"), []byte(conf), 0o644); err != nil {
 		return err
 	}
