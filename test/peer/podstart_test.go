@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,11 +28,15 @@ type podStartMode struct {
 }
 
 // BenchmarkPodStart times pod start, create → Ready as the API server
-// reports it, for b.N pods in each of three modes on the same node, one
+// reports it, for b.N pods in each of four modes on the same node, one
 // mode after another: no mesh CNI, istio-cni (Istio's chart, sidecar
-// mode) and sluice chained (its chart). Every pod is the same sidecar
-// pod less its istio-validation, which would fail with no mesh CNI; each
-// is deleted before the next is created.
+// mode), sluice chained (its chart) and sluice NRI (its chart with
+// trigger=nri: no conflist entry, the agent a plugin of the node's
+// containerd). Every pod is the same sidecar pod less its
+// istio-validation, which would fail with no mesh CNI; each is deleted
+// before the next is created. After a sluice mode's pods one more, not
+// timed, must find its first dial captured: a mode that captured nothing
+// would time nothing.
 func BenchmarkPodStart(b *testing.B) {
 	ns := namespace(b)
 	if installed {
@@ -40,11 +45,13 @@ func BenchmarkPodStart(b *testing.B) {
 	modes := []struct {
 		name    string
 		on, off func(testing.TB)
+		check   func(testing.TB, string)
 		start   []int64
 	}{
 		{name: "none"},
 		{name: "istio-cni", on: requireAgent, off: uninstallIstioCNI},
-		{name: "sluice", on: installSluice, off: uninstallSluice},
+		{name: "sluice", on: installSluice, off: uninstallSluice, check: podCaptured},
+		{name: "sluice-nri", on: installSluiceNRI, off: uninstallSluice, check: podCaptured},
 	}
 	var out podStartSamples
 	for _, m := range modes {
@@ -58,6 +65,9 @@ func BenchmarkPodStart(b *testing.B) {
 				m.start = append(m.start, podStart(b, ns, fmt.Sprintf("start-%s-%d", m.name, seq.Add(1))).Nanoseconds())
 			}
 		})
+		if m.check != nil {
+			m.check(b, ns)
+		}
 		if m.off != nil {
 			m.off(b)
 		}
@@ -139,6 +149,43 @@ func installSluice(t testing.TB) {
 		}
 		return nil
 	})
+}
+
+// installSluiceNRI installs sluice's chart with trigger=nri and waits for
+// its agent to be Ready, which with that trigger includes being connected
+// to the node's containerd as an NRI plugin (/readyz's nri check). The
+// conflist is the primary CNI's alone.
+func installSluiceNRI(t testing.TB) {
+	helm(t, "install", sluiceRelease, "deploy/helm/sluice", "-n", sluiceNS, "--wait",
+		"--set", "image.repository="+images.SluiceRepo, "--set", "image.tag="+images.SluiceTag,
+		"--set", "image.pullPolicy=Never", "--set", "trigger=nri")
+	if types := conflistTypes(t); slices.Contains(types, "sluice") {
+		t.Fatalf("conflist plugins with trigger=nri: %v, want no sluice entry", types)
+	}
+}
+
+// podCaptured runs one more pod, not timed, and checks its app's first
+// dial: captured, it is answered by the pod's proxy or refused while the
+// proxy is not listening yet; uncaptured, TEST-NET-1 is unreachable.
+func podCaptured(t testing.TB, ns string) {
+	p := sidecarPod(fmt.Sprintf("captured-%d", seq.Add(1)), unreachable)
+	p.Spec.InitContainers = nil // as the timed pods
+	p = createPod(t, ns, p)
+	defer deletePod(ns, p.Name)
+	runningPod(t, ns, p.Name, time.Minute)
+	var first string
+	nodetest.Eventually(t, 30*time.Second, p.Name+"'s first dial", func() error {
+		for _, l := range strings.Split(logs(t, ns, p.Name, "app"), "\n") {
+			if strings.HasPrefix(l, "app dial ") {
+				first = l
+				return nil
+			}
+		}
+		return fmt.Errorf("no dial logged yet")
+	})
+	if !strings.Contains(first, "proxy captured") && !strings.Contains(first, "refused") {
+		t.Fatalf("pod %s started uncaptured: its first dial %q", p.Name, first)
+	}
 }
 
 func uninstallSluice(t testing.TB) {
