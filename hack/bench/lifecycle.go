@@ -8,13 +8,16 @@ import (
 )
 
 // lifecycleResult is section 8, node lifecycle: pod start (create →
-// Ready) on the test node with no mesh CNI, with istio-cni and with sluice
-// chained. test/peer's BenchmarkPodStart measures it as a subprocess, so
-// its cluster (internal/nodetest, Istio's istio-cni chart, sluice's chart)
-// is the one the node suites use.
+// Ready) on the test node with no mesh CNI, with istio-cni, with sluice
+// chained and with sluice's NRI trigger; and the node suites' scenario
+// counts for sluice and istio-cni side by side. test/peer's
+// BenchmarkPodStart measures pod start as a subprocess, so its cluster
+// (internal/nodetest, Istio's istio-cni chart, sluice's chart) is the one
+// the node suites use.
 type lifecycleResult struct {
-	none, istio, sluice series
-	err                 error // not measured, and why
+	none, istio, sluice, nri series
+	err                      error // pod start not measured, and why
+	scenarios                *scenarioResult
 }
 
 // podStartSamplesEnv and podStartSamples mirror test/peer/podstart_test.go.
@@ -27,12 +30,14 @@ type podStartSamples struct {
 	} `json:"modes"`
 }
 
-// benchLifecycle times pods pods per mode. A failure is the section's,
-// not the run's. The smoke run skips it: a test cluster takes a minute.
-func benchLifecycle(tmp string, pods int, smoke bool, cl *cleanups) *lifecycleResult {
+// benchLifecycle times pods pods per mode and, with scenarios, runs the
+// node suites for their counts. A failure is the section's, not the
+// run's. The smoke run skips it: a test cluster takes a minute.
+func benchLifecycle(tmp string, pods int, scenarios, smoke bool, cl *cleanups) *lifecycleResult {
 	res := &lifecycleResult{}
 	if smoke {
 		res.err = fmt.Errorf("not run by -smoke (a test cluster takes a minute to start)")
+		res.scenarios = benchScenarios("", tmp, smoke, cl)
 		return res
 	}
 	root, err := moduleRoot()
@@ -40,16 +45,25 @@ func benchLifecycle(tmp string, pods int, smoke bool, cl *cleanups) *lifecycleRe
 		res.err = err
 		return res
 	}
+	res.podStart(root, tmp, pods, cl)
+	if scenarios {
+		res.scenarios = benchScenarios(root, tmp, smoke, cl)
+	} else {
+		res.scenarios = &scenarioResult{err: fmt.Errorf("not run (-lifecycle-scenarios=false)")}
+	}
+	return res
+}
+
+func (res *lifecycleResult) podStart(root, tmp string, pods int, cl *cleanups) {
 	file := filepath.Join(tmp, "podstart.json")
 	out, err := runTestBench(root, cl, "./test/peer", "BenchmarkPodStart", pods, podStartSamplesEnv+"="+file)
 	if err != nil {
 		res.err = err
-		return res
+		return
 	}
 	if res.err = res.load(file); res.err != nil {
 		res.err = fmt.Errorf("%v (output: %s)", res.err, tail(out, 15))
 	}
-	return res
 }
 
 func (r *lifecycleResult) load(file string) error {
@@ -61,14 +75,14 @@ func (r *lifecycleResult) load(file string) error {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return fmt.Errorf("BenchmarkPodStart's samples: %w", err)
 	}
-	byMode := map[string]*series{"none": &r.none, "istio-cni": &r.istio, "sluice": &r.sluice}
+	byMode := map[string]*series{"none": &r.none, "istio-cni": &r.istio, "sluice": &r.sluice, "sluice-nri": &r.nri}
 	for _, m := range s.Modes {
 		if byMode[m.Mode] != nil {
 			*byMode[m.Mode] = nsSeries(m.StartNS)
 		}
 	}
-	r.none.name, r.istio.name, r.sluice.name = "no mesh CNI", "istio-cni (sidecar mode)", "sluice chained"
-	if len(r.none.d) == 0 || len(r.istio.d) == 0 || len(r.sluice.d) == 0 {
+	r.none.name, r.istio.name, r.sluice.name, r.nri.name = "no mesh CNI", "istio-cni (sidecar mode)", "sluice chained", "sluice NRI"
+	if len(r.none.d) == 0 || len(r.istio.d) == 0 || len(r.sluice.d) == 0 || len(r.nri.d) == 0 {
 		return fmt.Errorf("BenchmarkPodStart's samples lack a mode: %s", data)
 	}
 	return nil
@@ -79,8 +93,16 @@ func (r *lifecycleResult) added(mode series) float64 {
 	return float64(mode.p50()-r.none.p50()) / float64(r.none.p50())
 }
 
-// writeLifecycleGoals is issue 30's start-time goal.
+// writeLifecycleGoals is issue 30's goals: start time, and the counts
+// side by side.
 func writeLifecycleGoals(m *md, r *lifecycleResult) {
+	writePodStartGoal(m, r)
+	if r != nil {
+		writeScenarioGoals(m, r.scenarios)
+	}
+}
+
+func writePodStartGoal(m *md, r *lifecycleResult) {
 	const goal = "chained sluice adds ≤ 5 % to pod start p50 (create → Ready) over no mesh CNI"
 	if r == nil || r.err != nil {
 		m.p("| %s | not measured: %v | %s |", goal, lifecycleErr(r), verdict(false))
@@ -88,6 +110,7 @@ func writeLifecycleGoals(m *md, r *lifecycleResult) {
 	}
 	a := r.added(r.sluice)
 	m.p("| %s | %+.1f %% (%s vs %s; section 8) | %s |", goal, 100*a, ms(r.sluice.p50()), ms(r.none.p50()), verdict(a <= 0.05))
+	m.p("| (for reference) … sluice NRI over no mesh CNI | %+.1f %% (%s) | |", 100*r.added(r.nri), ms(r.nri.p50()))
 }
 
 func lifecycleErr(r *lifecycleResult) error {
@@ -99,28 +122,36 @@ func lifecycleErr(r *lifecycleResult) error {
 
 // writeLifecycle is section 8.
 func writeLifecycle(m *md, r *lifecycleResult) {
-	m.p("### 8. Node lifecycle: pod start on the test node")
+	m.p("### 8. Node lifecycle: pod start and the node suites' scenarios")
 	m.p("")
 	if r == nil || r.err != nil {
-		m.p("Not measured: `%v`", lifecycleErr(r))
+		m.p("Pod start not measured: `%v`", lifecycleErr(r))
 		m.p("")
-		return
+	} else {
+		writePodStart(m, r)
 	}
+	if r != nil {
+		writeScenarios(m, r.scenarios)
+	}
+}
+
+func writePodStart(m *md, r *lifecycleResult) {
 	m.p("| | n | create → Ready p50 | p99 | p50 over no mesh CNI |")
 	m.p("|---|---|---|---|---|")
 	m.p("| %s | %d | %s | %s | — |", r.none.name, len(r.none.d), ms(r.none.p50()), ms(r.none.p99()))
-	for _, s := range []series{r.istio, r.sluice} {
+	for _, s := range []series{r.istio, r.sluice, r.nri} {
 		m.p("| %s | %d | %s | %s | %+.1f %% |", s.name, len(s.d), ms(s.p50()), ms(s.p99()), 100*r.added(s))
 	}
 	m.p("")
 	m.p("`test/peer`'s `BenchmarkPodStart`, run by the harness (`go test -bench PodStart -benchtime %dx ./test/peer`", len(r.none.d))
 	m.p("with `%s` naming a file for every pod's numbers): one test node (`internal/nodetest`:", podStartSamplesEnv)
-	m.p("kubelet, containerd 2.x, a bridge conflist at 1.1.0). The same sidecar pod (the injector's annotation")
-	m.p("and an istio-proxy, no istio-validation, which fails with no mesh CNI) is created, polled every 20 ms")
-	m.p("until Ready, deleted and gone before the next; first with no mesh CNI, then with istio-cni installed by")
-	m.p("Istio's chart (built from the Istio module test/istio pins), then with sluice's chart. The modes run one")
-	m.p("after another, not interleaved: drift over the section falls on them unevenly. A stub of issue 30's")
-	m.p("section: the NRI mode and the outage, upgrade and reboot counts are not in it yet; the outage's are in")
-	m.p("the notes below.")
+	m.p("kubelet, containerd 2.x with NRI on and no validator, a bridge conflist at 1.1.0). The same sidecar pod")
+	m.p("(the injector's annotation and an istio-proxy, no istio-validation, which fails with no mesh CNI) is")
+	m.p("created, polled every 20 ms until Ready, deleted and gone before the next; first with no mesh CNI, then")
+	m.p("with istio-cni installed by Istio's chart (built from the Istio module test/istio pins), then with")
+	m.p("sluice's chart chained, then with its chart at `trigger=nri` (no conflist entry; the agent enrols the")
+	m.p("pod in containerd's RunPodSandbox). After each sluice mode one more pod, not timed, must log its first")
+	m.p("dial captured. The modes run one after another, not interleaved: drift over the section falls on them")
+	m.p("unevenly.")
 	m.p("")
 }

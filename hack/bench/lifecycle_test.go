@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -12,7 +13,8 @@ import (
 func TestLifecycleSamples(t *testing.T) {
 	const real = `{"modes":[{"mode":"none","start_ns":[804330679,804273564,803104009]},` +
 		`{"mode":"istio-cni","start_ns":[1404396200,1020548526,1205602404]},` +
-		`{"mode":"sluice","start_ns":[1404292326,1004333269,1803613380]}]}`
+		`{"mode":"sluice","start_ns":[1404292326,1004333269,1803613380]},` +
+		`{"mode":"sluice-nri","start_ns":[805112233,803004112,1001234567]}]}`
 	file := filepath.Join(t.TempDir(), "podstart.json")
 	if err := os.WriteFile(file, []byte(real), 0o644); err != nil {
 		t.Fatal(err)
@@ -21,21 +23,74 @@ func TestLifecycleSamples(t *testing.T) {
 	if err := r.load(file); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.none.d) != 3 || r.sluice.p50() != 1404292326 || r.istio.p50() != 1205602404 {
-		t.Fatalf("loaded %v / %v / %v", r.none.d, r.istio.d, r.sluice.d)
+	if len(r.none.d) != 3 || r.sluice.p50() != 1404292326 || r.istio.p50() != 1205602404 || r.nri.p50() != 805112233 {
+		t.Fatalf("loaded %v / %v / %v / %v", r.none.d, r.istio.d, r.sluice.d, r.nri.d)
 	}
 	m := &md{}
 	writeLifecycleGoals(m, &r)
 	writeLifecycle(m, &r)
-	for _, want := range []string{"| sluice chained | 3 | ", "+74.6 %", "missed"} {
+	for _, want := range []string{"| sluice chained | 3 | ", "+74.6 %", "missed", "| sluice NRI | 3 | 805 ms | ", "+0.1 %",
+		"Scenario counts not measured: `not run`"} {
 		if !strings.Contains(m.b.String(), want) {
 			t.Errorf("section lacks %q:\n%s", want, m.b.String())
 		}
 	}
-	if err := os.WriteFile(file, []byte(`{"modes":[{"mode":"none","start_ns":[1]}]}`), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(strings.Replace(real, `"sluice-nri"`, `"other"`, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := (&lifecycleResult{}).load(file); err == nil {
-		t.Error("samples without istio-cni and sluice loaded")
+		t.Error("samples without sluice NRI loaded")
 	}
 }
+
+// A results file as the node suites write it becomes the side-by-side
+// table; the goal is missed on any count where sluice is worse and on any
+// scenario not recorded for both, and met only with all four, none worse.
+func TestScenarioCounts(t *testing.T) {
+	row := func(cni, scenario string, uncaptured, failed int, p50, p99 int64) string {
+		return `{"cni":"` + cni + `","scenario":"` + scenario + `","pods":20,"uncaptured":` + itoa(uncaptured) +
+			`,"failed":` + itoa(failed) + `,"evicted":0,"start_p50_ns":3000000000,"start_p99_ns":9000000000,` +
+			`"extra_p50_ns":` + itoa64(p50) + `,"extra_p99_ns":` + itoa64(p99) + `}`
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		rows  []string
+		wants []string
+	}{
+		{"sluice worse on a delay, outage missing", []string{
+			row("sluice", "upgrade", 0, 0, 200e6, 12e9), row("istio-cni", "upgrade", 0, 1, 100e6, 1e9),
+			row("sluice", "rollback", 0, 0, 0, 0), row("istio-cni", "rollback", 0, 0, 0, 0),
+			row("sluice", "reboot", 0, 0, 0, 0), row("istio-cni", "reboot", 1, 0, 0, 0),
+		}, []string{"| upgrade | sluice | 20 | 0 | 0 | 0 | 200 ms | 12000 ms |", "| outage | sluice | not recorded |",
+			"| reboot | istio-cni | 20 | 1 | 0 | 0 | 3000 ms | 9000 ms |",
+			"worse on upgrade delay p50 200 ms vs 100 ms, upgrade delay p99 12000 ms vs 1000 ms; not recorded: outage", "**missed**"}},
+		{"all four, none worse", []string{
+			row("sluice", "outage", 0, 0, 0, 0), row("istio-cni", "outage", 1, 0, 0, 0),
+			row("sluice", "upgrade", 0, 0, 1, 2), row("istio-cni", "upgrade", 0, 0, 1, 2),
+			row("sluice", "rollback", 0, 0, 0, 0), row("istio-cni", "rollback", 0, 0, 0, 0),
+			row("sluice", "reboot", 0, 0, 0, 0), row("istio-cni", "reboot", 0, 0, 0, 0),
+		}, []string{"no recorded count worse (section 8) | met |"}},
+	} {
+		file := filepath.Join(dir, "results.json")
+		if err := os.WriteFile(file, []byte(`{"counts":[`+strings.Join(tc.rows, ",")+`]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := loadLifecycleRows(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &md{}
+		r := &scenarioResult{rows: rows}
+		writeScenarioGoals(m, r)
+		writeScenarios(m, r)
+		for _, want := range tc.wants {
+			if !strings.Contains(m.b.String(), want) {
+				t.Errorf("%s: output lacks %q:\n%s", tc.name, want, m.b.String())
+			}
+		}
+	}
+}
+
+func itoa(i int) string     { return itoa64(int64(i)) }
+func itoa64(i int64) string { return strconv.FormatInt(i, 10) }

@@ -45,7 +45,10 @@ type config struct {
 	kubePods int    // API-server pods ADDed by each plugin in Kubernetes mode
 	nriPods  int    // pods per capture mode through containerd's runp
 	lifePods int    // pods per mode in the node lifecycle section
-	resync   time.Duration
+	// lifeScenarios runs the node suites for section 8's counts;
+	// lifeOnly runs section 8 alone and writes only it (see runLifecycleOnly).
+	lifeScenarios, lifeOnly bool
+	resync                  time.Duration
 }
 
 func main() {
@@ -60,7 +63,9 @@ func main() {
 	flag.IntVar(&c.execs, "execs", 200, "execs per binary in the footprint run")
 	flag.IntVar(&c.kubePods, "kube-pods", 40, "API-server pods each plugin ADDs in the Kubernetes-mode comparison")
 	flag.IntVar(&c.nriPods, "nri-pods", 60, "pods per mode (no capture, chained CNI, NRI) through containerd's runp")
-	flag.IntVar(&c.lifePods, "lifecycle-pods", 20, "pods per mode (no mesh CNI, istio-cni, sluice) started on the test node")
+	flag.IntVar(&c.lifePods, "lifecycle-pods", 20, "pods per mode (no mesh CNI, istio-cni, sluice chained, sluice NRI) started on the test node")
+	flag.BoolVar(&c.lifeScenarios, "lifecycle-scenarios", true, "run the node suites (test/lifecycle, test/peer) for section 8's scenario counts")
+	flag.BoolVar(&c.lifeOnly, "lifecycle-only", false, "run only section 8 and write its goal rows and section to -out (default stdout), to paste into docs/benchmarks.md")
 	flag.DurationVar(&c.resync, "resync", time.Minute, "the agent's --resync-interval in the scale run (its default), measured once")
 	flag.Parse()
 	c.small, c.probes = 10, 50
@@ -176,6 +181,9 @@ func run(c config) (*results, error) {
 	}()
 
 	res := &results{started: time.Now(), out: c.out}
+	if c.lifeOnly {
+		return runLifecycleOnly(c, tmp, res, &cl)
+	}
 	if res.out == "" {
 		res.out = "docs/benchmarks.md"
 		if c.smoke {
@@ -300,10 +308,9 @@ func run(c config) (*results, error) {
 	if res.nri.err != nil {
 		fmt.Fprintln(os.Stderr, "bench: section 7 (NRI) not measured:", res.nri.err)
 	}
-	step(fmt.Sprintf("node lifecycle: %d pod starts each with no mesh CNI, istio-cni and sluice on the test node", c.lifePods))
-	if res.lifecycle = benchLifecycle(tmp, c.lifePods, c.smoke, &cl); res.lifecycle.err != nil {
-		fmt.Fprintln(os.Stderr, "bench: section 8 (node lifecycle) not measured:", res.lifecycle.err)
-	}
+	step(fmt.Sprintf("node lifecycle: %d pod starts each with no mesh CNI, istio-cni, sluice chained and sluice NRI on the test node; the node suites' counts", c.lifePods))
+	res.lifecycle = benchLifecycle(tmp, c.lifePods, c.lifeScenarios, c.smoke, &cl)
+	reportLifecycleErrs(res.lifecycle)
 	res.took = time.Since(res.started)
 
 	step("writing " + res.out)
@@ -311,4 +318,34 @@ func run(c config) (*results, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// runLifecycleOnly runs section 8 alone (pod start and, unless turned off,
+// the node suites) and writes its goal rows and its section, to -out or
+// stdout: the rest of docs/benchmarks.md comes from a full run, and the
+// fragment is pasted into it.
+func runLifecycleOnly(c config, tmp string, res *results, cl *cleanups) (*results, error) {
+	res.lifecycle = benchLifecycle(tmp, c.lifePods, c.lifeScenarios, c.smoke, cl)
+	reportLifecycleErrs(res.lifecycle)
+	res.took = time.Since(res.started)
+	m := &md{}
+	m.p("<!-- go run ./hack/bench -lifecycle-only, %s, took %s -->", res.started.UTC().Format("2006-01-02 15:04 MST"), res.took.Round(time.Second))
+	m.p("| goal | measured | |")
+	m.p("|---|---|---|")
+	writeLifecycleGoals(m, res.lifecycle)
+	m.p("")
+	writeLifecycle(m, res.lifecycle)
+	if res.out == "" {
+		res.out = "/dev/stdout"
+	}
+	return res, os.WriteFile(res.out, []byte(m.b.String()), 0o644)
+}
+
+func reportLifecycleErrs(r *lifecycleResult) {
+	if r.err != nil {
+		fmt.Fprintln(os.Stderr, "bench: section 8 (node lifecycle) pod start not measured:", r.err)
+	}
+	if s := r.scenarios; s != nil && s.err != nil {
+		fmt.Fprintln(os.Stderr, "bench: section 8 (node lifecycle) scenario counts not measured:", s.err)
+	}
 }
