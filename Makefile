@@ -149,7 +149,7 @@ fuzz:
 		if echo "$$out" | grep -q 'no fuzz tests to fuzz'; then echo "fuzz target $$name not found in $$pkg" >&2; exit 1; fi; \
 	done
 
-bench: containerd
+bench: containerd kube-apiserver
 	$(GO) run ./hack/bench
 
 # `make demo DEMO_ARGS=--keep` leaves it running and prints how to remove it.

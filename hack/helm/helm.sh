@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs helm, building it first from the Go module proxy if it is not cached.
 # No release download and no install script: the module proxy is the one
-# source we rely on (as hack/kube-apiserver/build.sh does for the API server).
+# source we rely on (as hack/kube/build.sh does for the API server).
 #
 # Usage: hack/helm/helm.sh <helm args...>
 #        hack/helm/helm.sh --path        (prints the binary's path, builds if needed)

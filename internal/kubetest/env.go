@@ -77,12 +77,17 @@ func StartMain(users ...string) (*Env, func(), error) {
 	return e, e.Stop, nil
 }
 
-// Start is StartMain for one test: the Env stops when t ends.
+// Start is StartMain for one test: the Env stops when t ends. Once one
+// start has failed in this test binary, later tests skip, pointing at the
+// failure (see outage).
 func Start(t testing.TB, users ...string) *Env {
 	t.Helper()
+	if err := down.get(); err != nil {
+		down.report(t, err)
+	}
 	e, stop, err := StartMain(users...)
 	if err != nil {
-		t.Fatalf("start kube-apiserver: %v", err)
+		down.report(t, err)
 	}
 	t.Cleanup(stop)
 	return e

@@ -23,18 +23,22 @@ type Shared struct {
 	err  error
 }
 
-// Get returns the Env, starting it on first call; it fails t if the API
-// server cannot start.
+// Get returns the Env, starting it on first call. If the API server
+// cannot start, the first test to ask fails saying why and the later ones
+// skip, pointing at it (see outage).
 func (s *Shared) Get(t testing.TB) *Env {
 	t.Helper()
 	s.once.Do(func() {
+		if s.err = down.get(); s.err != nil {
+			return
+		}
 		s.env, s.stop, s.err = StartMain(s.User)
 		if s.err == nil && s.RBACFile != "" {
 			s.err = s.env.BindClusterRole(s.User, s.RBACFile)
 		}
 	})
 	if s.err != nil {
-		t.Fatalf("kube-apiserver: %v", s.err)
+		down.report(t, s.err)
 	}
 	return s.env
 }
