@@ -13,8 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 )
+
+// ns is where the fake-clientset tests record: the fake keeps no
+// namespaces, and each test has a clientset of its own.
+const ns = "shop"
 
 func newRecorder(t *testing.T, c kubernetes.Interface) *Recorder {
 	t.Helper()
@@ -41,9 +46,8 @@ func listEvents(t *testing.T, c kubernetes.Interface, ns string) []corev1.Event 
 }
 
 func TestRecorderCreatesEventsOnPods(t *testing.T) {
-	agentClient, admin := kube(t)
-	ns := namespace(t, admin)
-	r := newRecorder(t, agentClient)
+	admin := fake.NewClientset()
+	r := newRecorder(t, admin)
 	pod := PodRef{Namespace: ns, Name: "cart", UID: "0000-cart"}
 	r.CaptureFailed(pod, Sandbox{}, errors.New("apply ruleset: netlink said no"))
 	r.RulesetReasserted(pod, []string{"rule out-redirect missing"})
@@ -75,8 +79,14 @@ func TestRecorderCreatesEventsOnPods(t *testing.T) {
 }
 
 func TestRecorderCountsRepeats(t *testing.T) {
-	agentClient, admin := kube(t)
-	ns := namespace(t, admin)
+	c := fake.NewClientset()
+	testCountsRepeats(t, c, c, ns)
+}
+
+// testCountsRepeats records a repeated cause and another as agentClient,
+// and reads them back in ns as admin: one Event per message, counted.
+func testCountsRepeats(t *testing.T, agentClient, admin kubernetes.Interface, ns string) {
+	t.Helper()
 	r := newRecorder(t, agentClient)
 	pod := PodRef{Namespace: ns, Name: "flaky", UID: "0000-flaky"}
 	for range 3 {
@@ -104,14 +114,16 @@ func TestRecorderCountsRepeats(t *testing.T) {
 			t.Errorf("event %q has count %d, want %d", msg, n, want)
 		}
 	}
+	if r.Failed() != 0 {
+		t.Errorf("Failed = %d, want 0", r.Failed())
+	}
 }
 
 // A pod failing ADD for one cause gets one Event counting up, though each
 // kubelet retry is a new sandbox whose id and netns the error names.
 func TestCaptureFailedAggregatesAcrossSandboxes(t *testing.T) {
-	agentClient, admin := kube(t)
-	ns := namespace(t, admin)
-	r := newRecorder(t, agentClient)
+	admin := fake.NewClientset()
+	r := newRecorder(t, admin)
 	pod := PodRef{Namespace: ns, Name: "ambient", UID: "0000-ambient"}
 	for _, id := range []string{"3f9a0c1d2e4b", "77c1e0b2a9d4", "a0b1c2d3e4f5"} {
 		netns := "/var/run/netns/cni-" + id
@@ -132,9 +144,8 @@ func TestCaptureFailedAggregatesAcrossSandboxes(t *testing.T) {
 }
 
 func TestRecorderShutdownFlushesThenDrops(t *testing.T) {
-	agentClient, admin := kube(t)
-	ns := namespace(t, admin)
-	r := newRecorder(t, agentClient)
+	admin := fake.NewClientset()
+	r := newRecorder(t, admin)
 	const n = 40
 	for i := range n {
 		r.Pod(ns, fmt.Sprintf("p%d", i), "", corev1.EventTypeNormal, ReasonCaptureRepaired, "flush me")
