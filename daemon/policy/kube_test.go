@@ -21,8 +21,7 @@ func decide(t *testing.T, k *Kube, p Pod) (Decision, error) {
 }
 
 func TestKubeDecides(t *testing.T) {
-	k := startPolicy(t, time.Second)
-	_, c := kube(t)
+	k, c := fakePolicy(t)
 	ns := namespace(t, c, nil)
 	ambientNS := namespace(t, c, map[string]string{labelDataplaneMode: "ambient"})
 	plain := injected(func(p *corev1.Pod) { delete(p.Annotations, annSidecarStatus) })
@@ -57,7 +56,7 @@ func TestKubeDecides(t *testing.T) {
 }
 
 func TestKubeExcludedNamespace(t *testing.T) {
-	k := startPolicy(t, time.Second)
+	k, _ := fakePolicy(t)
 	// Decided without a lookup: the agent's own pod does not exist in the
 	// API server here, and must still pass.
 	d, err := decide(t, k, Pod{Namespace: agentNS, Name: "sluice-agent-x1", UID: "u"})
@@ -70,8 +69,7 @@ func TestKubeExcludedNamespace(t *testing.T) {
 }
 
 func TestKubeAnnotations(t *testing.T) {
-	k := startPolicy(t, time.Second)
-	_, c := kube(t)
+	k, c := fakePolicy(t)
 	ns := namespace(t, c, nil)
 	valid := []struct {
 		ann, value string
@@ -140,8 +138,7 @@ func TestKubeAnnotations(t *testing.T) {
 }
 
 func TestKubeProxyIDs(t *testing.T) {
-	k := startPolicy(t, time.Second)
-	_, c := kube(t)
+	k, c := fakePolicy(t)
 	pod := injected(func(p *corev1.Pod) {
 		proxyOf(p).SecurityContext = &corev1.SecurityContext{RunAsUser: ptr(int64(1500)), RunAsGroup: ptr(int64(1600))}
 	})
@@ -153,72 +150,8 @@ func TestKubeProxyIDs(t *testing.T) {
 		t.Errorf("proxy uid/gid %d/%d, want 1500/1600", d.Spec.ProxyUID, d.Spec.ProxyGID)
 	}
 }
-
-// An ADD right after the pod was created: the watch may not have delivered
-// it yet; Decide must still find it.
-func TestKubeDecideRightAfterCreate(t *testing.T) {
-	k := startPolicy(t, time.Second)
-	_, c := kube(t)
-	ns := namespace(t, c, nil)
-	for i := range 5 {
-		pod := injected(func(p *corev1.Pod) { p.Name = "fresh-" + string(rune('a'+i)) })
-		d, err := decide(t, k, createPod(t, c, ns, node, pod))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !d.Capture {
-			t.Errorf("passed through: %s", d.Reason)
-		}
-	}
-}
-
-// A pod that appears only while Decide waits is found through the watch:
-// the lookup wait is longer than the test's deadline, so the direct GET
-// cannot be what finds it.
-func TestKubeDecideWaitsForWatch(t *testing.T) {
-	k := startPolicy(t, time.Hour)
-	_, c := kube(t)
-	ns := namespace(t, c, nil)
-	type result struct {
-		d   Decision
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		d, err := k.Decide(ctx, Pod{Namespace: ns, Name: "late"})
-		res <- result{d, err}
-	}()
-	// Decide is waiting (or about to): nothing of that name exists yet.
-	createPod(t, c, ns, node, injected(func(p *corev1.Pod) { p.Name = "late" }))
-	r := <-res
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if !r.d.Capture {
-		t.Errorf("passed through: %s", r.d.Reason)
-	}
-}
-
-// A pod the cache never holds (another node's) is found by the direct GET
-// after the lookup wait.
-func TestKubeDecideFallsBackToGet(t *testing.T) {
-	k := startPolicy(t, 100*time.Millisecond)
-	_, c := kube(t)
-	p := createPod(t, c, namespace(t, c, nil), otherNode, injected(nil))
-	d, err := decide(t, k, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !d.Capture {
-		t.Errorf("passed through: %s", d.Reason)
-	}
-}
-
 func TestKubePodNotFound(t *testing.T) {
-	k := startPolicy(t, 100*time.Millisecond)
-	_, c := kube(t)
+	k, c := fakePolicy(t)
 	ns := namespace(t, c, nil)
 	_, err := decide(t, k, Pod{Namespace: ns, Name: "ghost", UID: "1234"})
 	if !errors.Is(err, ErrPodNotFound) {
@@ -235,50 +168,5 @@ func TestKubePodNotFound(t *testing.T) {
 	p.UID = "not-" + p.UID
 	if _, err := decide(t, k, p); !errors.Is(err, ErrPodNotFound) || !strings.Contains(err.Error(), p.UID) {
 		t.Errorf("stale uid: got %v, want ErrPodNotFound naming %s", err, p.UID)
-	}
-}
-
-// With the API server down, pods already cached are still decided; a pod
-// that is not fails with an error that says the API server could not be
-// reached. Once it is back, the same pod works.
-func TestKubeAPIServerRestart(t *testing.T) {
-	k := startPolicy(t, 100*time.Millisecond)
-	e, c := kube(t)
-	ns := namespace(t, c, nil)
-	cached := createPod(t, c, ns, node, injected(func(p *corev1.Pod) { p.Name = "cached" }))
-	uncached := createPod(t, c, ns, otherNode, injected(func(p *corev1.Pod) { p.Name = "uncached" }))
-	if _, err := decide(t, k, cached); err != nil {
-		t.Fatal(err)
-	}
-
-	e.StopAPIServer()
-	restarted := false
-	t.Cleanup(func() {
-		// Leave a running API server for the tests after this one.
-		if !restarted {
-			if err := e.StartAPIServer(); err != nil {
-				t.Errorf("restart kube-apiserver: %v", err)
-			}
-		}
-	})
-	if _, err := decide(t, k, cached); err != nil {
-		t.Errorf("cached pod with the API server down: %v", err)
-	}
-	_, err := decide(t, k, uncached)
-	if err == nil {
-		t.Fatal("uncached pod with the API server down: no error")
-	}
-	for _, s := range []string{ns + "/uncached", "API server", "connection refused"} {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("error %q does not say %q", err, s)
-		}
-	}
-
-	if err := e.StartAPIServer(); err != nil {
-		t.Fatal(err)
-	}
-	restarted = true
-	if _, err := decide(t, k, uncached); err != nil {
-		t.Errorf("after restart: %v", err)
 	}
 }

@@ -3,7 +3,6 @@ package policy
 import (
 	"context"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -11,49 +10,33 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
+
+// The policy's decisions run on client-go's fake clientset, as non-root
+// in milliseconds; apiserver_test.go holds what needs a real
+// kube-apiserver: the agent's RBAC, the node-filtered watch, the watch's
+// timing and the API server going away.
 
 const (
 	node      = "node-a"
 	otherNode = "node-b"
-	// agent is the identity the policy runs as in these tests: bound to
-	// deploy/rbac/clusterrole.yaml and nothing else.
-	agent    = "sluice-agent"
-	agentNS  = "sluice-system"
-	rbacFile = "../../deploy/rbac/clusterrole.yaml"
+	agentNS   = "sluice-system"
 )
 
-// shared starts the API server on first use, so the pure tests never pay
-// for it, with the agent bound to its shipped ClusterRole.
-var shared = &kubetest.Shared{User: agent, RBACFile: rbacFile}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	shared.Stop()
-	os.Exit(code)
-}
-
-// kube returns the shared Env and an admin client, starting the API server
-// and granting the agent its ClusterRole on first call.
-func kube(t *testing.T) (*kubetest.Env, kubernetes.Interface) {
+// runPolicy runs a Kube policy over client until t ends, and waits for its
+// caches.
+func runPolicy(t *testing.T, client kubernetes.Interface, lookupWait time.Duration) *Kube {
 	t.Helper()
-	testEnv := shared.Get(t)
-	return testEnv, kubernetes.NewForConfigOrDie(testEnv.AdminConfig())
-}
-
-// startPolicy runs a Kube policy as the agent's user until t ends, and
-// waits for its caches.
-func startPolicy(t *testing.T, lookupWait time.Duration) *Kube {
-	t.Helper()
-	e, _ := kube(t)
-	k, c := newKube(t, e.Config(agent), KubeConfig{
+	k, c := newKubeOn(t, client, KubeConfig{
 		ExcludeNamespaces: []string{"kube-system", agentNS},
 		LookupWait:        lookupWait,
 		Log:               slog.New(slog.NewTextHandler(testWriter{t}, nil)),
@@ -69,15 +52,31 @@ func startPolicy(t *testing.T, lookupWait time.Duration) *Kube {
 	return k
 }
 
-// newKube builds a Kube policy for node over the agent's informers (not
-// running) as the agent wires it; cfg's client, informers, node and base
-// are filled in.
+// fakePolicy runs a Kube policy over a fake clientset holding objs. The
+// fake's watch can miss an object created while it starts, so a short
+// lookup wait lets Decide's direct GET find what the cache missed: these
+// tests are about what is decided, not how the pod was found.
+func fakePolicy(t *testing.T, objs ...runtime.Object) (*Kube, kubernetes.Interface) {
+	t.Helper()
+	c := fake.NewClientset(objs...)
+	return runPolicy(t, c, 50*time.Millisecond), c
+}
+
+// newKube builds a Kube policy for node over rc's informers (not running)
+// as the agent wires it; cfg's client, informers, node and base are
+// filled in.
 func newKube(t *testing.T, rc *rest.Config, cfg KubeConfig) (*Kube, *kubecache.Cache) {
 	t.Helper()
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newKubeOn(t, client, cfg)
+}
+
+// newKubeOn is newKube over a client.
+func newKubeOn(t *testing.T, client kubernetes.Interface, cfg KubeConfig) (*Kube, *kubecache.Cache) {
+	t.Helper()
 	c, err := kubecache.New(client, node, cfg.Log)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +117,8 @@ func createPod(t *testing.T, c kubernetes.Interface, ns, nodeName string, pod *c
 	pod = pod.DeepCopy()
 	pod.Namespace = ns
 	pod.Spec.NodeName = nodeName
+	// The fake clientset assigns no UID; a real API server replaces it.
+	pod.UID = types.UID("uid-" + ns + "-" + pod.Name)
 	got, err := c.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod %s/%s: %v", ns, pod.Name, err)

@@ -46,25 +46,6 @@ func staleNamespaces(t *testing.T, client kubernetes.Interface) *Kube {
 	return k
 }
 
-// A pod of an ambient namespace the cache does not have yet is enrolled:
-// the namespace is read from the API server, as istio-cni's plugin reads
-// it. Decided as unlabelled, the pod would start outside the mesh.
-func TestKubeNamespaceMissingFromCacheIsFetched(t *testing.T) {
-	e, admin := kube(t)
-	agentClient := kubernetes.NewForConfigOrDie(e.Config(agent))
-	k := staleNamespaces(t, agentClient)
-	ns := namespace(t, admin, map[string]string{labelDataplaneMode: "ambient"})
-	plain := injected(nil)
-	delete(plain.Annotations, annSidecarStatus)
-	d, err := decide(t, k, createPod(t, admin, ns, node, plain))
-	if err != nil {
-		t.Fatalf("ADD of a pod whose namespace the cache lacks: %v", err)
-	}
-	if !d.Capture || d.Spec.Mode != redirect.ModeAmbient {
-		t.Errorf("decision capture=%v mode %q (%s): want ambient, the namespace's label", d.Capture, d.Spec.Mode, d.Reason)
-	}
-}
-
 // When the API server cannot say what the namespace is, the ADD fails
 // (the runtime retries): a guess could start an ambient pod uncaptured.
 func TestKubeNamespaceUnknownFailsTheAdd(t *testing.T) {
