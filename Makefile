@@ -125,15 +125,15 @@ test: prereqs build plugins multus kube containerd istiod verify
 
 # What a pod's ruleset holds (redirect, pure), the agent's call and journal
 # logic (over redirecttest's fake kernel), its Kubernetes decisions (over
-# client-go's fake clientset) and the plugin's verbs need no root: their
-# test binaries run again as uid 65534, from their package dirs as go test
-# runs them. The root-only tests in them skip there; they ran as root
-# above. -tags noapiserver compiles out the real kube-apiserver tier (each
-# package's apiserver_test.go), which also ran above. The import checks
-# need the go command and the module cache under /root, so they are left
-# to the root run.
+# client-go's fake clientset), its flags and wiring, and the plugin's verbs
+# need no root: their test binaries run again as uid 65534, from their
+# package dirs as go test runs them. The root-only tests in them skip
+# there; they ran as root above. -tags noapiserver compiles out the real
+# kube-apiserver tier (each package's apiserver_test.go), which also ran
+# above. The import checks need the go command and the module cache under
+# /root, so they are left to the root run.
 UNIT_NONROOT := daemon/redirect daemon/rpc daemon/workloads plugin internal/grpccall \
-	daemon/policy daemon/events daemon/kubecache daemon/nodetaint
+	daemon/policy daemon/events daemon/kubecache daemon/nodetaint daemon/istioadopt daemon
 unit-nonroot:
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && chmod 755 "$$dir" && \
 	for p in $(UNIT_NONROOT); do $(GO) test -tags noapiserver -c -o "$$dir/$$(basename $$p).test" ./$$p || exit 1; done && \
