@@ -25,8 +25,10 @@ const (
 	CNIIstioCNI = "istio-cni" // Istio's istio-cni chart, sidecar mode
 )
 
-// The scenarios of issue 30 the rows are for.
+// The scenarios of issue 30 the rows are for, and the baseline the
+// extra start delays are measured against.
 const (
+	ScenarioBaseline = "baseline" // the same churn with no rollout, before it
 	ScenarioUpgrade  = "upgrade"  // helm upgrade to another image under churn
 	ScenarioRollback = "rollback" // helm rollback under the same churn
 	ScenarioReboot   = "reboot"   // a node rebooted with pods running, probed throughout
@@ -41,7 +43,7 @@ type Results struct {
 // nanoseconds.
 type Count struct {
 	CNI      string `json:"cni"`      // CNISluice or CNIIstioCNI
-	Scenario string `json:"scenario"` // ScenarioUpgrade, ScenarioRollback or ScenarioReboot
+	Scenario string `json:"scenario"` // ScenarioBaseline, ScenarioUpgrade, ScenarioRollback or ScenarioReboot
 	Nodes    int    `json:"nodes"`    // nodes in the test cluster
 	// Kinds are the pod kinds mixed: "sidecar", "ambient", "plain".
 	Kinds []string `json:"kinds"`
@@ -75,7 +77,7 @@ type Count struct {
 	StartP99NS int64 `json:"start_p99_ns"`
 	// ExtraP50NS and ExtraP99NS are the phase's start p50 and p99 less
 	// those of the same churn with no rollout (the baseline phase); 0 for
-	// a reboot, which has no baseline.
+	// a reboot, which has no baseline, and for the baseline itself.
 	ExtraP50NS int64 `json:"extra_p50_ns"`
 	ExtraP99NS int64 `json:"extra_p99_ns"`
 	// Failures names each counted pod and why, for the reader.

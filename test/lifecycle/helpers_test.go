@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -16,15 +15,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sluicemesh/sluice/internal/lifecycletest"
 	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
 // The release the tests install, in the namespace Istio's CNI agent uses.
 const (
-	release        = "sluice"
-	releaseNS      = "kube-system"
-	agentApp       = "sluice-agent" // the DaemonSet pods' app label
-	labelDataplane = "istio.io/dataplane-mode"
+	release   = "sluice"
+	releaseNS = "kube-system"
+	agentApp  = "sluice-agent" // the DaemonSet pods' app label
+	agentDS   = release + "-agent"
 )
 
 func client(t testing.TB) *kubernetes.Clientset {
@@ -34,25 +34,6 @@ func client(t testing.TB) *kubernetes.Clientset {
 		t.Fatal(err)
 	}
 	return cs
-}
-
-// namespace creates a namespace with labels and deletes it when the test
-// ends.
-func namespace(t *testing.T, name string, labels map[string]string) string {
-	t.Helper()
-	cs := client(t)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	nodetest.Eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
-		_, err := cs.CoreV1().ServiceAccounts(name).Get(t.Context(), "default", metav1.GetOptions{})
-		return err
-	})
-	return name
 }
 
 // helm runs the cached helm binary against the cluster.
@@ -104,71 +85,52 @@ func requireMesh(t *testing.T) {
 		}
 		installed = true
 	}
-	readyAgent(t, tagA, 2*time.Minute)
-	nodetest.Eventually(t, time.Minute, "ztunnel stand-in connected", func() error {
+	rolledOut(t, tagA)
+	nodetest.Eventually(t, time.Minute, "ztunnel stand-in connected on every node", func() error {
 		l, err := client(t).CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=ztunnel"})
-		if err != nil || len(l.Items) != 1 {
-			return fmt.Errorf("ztunnel pods: %v", err)
+		if err != nil || len(l.Items) != len(cluster.Nodes()) {
+			return fmt.Errorf("ztunnel pods: %d, %v", len(l.Items), err)
 		}
-		if !strings.Contains(logs(t, releaseNS, l.Items[0].Name, "istio-proxy"), "ztunnel connected") {
-			return fmt.Errorf("%s: %s", l.Items[0].Name, nodetest.PodState(&l.Items[0]))
-		}
-		return nil
-	})
-}
-
-// readyAgent waits for exactly one agent pod, not being deleted, running
-// the image with tag and Ready, and returns its container's ID.
-func readyAgent(t testing.TB, tag string, timeout time.Duration) string {
-	t.Helper()
-	return readyAgentNot(t, tag, "", timeout)
-}
-
-// readyAgentNot is readyAgent for an agent container other than notID.
-func readyAgentNot(t testing.TB, tag, notID string, timeout time.Duration) string {
-	t.Helper()
-	want := images.SluiceRepo + ":" + tag
-	var id string
-	nodetest.Eventually(t, timeout, "one Ready agent pod of "+want, func() error {
-		l, err := client(t).CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + agentApp})
-		if err != nil {
-			return err
-		}
-		var found []corev1.Pod
 		for _, p := range l.Items {
-			if p.DeletionTimestamp == nil {
-				found = append(found, p)
+			if !strings.Contains(logs(t, releaseNS, p.Name, "istio-proxy"), "ztunnel connected") {
+				return fmt.Errorf("%s: %s", p.Name, nodetest.PodState(&p))
 			}
 		}
-		if len(found) != 1 {
-			return fmt.Errorf("%d agent pods", len(found))
-		}
-		p := &found[0]
-		if got := p.Spec.Containers[0].Image; got != want {
-			return fmt.Errorf("agent %s runs %s", p.Name, got)
-		}
-		if !nodetest.PodReady(p) || len(p.Status.ContainerStatuses) == 0 {
-			return fmt.Errorf("%s not Ready: %s", p.Name, nodetest.PodState(p))
-		}
-		if id = p.Status.ContainerStatuses[0].ContainerID; id == notID {
-			return fmt.Errorf("%s: container %s not yet replaced", p.Name, id)
-		}
 		return nil
 	})
-	return id
 }
 
-// allRunning says whether every container of the pod runs.
-func allRunning(p *corev1.Pod) bool {
-	if p.Status.PodIP == "" || len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
-		return false
+// rolledOut waits until every node runs a Ready agent of the image with
+// tag.
+func rolledOut(t testing.TB, tag string) {
+	t.Helper()
+	want := images.SluiceRepo + ":" + tag
+	nodetest.Eventually(t, 3*time.Minute, "every node's agent Ready on "+want, func() error {
+		return lifecycletest.RolledOut(t, client(t), releaseNS, agentDS, want)
+	})
+}
+
+// sluiceMesh is sluice as the lifecycle scenarios drive it: sidecar,
+// ambient and plain pods; upgraded from tagA to tagB with `helm upgrade`,
+// rolled back with `helm rollback`.
+func sluiceMesh() *lifecycletest.Mesh {
+	return &lifecycletest.Mesh{
+		CNI:     lifecycletest.CNISluice,
+		Cluster: cluster,
+		Kinds:   []string{lifecycletest.KindSidecar, lifecycletest.KindAmbient, lifecycletest.KindPlain},
+		Pod:     podOfKind,
+		Upgrade: func(t *testing.T) {
+			helm(t, chartArgs("upgrade", tagB)...)
+			rolledOut(t, tagB)
+		},
+		Rollback: func(t *testing.T) {
+			helm(t, "rollback", release, "-n", releaseNS)
+			rolledOut(t, tagA)
+		},
+		Agent: func(t testing.TB, node string) (string, error) {
+			return lifecycletest.AgentOn(client(t), releaseNS, "app="+agentApp, node)
+		},
 	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running == nil {
-			return false
-		}
-	}
-	return true
 }
 
 // logs is a container's log as `kubectl logs` reads it.
@@ -178,17 +140,6 @@ func logs(t testing.TB, ns, pod, container string) string {
 		return "(logs: " + err.Error() + ")"
 	}
 	return string(b)
-}
-
-// percentile is the p-th percentile (0..100, nearest rank) of ds.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := int(float64(len(s))*p/100+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
 
 // ztunnelDaemonSet is the test app's ztunnel stand-in, deployed as Istio

@@ -1,9 +1,10 @@
-// Package lifecycle runs sluice through a node's life on the hermetic test
-// cluster (internal/nodetest): a rolling upgrade and rollback of the chart
-// while pods come and go, and a reboot of the node with pods running. Each
-// test asserts that no mesh pod's app ever runs uncaptured, as seen on the
-// wire: a pod's own first connection and a prober's connections from
-// outside the node.
+// Package lifecycle runs sluice through a node's life on the hermetic
+// two-node test cluster (internal/nodetest), with the scenarios of
+// internal/lifecycletest that test/peer runs on istio-cni: a rolling
+// upgrade and rollback of the chart while pods come and go on both nodes,
+// and a reboot of a node with pods running. Each test asserts that no mesh
+// pod's app ever runs uncaptured, as seen on the wire: a pod's own first
+// connection and a prober's connections from outside the node.
 package lifecycle
 
 import (
@@ -69,7 +70,10 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	archives := append(images.Archives, filepath.Join(dirB, "sluice.tar"))
-	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: archives})
+	// Two nodes: the churn is pinned to each in turn, and the reboot takes
+	// the first down while the second stays Ready, as in a real cluster,
+	// where the node lifecycle controller then taints it for eviction.
+	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: archives, Nodes: 2})
 	if err != nil {
 		return 0, err
 	}

@@ -1,4 +1,4 @@
-package lifecycle
+package lifecycletest
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/nodetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -41,12 +42,12 @@ type prober struct {
 	ctx    context.Context
 }
 
-// newProber makes the prober's netns, linked to the node's, with its
-// default route through the node.
-func newProber(t *testing.T, ctx context.Context) *prober {
+// newProber makes the prober's netns, linked to node's, with its default
+// route through the node.
+func newProber(ctx context.Context, t *testing.T, node *nodetest.Cluster) *prober {
 	ns := nstest.New(t, "prober")
-	node := &nstest.NS{Name: "node", Path: cluster.NetnsPath()}
-	nstest.Veth(t, ns, "eth0", []string{proberAddr}, node, "lcprobe0", []string{proberNodeIP + "/30"})
+	n := &nstest.NS{Name: "node", Path: node.NetnsPath()}
+	nstest.Veth(t, ns, "eth0", []string{proberAddr}, n, "lcprobe0", []string{proberNodeIP + "/30"})
 	ns.Run(t, "ip", "route", "add", "default", "via", proberNodeIP)
 	return &prober{ns: ns, ctx: ctx, counts: map[string]map[probeResult]int{}, last: map[string]string{}}
 }
@@ -110,4 +111,19 @@ func (p *prober) forget() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.last = map[string]string{}
+}
+
+// tally is how many probes were made, how many an app answered itself,
+// at how many distinct addresses, and when and where.
+func (p *prober) tally() (probes, app, addrs int, where []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range p.counts {
+		probes += n[probeDown] + n[probeCaptured] + n[probeApp]
+		app += n[probeApp]
+		if n[probeApp] > 0 {
+			addrs++
+		}
+	}
+	return probes, app, addrs, p.apps
 }

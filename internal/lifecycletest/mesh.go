@@ -1,0 +1,164 @@
+package lifecycletest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sluicemesh/sluice/internal/nodetest"
+)
+
+// Pod kinds the scenarios mix.
+const (
+	KindSidecar = "sidecar" // the injector's metadata, a stand-in proxy as 1337
+	KindAmbient = "ambient" // a plain pod in a namespace labelled ambient
+	KindPlain   = "plain"   // no mesh metadata: must not be captured
+)
+
+// LabelDataplane marks an ambient namespace.
+const LabelDataplane = "istio.io/dataplane-mode"
+
+// Mesh is a mesh CNI as the scenarios drive it: how its pods look, how it
+// is upgraded and rolled back, and where its agent is.
+type Mesh struct {
+	CNI     string // CNISluice or CNIIstioCNI: the results' row
+	Cluster *nodetest.Cluster
+	// Kinds are the pod kinds the churn mixes, in turn; the reboot runs
+	// those that are not KindPlain.
+	Kinds []string
+	// Pod is a pod of kind named name, as the mesh's injector makes it.
+	// Its app container is named "app" and runs the test app, which serves
+	// "app" on 8080 and dials Unreachable from its first instant.
+	Pod func(kind, name string) *corev1.Pod
+	// Upgrade moves the CNI to its other image and Rollback back to the
+	// first; each returns once every node runs the image Ready.
+	Upgrade, Rollback func(t *testing.T)
+	// Agent is the container ID of the Ready agent on the node named
+	// node, or why there is none.
+	Agent func(t testing.TB, node string) (string, error)
+	// FailedTolerated, when not empty, says why pods that failed for good
+	// are counted but do not fail the test: the peer's measured
+	// behaviour, not the rule sluice is held to.
+	FailedTolerated string
+}
+
+// Client is the cluster's API client.
+func (m *Mesh) Client(t testing.TB) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := m.Cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// Namespace creates a namespace with labels, deleted when the test ends.
+func (m *Mesh) Namespace(t *testing.T, name string, labels map[string]string) string {
+	t.Helper()
+	cs := m.Client(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	nodetest.Eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
+		_, err := cs.CoreV1().ServiceAccounts(name).Get(t.Context(), "default", metav1.GetOptions{})
+		return err
+	})
+	return name
+}
+
+// kindNamespaces makes one namespace per kind, prefix-kind, the ambient
+// one labelled ambient.
+func (m *Mesh) kindNamespaces(t *testing.T, prefix string) map[string]string {
+	out := map[string]string{}
+	for _, k := range m.Kinds {
+		var labels map[string]string
+		if k == KindAmbient {
+			labels = map[string]string{LabelDataplane: "ambient"}
+		}
+		out[k] = m.Namespace(t, prefix+"-"+k, labels)
+	}
+	return out
+}
+
+// Logs is a container's log as `kubectl logs` reads it.
+func (m *Mesh) Logs(t testing.TB, ns, pod, container string) string {
+	b, err := m.Client(t).CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
+	if err != nil {
+		return "(logs: " + err.Error() + ")"
+	}
+	return string(b)
+}
+
+// RolledOut is nil once the DaemonSet has rolled out its current
+// template on every node it selects and each of its pods runs image,
+// Ready: what Upgrade and Rollback wait for.
+func RolledOut(t testing.TB, cs kubernetes.Interface, ns, name, image string) error {
+	ds, err := cs.AppsV1().DaemonSets(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if err := daemonSetDone(ds); err != nil {
+		return err
+	}
+	sel := metav1.FormatLabelSelector(ds.Spec.Selector)
+	l, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return err
+	}
+	for _, p := range l.Items {
+		if p.DeletionTimestamp != nil {
+			return fmt.Errorf("%s terminating", p.Name)
+		}
+		if got := p.Spec.Containers[0].Image; got != image {
+			return fmt.Errorf("%s runs %s", p.Name, got)
+		}
+		if !nodetest.PodReady(&p) {
+			return fmt.Errorf("%s not Ready: %s", p.Name, nodetest.PodState(&p))
+		}
+	}
+	return nil
+}
+
+func daemonSetDone(ds *appsv1.DaemonSet) error {
+	s := ds.Status
+	if s.ObservedGeneration < ds.Generation || s.DesiredNumberScheduled == 0 ||
+		s.UpdatedNumberScheduled != s.DesiredNumberScheduled ||
+		s.NumberAvailable != s.DesiredNumberScheduled || s.NumberUnavailable != 0 {
+		return fmt.Errorf("daemonset %s status %+v", ds.Name, s)
+	}
+	return nil
+}
+
+// AgentOn is the container ID of the one Ready, not terminating pod
+// matching selector in ns on node, or why there is none: a Mesh's Agent.
+func AgentOn(cs kubernetes.Interface, ns, selector, node string) (string, error) {
+	l, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector,
+		FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return "", err
+	}
+	var found []corev1.Pod
+	for _, p := range l.Items {
+		if p.DeletionTimestamp == nil {
+			found = append(found, p)
+		}
+	}
+	if len(found) != 1 {
+		return "", fmt.Errorf("%d agent pods on %s", len(found), node)
+	}
+	p := &found[0]
+	if !nodetest.PodReady(p) || len(p.Status.ContainerStatuses) == 0 {
+		return "", fmt.Errorf("%s not Ready: %s", p.Name, nodetest.PodState(p))
+	}
+	return p.Status.ContainerStatuses[0].ContainerID, nil
+}

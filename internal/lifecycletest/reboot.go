@@ -1,0 +1,150 @@
+package lifecycletest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluicemesh/sluice/internal/nodetest"
+)
+
+// rebootPod is a mesh pod the reboot scenario follows.
+type rebootPod struct {
+	ns, name, kind string
+	uid            string
+	appID          string        // the app container's ID before the reboot
+	back           time.Duration // reboot → running again with a new app container
+	failed         string
+	evicted        bool
+}
+
+// Reboot runs scenario 5 on the cluster's first node: with two pods of
+// each mesh kind running there, the node reboots (nodetest's Reboot:
+// kubelet, containerd, the agent and every container die, /run is
+// emptied, the node boots again and every pod gets a new sandbox and
+// netns). A prober outside the node dials each pod's app port throughout
+// and must never be answered by the app itself; each pod must run again,
+// its restarted app's first connection captured, answered through its
+// proxy (sidecar) or ztunnel (ambient) again. It fails t on any count and
+// records a reboot Count.
+func Reboot(t *testing.T, m *Mesh) {
+	node := m.Cluster
+	pods := m.startRebootPods(t, node.NodeName)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	pr := newProber(ctx, t, node)
+	go m.watchIPs(ctx, pr, pods)
+	m.waitCaptured(t, pr, pods, time.Minute)
+
+	agentID := m.agentNot(t, node.NodeName, "", time.Minute)
+	rebooted := time.Now()
+	if err := node.Reboot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.agentNot(t, node.NodeName, agentID, 3*time.Minute)
+	t.Logf("reboot: agent Ready %v after the reboot began", time.Since(rebooted).Round(time.Millisecond))
+	m.waitBack(t, pods, rebooted, 3*time.Minute)
+	t.Logf("reboot: every pod back %v after the reboot began", time.Since(rebooted).Round(time.Millisecond))
+	pr.forget()
+	m.waitCaptured(t, pr, pods, time.Minute)
+	t.Logf("reboot: every pod captured again %v after the reboot began", time.Since(rebooted).Round(time.Millisecond))
+	n := Count{CNI: m.CNI, Scenario: ScenarioReboot, Nodes: len(node.Nodes()), Pods: len(pods)}
+	var back []time.Duration
+	for _, p := range pods {
+		n.Kinds = appendNew(n.Kinds, p.kind)
+		m.tallyRebootPod(t, p, &n)
+		if p.back != 0 {
+			back = append(back, p.back)
+		}
+	}
+	n.StartP50NS, n.StartP99NS = int64(Percentile(back, 50)), int64(Percentile(back, 99))
+	stop()
+	pr.wg.Wait()
+	probes, app, addrs, where := pr.tally()
+	n.Probes, n.UncapturedProbes, n.Uncaptured = probes, app, n.Uncaptured+addrs
+	if app > 0 {
+		n.Failures = append(n.Failures, fmt.Sprintf("the app itself answered the prober %d times, uncaptured: %s", app, strings.Join(where, ", ")))
+	}
+	judgeReboot(t, n)
+	if err := Record(n); err != nil {
+		t.Errorf("record reboot: %v", err)
+	}
+}
+
+// tallyRebootPod adds p's outcome to n: evicted, failed for good, or its
+// restarted app's first dial not captured.
+func (m *Mesh) tallyRebootPod(t *testing.T, p *rebootPod, n *Count) {
+	switch {
+	case p.evicted:
+		n.Evicted++
+		n.Failures = append(n.Failures, fmt.Sprintf("%s pod %s/%s evicted: %s", p.kind, p.ns, p.name, p.failed))
+		return
+	case p.failed != "":
+		n.Failed++
+		n.Failures = append(n.Failures, fmt.Sprintf("%s pod %s/%s failed for good: %s", p.kind, p.ns, p.name, p.failed))
+		return
+	}
+	if first := FirstDial(m.Logs(t, p.ns, p.name, "app")); !DialCaptured(first) {
+		n.Uncaptured++
+		n.Failures = append(n.Failures, fmt.Sprintf("%s pod %s/%s after the reboot: its app's first dial got %q", p.kind, p.ns, p.name, first))
+	}
+}
+
+func judgeReboot(t *testing.T, n Count) {
+	t.Helper()
+	for _, f := range n.Failures {
+		t.Error(f)
+	}
+	t.Logf("reboot %s: pods=%d probes=%d answered by an app=%d; back p50=%v p99=%v", n.CNI, n.Pods, n.Probes,
+		n.UncapturedProbes, Duration(n.StartP50NS).Round(time.Millisecond), Duration(n.StartP99NS).Round(time.Millisecond))
+}
+
+func appendNew(s []string, v string) []string {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+// startRebootPods starts two pods of each mesh kind on node and waits for
+// them.
+func (m *Mesh) startRebootPods(t *testing.T, node string) []*rebootPod {
+	var pods []*rebootPod
+	nss := m.kindNamespaces(t, "reboot")
+	for _, k := range m.Kinds {
+		if k == KindPlain {
+			continue
+		}
+		for i := range 2 {
+			pods = append(pods, &rebootPod{ns: nss[k], name: fmt.Sprintf("%s-%d", k, i), kind: k})
+		}
+	}
+	cs := m.Client(t)
+	for _, p := range pods {
+		got, err := cs.CoreV1().Pods(p.ns).Create(t.Context(), pinned(m.Pod(p.kind, p.name), node), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create pod %s/%s: %v", p.ns, p.name, err)
+		}
+		p.uid = string(got.UID)
+	}
+	nodetest.Eventually(t, 2*time.Minute, "the reboot test's pods running", func() error {
+		for _, p := range pods {
+			got, err := cs.CoreV1().Pods(p.ns).Get(t.Context(), p.name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !AllRunning(got) {
+				return fmt.Errorf("%s/%s: %s", p.ns, p.name, nodetest.PodState(got))
+			}
+			p.appID = AppID(got)
+		}
+		return nil
+	})
+	return pods
+}
