@@ -243,6 +243,19 @@ func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 	return nil
 }
 
+// TagImage gives every node's image src the further name dst, as a
+// second build of the same content would be named: a chart upgrade to dst
+// rolls the DaemonSet without another build.
+func (c *Cluster) TagImage(ctx context.Context, src, dst string) error {
+	for _, n := range c.Nodes() {
+		out, err := n.ctr(ctx, "-n", "k8s.io", "images", "tag", "--force", src, dst).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("node %s: ctr images tag %s %s: %w\n%s", n.NodeName, src, dst, err, out)
+		}
+	}
+	return nil
+}
+
 // KillContainer SIGKILLs a container's process through the node's
 // containerd, as an OOM kill or a crash would end it; the kubelet decides
 // whether it restarts. id is the CRI container ID (a pod status's

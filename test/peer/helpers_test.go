@@ -108,18 +108,20 @@ func istioChart(t testing.TB) string {
 	return filepath.Join(strings.TrimSpace(string(out)), "manifests", "charts", "istio-cni")
 }
 
-// agentPods are the istio-cni DaemonSet's pods.
+// agentPods are the istio-cni DaemonSet's pods on the node under test.
 func agentPods(t testing.TB) []corev1.Pod {
 	t.Helper()
-	l, err := client(t).CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: agentLabel})
+	l, err := client(t).CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{LabelSelector: agentLabel,
+		FieldSelector: "spec.nodeName=" + cluster.NodeName})
 	if err != nil {
 		t.Fatalf("list istio-cni pods: %v", err)
 	}
 	return l.Items
 }
 
-// readyAgent waits for exactly one istio-cni pod, not being deleted, Ready
-// through the chart's readiness probe, and returns it.
+// readyAgent waits for exactly one istio-cni pod on the node under test,
+// not being deleted, Ready through the chart's readiness probe, and
+// returns it.
 func readyAgent(t testing.TB, timeout time.Duration) corev1.Pod {
 	t.Helper()
 	var ready corev1.Pod

@@ -4,12 +4,15 @@
 // (internal/nodetest): so what the node's life does to pods can be
 // measured against the real peer with the same pods, node and runtime.
 //
-// One cluster serves the package; each test has its own namespace. The
-// tests run in file order: install, a sidecar pod, an agent outage.
+// One two-node cluster serves the package; each test has its own
+// namespace. The tests run in file order: install, a sidecar pod, an
+// agent outage, then internal/lifecycletest's rolling upgrade under churn
+// and reboot, the scenarios test/lifecycle runs on sluice.
 package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -25,6 +28,9 @@ var (
 	// validationImage the proxyv2 stand-in whose pilot-agent runs the
 	// real istio-validation.
 	istioCNIImage, validationImage string
+	// istioCNIImageB is istioCNIImage's build under a second tag, which
+	// the rolling upgrade moves to.
+	istioCNIImageB string
 )
 
 // imageTag tags the images built from this tree (the test app's).
@@ -73,11 +79,18 @@ func run(m *testing.M) (int, error) {
 	}
 	validationImage = ref
 	archives := append(images.Archives, archive, validation)
-	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: archives})
+	// Two nodes, as test/node and test/lifecycle run sluice on: the
+	// churn is pinned to each in turn and the reboot takes the first down
+	// while the second stays Ready.
+	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: archives, Nodes: 2})
 	if err != nil {
 		return 0, err
 	}
 	cluster = c
+	istioCNIImageB = istioCNIImage + "-b"
+	if err := c.TagImage(ctx, istioCNIImage, istioCNIImageB); err != nil {
+		return 0, errors.Join(err, c.Stop())
+	}
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "test/peer: the cluster's logs (kept in full only when teardown fails):\n%s", c.LogTails())

@@ -73,8 +73,14 @@ func sidecarPod(name, dial string) *corev1.Pod {
 	return p
 }
 
+// createPod creates p on the node under test, as test/node's does: the
+// second node is there to stay Ready, and the rule and container helpers
+// read the first node's runtime.
 func createPod(t testing.TB, ns string, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
+	if p.Spec.NodeSelector == nil {
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName}
+	}
 	got, err := client(t).CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)

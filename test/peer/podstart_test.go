@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicemesh/sluice/internal/nodetest"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -90,6 +91,7 @@ func BenchmarkPodStart(b *testing.B) {
 func podStart(b *testing.B, ns, name string) time.Duration {
 	p := sidecarPod(name, unreachable)
 	p.Spec.InitContainers = nil
+	p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pods := client(b).CoreV1().Pods(ns)
