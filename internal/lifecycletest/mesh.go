@@ -102,7 +102,7 @@ func (m *Mesh) Logs(t testing.TB, ns, pod, container string) string {
 // RolledOut is nil once the DaemonSet has rolled out its current
 // template on every node it selects and each of its pods runs image,
 // Ready: what Upgrade and Rollback wait for.
-func RolledOut(t testing.TB, cs kubernetes.Interface, ns, name, image string) error {
+func RolledOut(cs kubernetes.Interface, ns, name, image string) error {
 	ds, err := cs.AppsV1().DaemonSets(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		return err

@@ -106,7 +106,7 @@ func rolledOut(t testing.TB, tag string) {
 	t.Helper()
 	want := images.SluiceRepo + ":" + tag
 	nodetest.Eventually(t, 3*time.Minute, "every node's agent Ready on "+want, func() error {
-		return lifecycletest.RolledOut(t, client(t), releaseNS, agentDS, want)
+		return lifecycletest.RolledOut(client(t), releaseNS, agentDS, want)
 	})
 }
 

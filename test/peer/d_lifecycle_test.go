@@ -50,7 +50,7 @@ func istioMesh() *lifecycletest.Mesh {
 func rolledOut(t testing.TB, image string) {
 	t.Helper()
 	nodetest.Eventually(t, 3*time.Minute, "every node's istio-cni Ready on "+image, func() error {
-		return lifecycletest.RolledOut(t, client(t), releaseNS, agentDS, image)
+		return lifecycletest.RolledOut(client(t), releaseNS, agentDS, image)
 	})
 }
 
