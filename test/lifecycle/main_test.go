@@ -9,11 +9,9 @@ package lifecycle
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/sluicemesh/sluice/internal/nodetest"
 )
@@ -31,59 +29,34 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Println("test/lifecycle: needs root (network and mount namespaces, cgroups); not run")
-		os.Exit(0)
-	}
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test/lifecycle:", err)
-		os.Exit(1)
-	}
-	os.Exit(code)
+	nodetest.Suite{
+		Name:   "test/lifecycle",
+		Images: buildImages,
+		// Two nodes: the churn is pinned to each in turn, and the reboot
+		// takes the first down while the second stays Ready, as in a real
+		// cluster, where the node lifecycle controller then taints it for
+		// eviction.
+		Options: nodetest.Options{Nodes: 2},
+		Started: func(_ context.Context, c *nodetest.Cluster, _ nodetest.Options) error {
+			cluster = c
+			return nil
+		},
+	}.Main(m)
 }
 
-func run(m *testing.M) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	bins, err := nodetest.KubeBinaries(ctx)
-	if err != nil {
-		return 0, err
-	}
-	plugins, err := nodetest.CNIPlugins(ctx)
-	if err != nil {
-		return 0, err
-	}
-	dir, err := os.MkdirTemp("", "sluice-lifecycle-images-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	if images, err = nodetest.BuildImages(ctx, filepath.Join(dir), tagA); err != nil {
-		return 0, err
+// buildImages builds this tree's images at tagA, and sluice's again at
+// tagB.
+func buildImages(ctx context.Context, dir string) ([]string, error) {
+	var err error
+	if images, err = nodetest.BuildImages(ctx, dir, tagA); err != nil {
+		return nil, err
 	}
 	dirB := filepath.Join(dir, "b")
 	if err := os.Mkdir(dirB, 0o755); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if _, err := nodetest.BuildImages(ctx, dirB, tagB); err != nil {
-		return 0, err
+		return nil, err
 	}
-	archives := append(images.Archives, filepath.Join(dirB, "sluice.tar"))
-	// Two nodes: the churn is pinned to each in turn, and the reboot takes
-	// the first down while the second stays Ready, as in a real cluster,
-	// where the node lifecycle controller then taints it for eviction.
-	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: archives, Nodes: 2})
-	if err != nil {
-		return 0, err
-	}
-	cluster = c
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "test/lifecycle: the cluster's logs:\n%s", c.LogTails())
-	}
-	if err := c.Stop(); err != nil {
-		return 1, err
-	}
-	return code, nil
+	return append(images.Archives, filepath.Join(dirB, "sluice.tar")), nil
 }

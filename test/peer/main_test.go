@@ -12,11 +12,7 @@ package peer
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 	"testing"
-	"time"
 
 	"github.com/sluicemesh/sluice/internal/nodetest"
 )
@@ -37,66 +33,38 @@ var (
 const imageTag = "peertest"
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Println("test/peer: needs root (network and mount namespaces, cgroups); not run")
-		os.Exit(0)
-	}
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test/peer:", err)
-		os.Exit(1)
-	}
-	os.Exit(code)
+	nodetest.Suite{
+		Name:   "test/peer",
+		Images: buildImages,
+		// Two nodes, as test/node and test/lifecycle run sluice on: the
+		// churn is pinned to each in turn and the reboot takes the first
+		// down while the second stays Ready.
+		Options: nodetest.Options{Nodes: 2},
+		Started: func(ctx context.Context, c *nodetest.Cluster, _ nodetest.Options) error {
+			cluster = c
+			istioCNIImageB = istioCNIImage + "-b"
+			return c.TagImage(ctx, istioCNIImage, istioCNIImageB)
+		},
+		Logs: agentLogs,
+	}.Main(m)
 }
 
-func run(m *testing.M) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	bins, err := nodetest.KubeBinaries(ctx)
-	if err != nil {
-		return 0, err
-	}
-	plugins, err := nodetest.CNIPlugins(ctx)
-	if err != nil {
-		return 0, err
-	}
-	dir, err := os.MkdirTemp("", "sluice-peer-images-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
+// buildImages builds this tree's images (the test app's), istio-cni's
+// and the proxyv2 stand-in's.
+func buildImages(ctx context.Context, dir string) ([]string, error) {
+	var err error
 	if images, err = nodetest.BuildImages(ctx, dir, imageTag); err != nil {
-		return 0, err
+		return nil, err
 	}
 	ref, archive, err := nodetest.IstioCNIImage(ctx, dir)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	istioCNIImage = ref
 	ref, validation, err := nodetest.IstioValidationImage(ctx, dir)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	validationImage = ref
-	archives := append(images.Archives, archive, validation)
-	// Two nodes, as test/node and test/lifecycle run sluice on: the
-	// churn is pinned to each in turn and the reboot takes the first down
-	// while the second stays Ready.
-	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: archives, Nodes: 2})
-	if err != nil {
-		return 0, err
-	}
-	cluster = c
-	istioCNIImageB = istioCNIImage + "-b"
-	if err := c.TagImage(ctx, istioCNIImage, istioCNIImageB); err != nil {
-		return 0, errors.Join(err, c.Stop())
-	}
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "test/peer: the cluster's logs (kept in full only when teardown fails):\n%s", c.LogTails())
-	}
-	if err := c.Stop(); err != nil {
-		return 1, err
-	}
-	return code, nil
+	return append(images.Archives, archive, validation), nil
 }
