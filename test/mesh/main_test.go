@@ -15,10 +15,7 @@ package mesh
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"testing"
-	"time"
 
 	"github.com/sluicemesh/sluice/internal/meshtest"
 	"github.com/sluicemesh/sluice/internal/nodetest"
@@ -39,54 +36,15 @@ var (
 const imageTag = "meshtest"
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Println("test/mesh: needs root (network and mount namespaces, cgroups); not run")
-		os.Exit(0)
-	}
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test/mesh:", err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	dir, err := os.MkdirTemp("", "sluice-mesh-images-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	archives, err := buildImages(ctx, dir)
-	if err != nil {
-		return 0, err
-	}
-	bins, err := nodetest.KubeBinaries(ctx)
-	if err != nil {
-		return 0, err
-	}
-	plugins, err := nodetest.CNIPlugins(ctx)
-	if err != nil {
-		return 0, err
-	}
-	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: archives})
-	if err != nil {
-		return 0, err
-	}
-	cluster = c
-	code := 1
-	if err = installMesh(ctx); err == nil {
-		code = m.Run()
-	}
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "test/mesh: the cluster's logs:\n%s\n%s", c.LogTails(), meshLogs())
-	}
-	if stopErr := c.Stop(); stopErr != nil {
-		return 1, errors.Join(err, stopErr)
-	}
-	return code, err
+	nodetest.Suite{
+		Name:   "test/mesh",
+		Images: buildImages,
+		Started: func(ctx context.Context, c *nodetest.Cluster, _ nodetest.Options) error {
+			cluster = c
+			return installMesh(ctx)
+		},
+		Logs: meshLogs,
+	}.Main(m)
 }
 
 // buildImages builds sluice's and the test app's images from this tree,

@@ -11,10 +11,8 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -37,58 +35,25 @@ var (
 const imageTag = "nodetest"
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Println("test/node: needs root (network and mount namespaces, cgroups); not run")
-		os.Exit(0)
-	}
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test/node:", err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	bins, err := nodetest.KubeBinaries(ctx)
-	if err != nil {
-		return 0, err
-	}
-	plugins, err := nodetest.CNIPlugins(ctx)
-	if err != nil {
-		return 0, err
-	}
-	kubeBins, cniPlugins = bins, plugins
-	dir, err := os.MkdirTemp("", "sluice-node-images-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	if images, err = nodetest.BuildImages(ctx, dir, imageTag); err != nil {
-		return 0, err
-	}
-	c, err := nodetest.Start(ctx, nodetest.Options{KubeBinDir: bins, CNIBinDir: plugins, Images: images.Archives,
-		// A new node's startup taint, which the node's own agent removes.
-		RegisterWithTaints: []corev1.Taint{{Key: nodetaint.DefaultKey, Effect: corev1.TaintEffectNoSchedule}},
-		// A second node, Ready while the first is under test: with every
-		// node NotReady the node lifecycle controller evicts nothing.
-		Nodes: 2})
-	if err != nil {
-		return 0, err
-	}
-	cluster = c
-	if primary, err = os.ReadFile(c.ConfDir(nodetest.PrimaryConflist)); err != nil {
-		c.Stop()
-		return 0, err
-	}
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "test/node: the cluster's logs (kept in full only when teardown fails):\n%s", c.LogTails())
-	}
-	if err := c.Stop(); err != nil {
-		return 1, err
-	}
-	return code, nil
+	nodetest.Suite{
+		Name: "test/node",
+		Images: func(ctx context.Context, dir string) ([]string, error) {
+			var err error
+			images, err = nodetest.BuildImages(ctx, dir, imageTag)
+			return images.Archives, err
+		},
+		Options: nodetest.Options{
+			// A new node's startup taint, which the node's own agent removes.
+			RegisterWithTaints: []corev1.Taint{{Key: nodetaint.DefaultKey, Effect: corev1.TaintEffectNoSchedule}},
+			// A second node, Ready while the first is under test: with every
+			// node NotReady the node lifecycle controller evicts nothing.
+			Nodes: 2,
+		},
+		Started: func(_ context.Context, c *nodetest.Cluster, opts nodetest.Options) error {
+			cluster, kubeBins, cniPlugins = c, opts.KubeBinDir, opts.CNIBinDir
+			var err error
+			primary, err = os.ReadFile(c.ConfDir(nodetest.PrimaryConflist))
+			return err
+		},
+	}.Main(m)
 }
