@@ -3,9 +3,6 @@ package lifecycle
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,25 +33,10 @@ func client(t testing.TB) *kubernetes.Clientset {
 	return cs
 }
 
-// helm runs the cached helm binary against the cluster.
+// helm runs the cached helm against the cluster (nodetest's Helm).
 func helm(t testing.TB, args ...string) {
 	t.Helper()
-	root, err := nodetest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := exec.Command(filepath.Join(root, "hack", "helm", "helm.sh"), "--path").Output()
-	if err != nil {
-		t.Fatalf("helm.sh --path: %v", err)
-	}
-	home := filepath.Join(cluster.Dir, "helm-home")
-	cmd := exec.Command(strings.TrimSpace(string(bin)), args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig(),
-		"HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
+	cluster.HelmT(t, args...)
 }
 
 // chartArgs are `helm install|upgrade` arguments for the image built with

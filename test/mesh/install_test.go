@@ -3,15 +3,10 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
 // Where each part is installed: sluice where Istio's CNI agent goes, Istio
@@ -116,24 +111,7 @@ func installZtunnel(ctx context.Context) error {
 // helmRun runs the cached helm binary against the cluster with a home of
 // the cluster's own.
 func helmRun(ctx context.Context, args ...string) (string, error) {
-	root, err := nodetest.ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	bin, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "helm", "helm.sh"), "--path").Output()
-	if err != nil {
-		return "", fmt.Errorf("helm.sh --path: %w", err)
-	}
-	home := filepath.Join(cluster.Dir, "helm-home")
-	cmd := exec.CommandContext(ctx, strings.TrimSpace(string(bin)), args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig(),
-		"HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("helm %s: %w", strings.Join(args, " "), err)
-	}
-	return string(out), nil
+	return cluster.Helm(ctx, args...)
 }
 
 // waitFor polls cond every 200 ms until it returns nil or timeout passes.

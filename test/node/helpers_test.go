@@ -3,9 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -64,28 +61,10 @@ func namespace(t *testing.T, labels map[string]string) string {
 	return name
 }
 
-// helm runs the cached helm binary against the cluster with a home of
-// the test's own.
+// helm runs the cached helm against the cluster (nodetest's Helm).
 func helm(t testing.TB, args ...string) string {
 	t.Helper()
-	root, err := nodetest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := exec.Command(filepath.Join(root, "hack", "helm", "helm.sh"), "--path").Output()
-	if err != nil {
-		t.Fatalf("helm.sh --path: %v", err)
-	}
-	home := filepath.Join(cluster.Dir, "helm-home")
-	cmd := exec.Command(strings.TrimSpace(string(bin)), args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig(),
-		"HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return cluster.HelmT(t, args...)
 }
 
 // chartValues are the values every install and upgrade sets: the image

@@ -66,28 +66,10 @@ func namespace(t testing.TB) string {
 	return name
 }
 
-// helm runs the cached helm binary against the cluster with a home of the
-// test's own.
+// helm runs the cached helm against the cluster (nodetest's Helm).
 func helm(t testing.TB, args ...string) string {
 	t.Helper()
-	root, err := nodetest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := exec.Command(filepath.Join(root, "hack", "helm", "helm.sh"), "--path").Output()
-	if err != nil {
-		t.Fatalf("helm.sh --path: %v", err)
-	}
-	home := filepath.Join(cluster.Dir, "helm-home")
-	cmd := exec.Command(strings.TrimSpace(string(bin)), args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig(),
-		"HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return cluster.HelmT(t, args...)
 }
 
 // istioChart is Istio's own istio-cni chart, in the module cache at the
