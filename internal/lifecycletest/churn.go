@@ -117,7 +117,7 @@ func (c *churner) follow(p *churnPod) {
 		}
 	}
 	for deadline := time.Now().Add(30 * time.Second); p.first == ""; time.Sleep(200 * time.Millisecond) {
-		p.first = FirstDial(c.m.Logs(c.t, p.ns, p.name, "app"))
+		p.first = FirstDial(c.m.Cluster.Logs(p.ns, p.name, "app"))
 		if p.first == "" && time.Now().After(deadline) {
 			p.failed = "app logged no dial in 30s"
 			return

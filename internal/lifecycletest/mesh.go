@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -58,24 +57,6 @@ func (m *Mesh) Client(t testing.TB) *kubernetes.Clientset {
 	return cs
 }
 
-// Namespace creates a namespace with labels, deleted when the test ends.
-func (m *Mesh) Namespace(t *testing.T, name string, labels map[string]string) string {
-	t.Helper()
-	cs := m.Client(t)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	nodetest.Eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
-		_, err := cs.CoreV1().ServiceAccounts(name).Get(t.Context(), "default", metav1.GetOptions{})
-		return err
-	})
-	return name
-}
-
 // kindNamespaces makes one namespace per kind, prefix-kind, the ambient
 // one labelled ambient.
 func (m *Mesh) kindNamespaces(t *testing.T, prefix string) map[string]string {
@@ -85,18 +66,9 @@ func (m *Mesh) kindNamespaces(t *testing.T, prefix string) map[string]string {
 		if k == KindAmbient {
 			labels = map[string]string{LabelDataplane: "ambient"}
 		}
-		out[k] = m.Namespace(t, prefix+"-"+k, labels)
+		out[k] = m.Cluster.Namespace(t, prefix+"-"+k, labels)
 	}
 	return out
-}
-
-// Logs is a container's log as `kubectl logs` reads it.
-func (m *Mesh) Logs(t testing.TB, ns, pod, container string) string {
-	b, err := m.Client(t).CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
-	if err != nil {
-		return "(logs: " + err.Error() + ")"
-	}
-	return string(b)
 }
 
 // RolledOut is nil once the DaemonSet has rolled out its current

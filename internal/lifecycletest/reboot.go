@@ -88,7 +88,7 @@ func (m *Mesh) tallyRebootPod(t *testing.T, p *rebootPod, n *Count) {
 		n.Failures = append(n.Failures, fmt.Sprintf("%s pod %s/%s failed for good: %s", p.kind, p.ns, p.name, p.failed))
 		return
 	}
-	if first := FirstDial(m.Logs(t, p.ns, p.name, "app")); !DialCaptured(first) {
+	if first := FirstDial(m.Cluster.Logs(p.ns, p.name, "app")); !DialCaptured(first) {
 		n.Uncaptured++
 		n.Failures = append(n.Failures, fmt.Sprintf("%s pod %s/%s after the reboot: its app's first dial got %q", p.kind, p.ns, p.name, first))
 	}

@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -26,11 +25,7 @@ const (
 
 func client(t testing.TB) *kubernetes.Clientset {
 	t.Helper()
-	cs, err := cluster.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
+	return cluster.ClientT(t)
 }
 
 // helm runs the cached helm against the cluster (nodetest's Helm).
@@ -115,13 +110,9 @@ func sluiceMesh() *lifecycletest.Mesh {
 	}
 }
 
-// logs is a container's log as `kubectl logs` reads it.
+// logs is a container's log (nodetest's Logs).
 func logs(t testing.TB, ns, pod, container string) string {
-	b, err := client(t).CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
-	if err != nil {
-		return "(logs: " + err.Error() + ")"
-	}
-	return string(b)
+	return cluster.Logs(ns, pod, container)
 }
 
 // ztunnelDaemonSet is the test app's ztunnel stand-in, deployed as Istio

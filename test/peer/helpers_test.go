@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -35,35 +34,14 @@ var seq atomic.Int64
 
 func client(t testing.TB) *kubernetes.Clientset {
 	t.Helper()
-	cs, err := cluster.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
+	return cluster.ClientT(t)
 }
 
 // namespace creates a namespace of the test's own and deletes it when the
 // test ends.
 func namespace(t testing.TB) string {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(name) > 50 {
-		name = name[:50]
-	}
-	name = strings.Trim(name, "-") + "-" + strconv.FormatInt(seq.Add(1), 10)
-	cs := client(t)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	nodetest.Eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
-		_, err := cs.CoreV1().ServiceAccounts(name).Get(t.Context(), "default", metav1.GetOptions{})
-		return err
-	})
-	return name
+	return cluster.TestNamespace(t, nil)
 }
 
 // helm runs the cached helm against the cluster (nodetest's Helm).
@@ -126,12 +104,7 @@ func readyAgent(t testing.TB, timeout time.Duration) corev1.Pod {
 	return ready
 }
 
-// logs is a container's log, as `kubectl logs` reads it.
+// logs is a container's log (nodetest's Logs).
 func logs(t testing.TB, ns, pod, container string) string {
-	t.Helper()
-	b, err := client(t).CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(t.Context())
-	if err != nil {
-		return "(logs: " + err.Error() + ")"
-	}
-	return string(b)
+	return cluster.Logs(ns, pod, container)
 }

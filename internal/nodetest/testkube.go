@@ -1,0 +1,76 @@
+package nodetest
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// The API helpers every suite on the test cluster (test/node, test/peer,
+// test/lifecycle, test/mesh) wrote its own copy of.
+
+// ClientT is Client failing t.
+func (c *Cluster) ClientT(t testing.TB) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// Logs is a container's log as `kubectl logs` reads it (the API server,
+// the kubelet, containerd's log file), or why not, in parentheses. Not a
+// test's context: failure reports and cleanups read logs too.
+func (c *Cluster) Logs(ns, pod, container string) string {
+	cs, err := c.Client()
+	if err != nil {
+		return "(logs: " + err.Error() + ")"
+	}
+	b, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
+	if err != nil {
+		return "(logs: " + err.Error() + ")"
+	}
+	return string(b)
+}
+
+// nsSeq numbers TestNamespace's names.
+var nsSeq atomic.Int64
+
+// TestNamespace creates a namespace of t's own, named for t (lower case,
+// at most 50 characters, a number after), with labels; see Namespace.
+func (c *Cluster) TestNamespace(t testing.TB, labels map[string]string) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	return c.Namespace(t, strings.Trim(name, "-")+"-"+strconv.FormatInt(nsSeq.Add(1), 10), labels)
+}
+
+// Namespace creates namespace name with labels, deletes it when t ends,
+// and waits for its default ServiceAccount, which pods need and the
+// controller manager creates a moment later.
+func (c *Cluster) Namespace(t testing.TB, name string, labels map[string]string) string {
+	t.Helper()
+	cs := c.ClientT(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	Eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
+		_, err := cs.CoreV1().ServiceAccounts(name).Get(t.Context(), "default", metav1.GetOptions{})
+		return err
+	})
+	return name
+}
