@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
 // Unreachable is a destination nothing on the node routes (TEST-NET-1).
@@ -13,7 +15,7 @@ import (
 // fails with no route; captured, the pod's redirect answers it (the
 // proxy's or ztunnel's reply, or a reset from the redirect port while
 // nothing listens there yet).
-const Unreachable = "192.0.2.10:80"
+const Unreachable = nodetest.Unreachable
 
 // FirstDial is the app's first "app dial" log line's result, "" if none
 // yet.

@@ -13,38 +13,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The Istio metadata istiod's injector writes in CNI mode: what
-// istio-cni's plugin looks for (an istio-proxy container and the status
-// annotation, no istio-init), the same pods test/node gives sluice.
+// The Istio metadata istiod's injector writes in CNI mode, and a
+// destination nothing on the node routes (nodetest's).
 const (
-	annStatus = "sidecar.istio.io/status"
-	statusVal = `{"initContainers":["istio-validation"],"containers":["istio-proxy"],"volumes":["istio-envoy"],"imagePullSecrets":null,"revision":"default"}`
-	proxyUID  = int64(1337)
+	annStatus   = nodetest.AnnSidecarStatus
+	statusVal   = nodetest.SidecarStatus
+	proxyUID    = nodetest.ProxyUID
+	unreachable = nodetest.Unreachable
 )
 
-// unreachable is a destination nothing on the node routes (TEST-NET-1):
-// a connection to it that gets an answer was captured in the pod.
-const unreachable = "192.0.2.10:80"
+func appContainer(dial string) corev1.Container { return images.AppContainer(dial) }
 
-func appContainer(dial string) corev1.Container {
-	return corev1.Container{
-		Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
-		Command: []string{"/testapp", "app", "8080", dial},
-	}
-}
-
-// plainPod is an uninjected application pod: it serves "app" on 8080 and
-// keeps dialling dial.
-func plainPod(name, dial string) *corev1.Pod {
-	zero := int64(0)
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
-		Spec: corev1.PodSpec{
-			Containers:                    []corev1.Container{appContainer(dial)},
-			TerminationGracePeriodSeconds: &zero,
-		},
-	}
-}
+// plainPod is an uninjected application pod (nodetest's PlainPod).
+func plainPod(name, dial string) *corev1.Pod { return images.PlainPod(name, dial) }
 
 // validationArgs are the istio-validation init container's arguments as
 // Istio's injection template writes them in CNI mode, with its defaults:
@@ -54,22 +35,12 @@ var validationArgs = []string{"istio-iptables", "-p", "15001", "-z", "15006", "-
 	"-i", "*", "-x", "", "-b", "*", "-d", "15090,15021,15020", "--log_output_level=default:info",
 	"--run-validation", "--skip-rule-apply"}
 
-// sidecarPod is what the injector makes of plainPod in CNI mode: the status
-// annotation, the real istio-validation init container and an istio-proxy
-// running as 1337 (the test app's stand-in proxy on 15001 and 15006).
+// sidecarPod is nodetest's SidecarPod with the real istio-validation init
+// container (pilot-agent from the proxyv2 stand-in).
 func sidecarPod(name, dial string) *corev1.Pod {
-	p := plainPod(name, dial)
-	p.Annotations = map[string]string{annStatus: statusVal}
-	uid := proxyUID
-	sc := &corev1.SecurityContext{RunAsUser: &uid, RunAsGroup: &uid}
-	p.Spec.InitContainers = []corev1.Container{{
-		Name: "istio-validation", Image: validationImage, ImagePullPolicy: corev1.PullNever,
-		Args: validationArgs, SecurityContext: sc,
-	}}
-	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{
-		Name: "istio-proxy", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
-		Command: []string{"/testapp", "proxy", "15001", "15006"}, SecurityContext: sc,
-	})
+	p := images.SidecarPod(name, dial)
+	v := &p.Spec.InitContainers[0]
+	v.Image, v.Command, v.Args = validationImage, nil, validationArgs
 	return p
 }
 
