@@ -2,6 +2,7 @@ package nodetest
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -73,4 +74,42 @@ func (c *Cluster) Namespace(t testing.TB, name string, labels map[string]string)
 		return err
 	})
 	return name
+}
+
+// PodsOn are the pods in ns matching selector on the node (any node of
+// the cluster: each has its own NodeName). Not t's context: cleanups that
+// restore an agent list them too.
+func (c *Cluster) PodsOn(t testing.TB, ns, selector string) []corev1.Pod {
+	t.Helper()
+	l, err := c.ClientT(t).CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector,
+		FieldSelector: "spec.nodeName=" + c.NodeName})
+	if err != nil {
+		t.Fatalf("list pods %s in %s on %s: %v", selector, ns, c.NodeName, err)
+	}
+	return l.Items
+}
+
+// ReadyPodOn waits for exactly one pod in ns matching selector on the
+// node, not being deleted and Ready, as a DaemonSet's agent is, and
+// returns it.
+func (c *Cluster) ReadyPodOn(t testing.TB, ns, selector string, timeout time.Duration) corev1.Pod {
+	t.Helper()
+	var ready corev1.Pod
+	Eventually(t, timeout, "one Ready pod "+selector+" on "+c.NodeName, func() error {
+		var found []corev1.Pod
+		for _, p := range c.PodsOn(t, ns, selector) {
+			if p.DeletionTimestamp == nil {
+				found = append(found, p)
+			}
+		}
+		if len(found) != 1 {
+			return fmt.Errorf("%d pods %s on %s", len(found), selector, c.NodeName)
+		}
+		if !PodReady(&found[0]) {
+			return fmt.Errorf("%s not Ready: %s", found[0].Name, PodState(&found[0]))
+		}
+		ready = found[0]
+		return nil
+	})
+	return ready
 }

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -9,10 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sluicemesh/sluice/internal/nodetest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -63,37 +60,15 @@ func chartValues(extra ...string) []string {
 // agentPods are the DaemonSet's pods on the node under test.
 func agentPods(t testing.TB) []corev1.Pod {
 	t.Helper()
-	// Not the test's context: cleanups that restore the agent use it too.
-	l, err := client(t).CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + agentApp,
-		FieldSelector: "spec.nodeName=" + cluster.NodeName})
-	if err != nil {
-		t.Fatalf("list agent pods: %v", err)
-	}
-	return l.Items
+	return cluster.PodsOn(t, releaseNS, "app="+agentApp)
 }
 
-// readyAgent waits for exactly one agent pod, not being deleted, Ready
-// through the chart's readiness probe, and returns it.
+// readyAgent waits for exactly one agent pod on the node under test, not
+// being deleted, Ready through the chart's readiness probe, and returns
+// it.
 func readyAgent(t testing.TB, timeout time.Duration) corev1.Pod {
 	t.Helper()
-	var ready corev1.Pod
-	nodetest.Eventually(t, timeout, "one Ready agent pod", func() error {
-		var found []corev1.Pod
-		for _, p := range agentPods(t) {
-			if p.DeletionTimestamp == nil {
-				found = append(found, p)
-			}
-		}
-		if len(found) != 1 {
-			return fmt.Errorf("%d agent pods", len(found))
-		}
-		if !nodetest.PodReady(&found[0]) {
-			return fmt.Errorf("%s not Ready: %s", found[0].Name, nodetest.PodState(&found[0]))
-		}
-		ready = found[0]
-		return nil
-	})
-	return ready
+	return cluster.ReadyPodOn(t, releaseNS, "app="+agentApp, timeout)
 }
 
 // logs is a container's log (nodetest's Logs).

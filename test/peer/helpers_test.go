@@ -1,8 +1,6 @@
 package peer
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluicemesh/sluice/internal/nodetest"
@@ -71,12 +68,7 @@ func istioChart(t testing.TB) string {
 // agentPods are the istio-cni DaemonSet's pods on the node under test.
 func agentPods(t testing.TB) []corev1.Pod {
 	t.Helper()
-	l, err := client(t).CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{LabelSelector: agentLabel,
-		FieldSelector: "spec.nodeName=" + cluster.NodeName})
-	if err != nil {
-		t.Fatalf("list istio-cni pods: %v", err)
-	}
-	return l.Items
+	return cluster.PodsOn(t, releaseNS, agentLabel)
 }
 
 // readyAgent waits for exactly one istio-cni pod on the node under test,
@@ -84,24 +76,7 @@ func agentPods(t testing.TB) []corev1.Pod {
 // returns it.
 func readyAgent(t testing.TB, timeout time.Duration) corev1.Pod {
 	t.Helper()
-	var ready corev1.Pod
-	nodetest.Eventually(t, timeout, "one Ready istio-cni pod", func() error {
-		var found []corev1.Pod
-		for _, p := range agentPods(t) {
-			if p.DeletionTimestamp == nil {
-				found = append(found, p)
-			}
-		}
-		if len(found) != 1 {
-			return fmt.Errorf("%d istio-cni pods", len(found))
-		}
-		if !nodetest.PodReady(&found[0]) {
-			return fmt.Errorf("%s not Ready: %s", found[0].Name, nodetest.PodState(&found[0]))
-		}
-		ready = found[0]
-		return nil
-	})
-	return ready
+	return cluster.ReadyPodOn(t, releaseNS, agentLabel, timeout)
 }
 
 // logs is a container's log (nodetest's Logs).
