@@ -13,9 +13,9 @@ import (
 	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
-// ChurnInterval paces pod creation across the cluster: 2.5 pods/s, kinds
-// in turn, nodes in turn, so each of two nodes gets 1.25 a second.
-const ChurnInterval = 400 * time.Millisecond
+// ChurnInterval paces pod creation across the cluster: 2 pods/s, kinds in
+// turn, nodes in turn, so each of two nodes gets one a second.
+const ChurnInterval = 500 * time.Millisecond
 
 // startTimeout is how long a pod may take to run every container before
 // it has failed for good.

@@ -3,7 +3,9 @@ package lifecycletest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -79,26 +81,53 @@ func RolledOut(cs kubernetes.Interface, ns, name, image string) error {
 	if err != nil {
 		return err
 	}
-	if err := daemonSetDone(ds); err != nil {
-		return err
-	}
 	sel := metav1.FormatLabelSelector(ds.Spec.Selector)
 	l, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return err
 	}
+	var bad []string
 	for _, p := range l.Items {
-		if p.DeletionTimestamp != nil {
-			return fmt.Errorf("%s terminating", p.Name)
-		}
-		if got := p.Spec.Containers[0].Image; got != image {
-			return fmt.Errorf("%s runs %s", p.Name, got)
-		}
-		if !nodetest.PodReady(&p) {
-			return fmt.Errorf("%s not Ready: %s", p.Name, nodetest.PodState(&p))
+		switch {
+		case p.DeletionTimestamp != nil:
+			bad = append(bad, p.Name+" on "+p.Spec.NodeName+" terminating")
+		case p.Spec.Containers[0].Image != image:
+			bad = append(bad, p.Name+" on "+p.Spec.NodeName+" runs "+p.Spec.Containers[0].Image)
+		case !nodetest.PodReady(&p):
+			bad = append(bad, p.Name+" on "+p.Spec.NodeName+" not Ready: "+nodetest.PodState(&p))
 		}
 	}
+	if err := daemonSetDone(ds); err != nil || len(bad) > 0 {
+		return fmt.Errorf("%v; pods: %s", err, strings.Join(bad, "; "))
+	}
 	return nil
+}
+
+// WaitRolledOut waits for RolledOut and fails t, with the tail of each
+// pod's log that is not there yet, if it does not come in timeout.
+func WaitRolledOut(t testing.TB, c *nodetest.Cluster, ns, name, image string, timeout time.Duration) {
+	t.Helper()
+	cs := c.ClientT(t)
+	var err error
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err = RolledOut(cs, ns, name, image); err == nil {
+			return
+		}
+	}
+	var logs strings.Builder
+	l, _ := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	for _, p := range l.Items {
+		if !nodetest.PodReady(&p) && len(p.Spec.Containers) > 0 {
+			fmt.Fprintf(&logs, "\n%s on %s (%s):\n%s", p.Name, p.Spec.NodeName, nodetest.PodState(&p),
+				tail(c.Logs(ns, p.Name, p.Spec.Containers[0].Name), 30))
+		}
+	}
+	t.Fatalf("after %v waiting for %s to roll out %s: %v%s", timeout, name, image, err, logs.String())
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func daemonSetDone(ds *appsv1.DaemonSet) error {

@@ -81,10 +81,7 @@ func requireMesh(t *testing.T) {
 // tag.
 func rolledOut(t testing.TB, tag string) {
 	t.Helper()
-	want := images.SluiceRepo + ":" + tag
-	nodetest.Eventually(t, 3*time.Minute, "every node's agent Ready on "+want, func() error {
-		return lifecycletest.RolledOut(client(t), releaseNS, agentDS, want)
-	})
+	lifecycletest.WaitRolledOut(t, cluster, releaseNS, agentDS, images.SluiceRepo+":"+tag, 5*time.Minute)
 }
 
 // sluiceMesh is sluice as the lifecycle scenarios drive it: sidecar,

@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sluicemesh/sluice/internal/lifecycletest"
-	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
 // istioMesh is istio-cni as internal/lifecycletest's scenarios drive it:
@@ -49,9 +48,7 @@ func istioMesh() *lifecycletest.Mesh {
 // rolledOut waits until every node runs a Ready istio-cni of image.
 func rolledOut(t testing.TB, image string) {
 	t.Helper()
-	nodetest.Eventually(t, 3*time.Minute, "every node's istio-cni Ready on "+image, func() error {
-		return lifecycletest.RolledOut(client(t), releaseNS, agentDS, image)
-	})
+	lifecycletest.WaitRolledOut(t, cluster, releaseNS, agentDS, image, 5*time.Minute)
 }
 
 // The rolling upgrade test/lifecycle gives sluice, on istio-cni: while
