@@ -81,7 +81,7 @@ func requireMesh(t *testing.T) {
 // tag.
 func rolledOut(t testing.TB, tag string) {
 	t.Helper()
-	lifecycletest.WaitRolledOut(t, cluster, releaseNS, agentDS, images.SluiceRepo+":"+tag, 5*time.Minute)
+	lifecycletest.WaitRolledOut(t, cluster, releaseNS, agentDS, images.SluiceRepo+":"+tag, 10*time.Minute)
 }
 
 // sluiceMesh is sluice as the lifecycle scenarios drive it: sidecar,

@@ -48,7 +48,7 @@ func istioMesh() *lifecycletest.Mesh {
 // rolledOut waits until every node runs a Ready istio-cni of image.
 func rolledOut(t testing.TB, image string) {
 	t.Helper()
-	lifecycletest.WaitRolledOut(t, cluster, releaseNS, agentDS, image, 5*time.Minute)
+	lifecycletest.WaitRolledOut(t, cluster, releaseNS, agentDS, image, 10*time.Minute)
 }
 
 // The rolling upgrade test/lifecycle gives sluice, on istio-cni: while
