@@ -2,7 +2,6 @@ package nri_test
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -11,17 +10,15 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/internal/agenttest"
 )
 
 // agentSocket is the agent's gRPC socket in the node.
 const agentSocket = "/run/sluice/agent.sock"
 
 type agent struct {
-	n    *node
-	cmd  *exec.Cmd
-	logs *logBuffer
-	done <-chan struct{}
+	*agenttest.Agent
+	n *node
 }
 
 // startAgent runs the real sluice-agent in the node as an NRI plugin
@@ -31,10 +28,9 @@ func (n *node) startAgent(extra ...string) *agent {
 	t := n.t
 	t.Helper()
 	a := n.startAgentNoWait(extra...)
-	nstest.Eventually(t, 20*time.Second, func() bool {
-		a.checkAlive()
-		return a.logs.count("synchronized with the runtime") > 0
-	}, "the agent never synchronized over NRI:\n%s", a.logs)
+	a.Wait(t, 20*time.Second, func() bool {
+		return a.Logs.Count("synchronized with the runtime") > 0
+	}, "the agent never synchronized over NRI")
 	return a
 }
 
@@ -51,37 +47,21 @@ func (n *node) startAgentNoWait(extra ...string) *agent {
 	if n.agentInHostNetns {
 		cmd = n.commandMountOnly(context.Background(), args...)
 	}
-	a := &agent{n: n, cmd: cmd, logs: newLogBuffer()}
-	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
-	var err error
-	if a.done, err = startLocked(a.cmd); err != nil {
-		t.Fatalf("start sluice-agent: %v", err)
-	}
-	t.Cleanup(func() {
-		a.stop()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", a.logs)
-		}
-	})
+	a := &agent{Agent: agenttest.Start(t, cmd), n: n}
+	t.Cleanup(a.stop) // before the harness's SIGKILL: a clean stop first
 	return a
 }
 
-func (a *agent) checkAlive() {
-	select {
-	case <-a.done:
-		a.n.t.Fatalf("sluice-agent exited:\n%s", a.logs)
-	default:
-	}
-}
+func (a *agent) checkAlive() { a.Alive(a.n.t) }
 
 // stop sends SIGTERM and waits; SIGKILL after 15s.
 func (a *agent) stop() {
-	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-a.done:
+	case <-a.Done:
 	case <-time.After(15 * time.Second):
-		a.cmd.Process.Kill()
-		<-a.done
+		a.Cmd.Process.Kill()
+		<-a.Done
 	}
 }
 

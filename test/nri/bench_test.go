@@ -83,8 +83,8 @@ func newRunpMode(b *testing.B, mode string) *runpMode {
 		m.a = m.n.startAgentNoWait("--trigger", "cni", "--install=false", "--log-level", "info")
 		nstest.Eventually(b, 20*time.Second, func() bool {
 			m.a.checkAlive()
-			return m.a.logs.count("msg=serving") > 0
-		}, "the agent never served:\n%s", m.a.logs)
+			return m.a.Logs.Count("msg=serving") > 0
+		}, "the agent never served:\n%s", m.a.Logs)
 	}
 	m.conf = m.c.podConfig("bench", "pod-"+mode, nil)
 	return m
@@ -148,7 +148,7 @@ func (a *agent) cpu() time.Duration {
 	if a == nil {
 		return 0
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(a.cmd.Process.Pid) + "/stat")
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(a.Cmd.Process.Pid) + "/stat")
 	if err != nil {
 		return 0
 	}

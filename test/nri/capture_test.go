@@ -45,8 +45,8 @@ func TestNRICapturesPod(t *testing.T) {
 	if n.enrolled(s.ID) != nil {
 		t.Fatalf("sandbox %s still enrolled after stopp", s.ID)
 	}
-	if a.logs.count("msg=released", "event=StopPodSandbox", "sandbox="+s.ID[:12]) != 1 {
-		t.Fatalf("no release at StopPodSandbox:\n%s", a.logs)
+	if a.Logs.Count("msg=released", "event=StopPodSandbox", "sandbox="+s.ID[:12]) != 1 {
+		t.Fatalf("no release at StopPodSandbox:\n%s", a.Logs)
 	}
 	c.mustCrictl("rmp", s.ID)
 	nstest.Eventually(t, 5*time.Second, func() bool { return len(n.workloads()) == 0 }, "workloads left after rmp")
@@ -72,8 +72,8 @@ func TestNRIDropsLeftoverEntry(t *testing.T) {
 	}
 	a := n.startAgent()
 	nstest.Eventually(t, 10*time.Second, func() bool {
-		return a.logs.count("NRI confirmed; no sluice conflist entry is left") > 0
-	}, "the agent did not drop the leftover entry:\n%s", a.logs)
+		return a.Logs.Count("NRI confirmed; no sluice conflist entry is left") > 0
+	}, "the agent did not drop the leftover entry:\n%s", a.Logs)
 	after, _ := os.ReadFile(primary)
 	if strings.Contains(string(after), `"sluice"`) || !strings.Contains(string(after), `"bridge"`) {
 		t.Fatalf("primary after the drop:\n%s", after)
@@ -93,11 +93,11 @@ func TestNRIBothTriggersConverge(t *testing.T) {
 	if len(ws) != 1 || ws[0].ContainerId != s.ID || ws[0].Netns != s.Netns {
 		t.Fatalf("workloads %v, want one for %s in %s", ws, s.ID, s.Netns)
 	}
-	if a.logs.count("method=/sluice.v1.CNI/Add", "code=OK") != 1 {
-		t.Fatalf("the chained plugin's ADD did not reach the agent:\n%s", a.logs)
+	if a.Logs.Count("method=/sluice.v1.CNI/Add", "code=OK") != 1 {
+		t.Fatalf("the chained plugin's ADD did not reach the agent:\n%s", a.Logs)
 	}
-	if a.logs.count("already enrolled", "event=RunPodSandbox", "sandbox="+s.ID[:12]) != 1 {
-		t.Fatalf("the NRI event did not find the CNI's record:\n%s", a.logs)
+	if a.Logs.Count("already enrolled", "event=RunPodSandbox", "sandbox="+s.ID[:12]) != 1 {
+		t.Fatalf("the NRI event did not find the CNI's record:\n%s", a.Logs)
 	}
 	expectCaptured(t, n.netns(s))
 	c.mustCrictl("stopp", s.ID)

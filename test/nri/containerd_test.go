@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/agenttest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -91,7 +92,7 @@ type containerd struct {
 	n    *node
 	bin  string // the containerd binaries
 	conf string
-	logs *logBuffer
+	logs *agenttest.Logs
 	done <-chan struct{}
 	cmd  *exec.Cmd
 }
@@ -110,7 +111,7 @@ type containerdOptions struct {
 func (n *node) startContainerd(opts containerdOptions) *containerd {
 	t := n.t
 	t.Helper()
-	c := &containerd{n: n, bin: containerdBinaries(t), logs: newLogBuffer()}
+	c := &containerd{n: n, bin: containerdBinaries(t), logs: &agenttest.Logs{}}
 	confDir := filepath.Join(n.dir, "net.d")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func (n *node) startContainerd(opts containerdOptions) *containerd {
 func (c *containerd) start() {
 	cmd := c.n.command(context.Background(), "env", "PATH="+c.bin+":"+os.Getenv("PATH"), filepath.Join(c.bin, "containerd"), "--config", c.conf)
 	cmd.Stdout, cmd.Stderr = c.logs, c.logs
-	done, err := startLocked(cmd)
+	done, err := agenttest.StartLocked(cmd)
 	if err != nil {
 		c.n.t.Fatalf("start containerd: %v", err)
 	}

@@ -39,8 +39,8 @@ func TestNRIRejectionFailsRunp(t *testing.T) {
 	}
 	nstest.Eventually(t, 5*time.Second, func() bool { return len(allocatedIPs(t, n)) == 0 },
 		"the rejected pod's IP was not released: %v", allocatedIPs(t, n))
-	if a.logs.count("capture failed; the runtime fails the pod", "pod=shop/refused") == 0 {
-		t.Fatalf("the agent did not log the refusal:\n%s", a.logs)
+	if a.Logs.Count("capture failed; the runtime fails the pod", "pod=shop/refused") == 0 {
+		t.Fatalf("the agent did not log the refusal:\n%s", a.Logs)
 	}
 }
 
@@ -63,8 +63,8 @@ func TestNRICreateContainerGate(t *testing.T) {
 	c := n.startContainerd(containerdOptions{})
 	s := c.runPod("shop", "missed")
 	a := n.startAgent(ambientNoZtunnel...)
-	if a.logs.count("capture failed", "event=Synchronize", "pod=shop/missed") == 0 {
-		t.Fatalf("Synchronize did not try the missed pod:\n%s", a.logs)
+	if a.Logs.Count("capture failed", "event=Synchronize", "pod=shop/missed") == 0 {
+		t.Fatalf("Synchronize did not try the missed pod:\n%s", a.Logs)
 	}
 	out, err := c.crictl(t.Context(), "create", s.ID, c.containerConfig("app"), c.podConfig("shop", "missed", nil))
 	if err == nil {

@@ -76,8 +76,8 @@ func TestNRIAndCNIDecideAlike(t *testing.T) {
 	if n.enrolled(s.ID) != nil {
 		t.Fatal("NRI enrolled a pod with no sidecar")
 	}
-	if a.logs.count("msg=\"passed through\"", "event=RunPodSandbox", "pod="+mesh+"/plain", viaCNI.Reason) != 1 {
-		t.Fatalf("NRI did not pass the plain pod through for the CNI's reason %q:\n%s", viaCNI.Reason, a.logs)
+	if a.Logs.Count("msg=\"passed through\"", "event=RunPodSandbox", "pod="+mesh+"/plain", viaCNI.Reason) != 1 {
+		t.Fatalf("NRI did not pass the plain pod through for the CNI's reason %q:\n%s", viaCNI.Reason, a.Logs)
 	}
 
 	// Invalid annotation: both refuse.
@@ -184,7 +184,7 @@ func TestNRIUndecidablePodFailsClosedInBudget(t *testing.T) {
 	if strings.Contains(c.logs.String(), "closing plugin 10-sluice") {
 		t.Fatalf("containerd dropped the plugin:\n%s", c.logs)
 	}
-	if got := a.logs.count("synchronized with the runtime"); got != 1 {
+	if got := a.Logs.Count("synchronized with the runtime"); got != 1 {
 		t.Fatalf("the plugin reconnected (%d connections): the event overran the runtime's timeout", got)
 	}
 	pod := createPod(t, kc, mesh, sidecarPod("known", map[string]string{

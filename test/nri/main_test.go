@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/agenttest"
 	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/nodetest"
 	"github.com/sluicemesh/sluice/internal/ociimage"
@@ -58,14 +59,12 @@ func buildShared() error {
 	if err != nil {
 		return err
 	}
-	if shared.dir, err = os.MkdirTemp("", "sluice-nri-bin-"); err != nil {
-		return err
-	}
-	shared.agent = filepath.Join(shared.dir, "sluice-agent")
 	// The plugin beside the agent, as in the image: the installer reads it.
-	if err := productbuild.Build(ctx, productbuild.Options{Dir: root}, shared.dir, productbuild.Product()...); err != nil {
+	bin, err := agenttest.Build(ctx, productbuild.Options{Dir: root})
+	if err != nil {
 		return err
 	}
+	shared.dir, shared.agent = bin.Dir, bin.Agent()
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "containerd", "build.sh"))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()

@@ -8,15 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/agenttest"
 	"github.com/sluicemesh/sluice/internal/nstest"
-	"github.com/sluicemesh/sluice/internal/syncbuf"
 )
 
 // node is a private network and mount namespace that plays the machine for
@@ -68,7 +67,7 @@ func newNode(t testing.TB) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := startLocked(n.holder)
+	held, err := agenttest.StartLocked(n.holder)
 	if err != nil {
 		t.Fatalf("start the node's namespaces: %v", err)
 	}
@@ -157,27 +156,6 @@ func rmdirCgroup(t testing.TB, dir string) {
 	}
 }
 
-// logBuffer collects a process's output for waits and failure messages.
-type logBuffer struct{ syncbuf.Buffer }
-
-func newLogBuffer() *logBuffer { return &logBuffer{} }
-
-// count is how many lines hold every one of subs.
-func (l *logBuffer) count(subs ...string) int {
-	n := 0
-	sc := bufio.NewScanner(strings.NewReader(l.String()))
-	for sc.Scan() {
-		ok := true
-		for _, s := range subs {
-			ok = ok && strings.Contains(sc.Text(), s)
-		}
-		if ok {
-			n++
-		}
-	}
-	return n
-}
-
 // conflistEntries is every CNI config of the node, concatenated.
 func (n *node) conflistEntries() string {
 	var b strings.Builder
@@ -187,26 +165,4 @@ func (n *node) conflistEntries() string {
 		b.Write(data)
 	}
 	return b.String()
-}
-
-// startLocked starts cmd from a goroutine locked to its OS thread for the
-// child's whole life, and returns a channel closed when it has exited.
-// Pdeathsig (set by command) fires when the thread that forked the child
-// exits, not the process: Go retires threads (every nstest.NS.Do does), so
-// a child forked from any other thread could be killed mid-test.
-func startLocked(cmd *exec.Cmd) (<-chan struct{}, error) {
-	started := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		cmd.Wait()
-		close(done)
-	}()
-	return done, <-started
 }

@@ -23,7 +23,7 @@ func TestNRISynchronize(t *testing.T) {
 	early := c.runPod("shop", "early") // no agent yet: starts uncaptured
 	a := n.startAgent()
 	if n.enrolled(early.ID) == nil {
-		t.Fatalf("the pod started before the agent was not enrolled by Synchronize:\n%s", a.logs)
+		t.Fatalf("the pod started before the agent was not enrolled by Synchronize:\n%s", a.Logs)
 	}
 	expectCaptured(t, n.netns(early))
 
@@ -40,16 +40,16 @@ func TestNRISynchronize(t *testing.T) {
 	c.stop()
 	c.start()
 	nstest.Eventually(t, 30*time.Second, func() bool {
-		return a.logs.count("synchronized with the runtime") >= 2
-	}, "the agent did not reconnect after containerd restarted:\n%s", a.logs)
-	if a.logs.count("released a sandbox the runtime no longer has", "attachment=ghost0001/eth0") != 1 {
-		t.Fatalf("Synchronize did not release the ghost:\n%s", a.logs)
+		return a.Logs.Count("synchronized with the runtime") >= 2
+	}, "the agent did not reconnect after containerd restarted:\n%s", a.Logs)
+	if a.Logs.Count("released a sandbox the runtime no longer has", "attachment=ghost0001/eth0") != 1 {
+		t.Fatalf("Synchronize did not release the ghost:\n%s", a.Logs)
 	}
 	if n.enrolled("ghost0001") != nil {
-		t.Fatalf("Synchronize kept the record of a sandbox the runtime does not list:\n%s", a.logs)
+		t.Fatalf("Synchronize kept the record of a sandbox the runtime does not list:\n%s", a.Logs)
 	}
 	if n.enrolled(early.ID) == nil {
-		t.Fatalf("Synchronize released a live pod:\n%s", a.logs)
+		t.Fatalf("Synchronize released a live pod:\n%s", a.Logs)
 	}
 	expectCaptured(t, n.netns(early))
 }

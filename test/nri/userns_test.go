@@ -12,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/sluicemesh/sluice/internal/agenttest"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -104,7 +105,7 @@ func TestNRIUserNamespacePod(t *testing.T) {
 // fork, so the pid stays the same).
 func (n *node) holdProcess(comm string, argv ...string) int {
 	cmd := n.command(context.Background(), argv...)
-	done, err := startLocked(cmd)
+	done, err := agenttest.StartLocked(cmd)
 	if err != nil {
 		n.t.Fatalf("%v: %v", argv, err)
 	}

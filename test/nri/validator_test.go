@@ -71,7 +71,7 @@ func TestNRIConcurrentPods(t *testing.T) {
 		}
 		expectCaptured(t, n.netns(s))
 	}
-	for _, l := range strings.Split(a.logs.String(), "\n") {
+	for _, l := range strings.Split(a.Logs.String(), "\n") {
 		if strings.Contains(l, "msg=enrolled") {
 			t.Log(l[strings.Index(l, "pod="):])
 		}
