@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,14 +19,12 @@ import (
 	"github.com/sluicemesh/sluice/daemon/health"
 	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/metrics"
-	"github.com/sluicemesh/sluice/daemon/nodetaint"
-	"github.com/sluicemesh/sluice/daemon/podcheck"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
+	"github.com/sluicemesh/sluice/daemon/redirection"
 	"github.com/sluicemesh/sluice/daemon/rpc"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
-	"github.com/sluicemesh/sluice/installer"
 	"github.com/sluicemesh/sluice/internal/buildinfo"
 	"github.com/sluicemesh/sluice/internal/dirlock"
 )
@@ -48,22 +45,24 @@ type agent struct {
 	closers        []func() // undone in reverse by close
 	errc           chan error
 
-	rc        *rest.Config     // nil: standalone
-	informers *kubecache.Cache // nil: standalone
-	kube      *policy.Kube     // nil: standalone
-	pol       rpc.Policy
-	opener    *podns.Opener
-	metrics   *metrics.Metrics
-	client    kubernetes.Interface
-	rec       *events.Recorder // nil records nothing (standalone)
-	decisions *events.Decisions
-	amb       *ambientNode // nil without --ambient
-	zdsDone   chan struct{}
-	store     *workloads.Store
-	inst      *installer.Installer // nil without an installer
-	checks    *health.Checks
-	rep       *podcheck.Checker // nil standalone
-	auth      *rpc.Authorizer
+	// parts are the optional parts present, in start order (parts.go).
+	parts []part
+
+	rc          *rest.Config     // nil: standalone
+	informers   *kubecache.Cache // nil: standalone
+	kube        *policy.Kube     // nil: standalone
+	pol         rpc.Policy
+	opener      *podns.Opener
+	metrics     *metrics.Metrics
+	client      kubernetes.Interface
+	rec         *events.Recorder // nil records nothing (standalone)
+	decisions   *events.Decisions
+	amb         *ambientNode // nil without --ambient; the store and Debug use it
+	store       *workloads.Store
+	checks      *health.Checks
+	redirection *redirection.Annotator // nil standalone
+	cni         *rpc.CNI
+	auth        *rpc.Authorizer
 
 	gs   *grpc.Server
 	hs   *grpchealth.Server
@@ -73,11 +72,14 @@ type agent struct {
 // newAgent builds every part; nothing serves or runs in the background yet.
 func newAgent(cfg *config, log *slog.Logger) (*agent, error) {
 	a := &agent{cfg: cfg, log: log, errc: make(chan error, 4), metrics: metrics.New(), checks: &health.Checks{},
-		zdsDone: make(chan struct{}), decisions: events.NewDecisions(log.With("component", "cni"))}
+		decisions: events.NewDecisions(log.With("component", "cni"))}
 	a.ctx, a.stopBackground = context.WithCancel(context.Background())
 	a.closers = append(a.closers, a.stopBackground)
 	log.Info("starting", "version", buildinfo.Version, "socket", cfg.socket, "state_dir", cfg.stateDir)
-	for _, build := range []func() error{a.buildPolicy, a.lockState, a.buildEvents, a.buildAmbient, a.buildStore, a.buildInstaller} {
+	// Each step builds one thing and, for an optional part, appends it to
+	// a.parts; a step sees everything the steps before it built.
+	for _, build := range []func() error{a.buildPolicy, a.lockState, a.buildEvents, a.buildTaint, a.buildAmbient,
+		a.buildStore, a.buildInstaller, a.addAmbient, a.buildRepair, a.buildCNI, a.buildNRI} {
 		if err := build(); err != nil {
 			a.close()
 			return nil, err
@@ -103,6 +105,7 @@ func (a *agent) buildPolicy() (err error) {
 		return err
 	}
 	a.pol = a.kube
+	a.parts = append(a.parts, &kubePart{informers: informers, kube: a.kube, checks: a.checks})
 	return nil
 }
 
@@ -135,7 +138,6 @@ func (a *agent) buildEvents() (err error) {
 
 func (a *agent) buildAmbient() (err error) {
 	if !a.cfg.ambient {
-		close(a.zdsDone)
 		return nil
 	}
 	// ZDS reads the store only once it serves, after buildStore.
@@ -154,17 +156,6 @@ func (a *agent) buildStore() (err error) {
 	return err
 }
 
-func (a *agent) buildInstaller() (err error) {
-	if !a.cfg.installs() {
-		return nil
-	}
-	if a.inst, err = newInstaller(a.cfg, a.log); err != nil {
-		return err
-	}
-	a.checks.Add("installer", a.inst.Ready)
-	return nil
-}
-
 // run starts everything, serves until sig ends (SIGTERM or SIGINT) or a
 // part fails, then shuts down.
 func (a *agent) run(sig context.Context) error {
@@ -173,7 +164,7 @@ func (a *agent) run(sig context.Context) error {
 	if err := a.store.Reconcile(a.ctx); err != nil {
 		a.log.Warn("reconcile at start left errors", "err", err)
 	}
-	if err := a.startBackground(); err != nil {
+	if err := a.startParts(); err != nil {
 		return err
 	}
 	hl, err := a.serve()
@@ -181,9 +172,8 @@ func (a *agent) run(sig context.Context) error {
 		return err
 	}
 	go a.store.Resync(a.ctx, a.cfg.resync)
-	a.startTaintRemoval()
-	if a.inst != nil {
-		a.goErr("installer", a.inst.Run)
+	for _, p := range a.parts {
+		p.serving(a.ctx, a.fail)
 	}
 	a.log.Info("serving", "socket", a.cfg.socket, "health_addr", hl.Addr().String())
 
@@ -199,48 +189,25 @@ func (a *agent) run(sig context.Context) error {
 	return nil
 }
 
-// startBackground starts ZDS, the informers and the checks of running pods.
-func (a *agent) startBackground() error {
-	if a.amb != nil {
-		go func() {
-			defer close(a.zdsDone)
-			if err := a.amb.zds.Run(a.ctx); err != nil {
-				a.errc <- fmt.Errorf("ztunnel server: %w", err)
-			}
-		}()
+// buildCNI builds the CNI service over the store: the socket's, and the
+// NRI trigger's.
+func (a *agent) buildCNI() error {
+	a.cni = &rpc.CNI{Policy: a.pol, Workloads: a.store, Ready: a.checks.Ready, Inflight: rpc.NewInflight(a.cfg.maxInflight),
+		Events: a.rec, Decisions: a.decisions, Addrs: a.opener}
+	if a.redirection != nil {
+		a.cni.Redirection = a.redirection
 	}
-	if a.kube == nil {
-		return nil
-	}
-	if a.amb != nil {
-		if err := learnProbeAddrs(a.informers.Pods, a.store, a.log.With("component", "probe-addrs")); err != nil {
-			return err
-		}
-	}
-	// Every handler is registered by now but podcheck's, which waits for
-	// the caches to sync and is then sent what they hold.
-	go a.informers.Run(a.ctx)
-	a.checks.Add("policy", a.kube.Synced)
-	return a.startRepair()
+	return nil
 }
 
-// serve builds the gRPC services over the store and starts the socket and
-// the health server; an NRI trigger goes through the same CNI service.
+// serve starts the socket's gRPC services and the health server.
 func (a *agent) serve() (net.Listener, error) {
-	cni := &rpc.CNI{Policy: a.pol, Workloads: a.store, Ready: a.checks.Ready, Inflight: rpc.NewInflight(a.cfg.maxInflight),
-		Events: a.rec, Decisions: a.decisions, Addrs: a.opener}
-	if a.rep != nil {
-		cni.Redirection = a.rep.Redirection()
-	}
-	if a.cfg.trigger != triggerCNI {
-		startNRI(a.ctx, a.cfg, cni, a.store, a.checks, a.log)
-	}
 	a.auth = rpc.NewAuthorizer(a.uids(), a.log.With("component", "rpc"))
 	debug := &rpc.Debug{Workloads: a.store, Policy: a.pol, ExcludeNamespaces: splitList(a.cfg.excludeNamespaces)}
 	if a.amb != nil {
 		debug.ZDS, debug.ZtunnelSocket = a.amb.zds, a.cfg.ztunnelSocket
 	}
-	a.gs, a.hs = rpc.NewServer(cni, debug, a.auth, a.metrics.Unary, a.log.With("component", "rpc"))
+	a.gs, a.hs = rpc.NewServer(a.cni, debug, a.auth, a.metrics.Unary, a.log.With("component", "rpc"))
 	lis, err := rpc.Listen(a.cfg.socket)
 	if err != nil {
 		return nil, err
@@ -266,31 +233,10 @@ func (a *agent) serve() (net.Listener, error) {
 	return hl, nil
 }
 
-// startTaintRemoval removes the node's startup taint once the agent is
-// ready: entry installed, caches synced, socket serving (in Kubernetes
-// only; standalone there is no node object).
-func (a *agent) startTaintRemoval() {
-	if a.client == nil || a.cfg.startupTaint == "" {
-		return
-	}
-	r := &nodetaint.Remover{Client: a.client, Node: a.cfg.nodeName, Key: a.cfg.startupTaint, Ready: a.checks.Ready,
-		Log: a.log.With("component", "startup-taint"), Poll: 100 * time.Millisecond, MaxBackoff: 30 * time.Second}
-	go r.Run(a.ctx)
-}
-
 // uids were checked by parseConfig.
 func (a *agent) uids() []uint32 {
 	uids, _ := a.cfg.uids()
 	return uids
-}
-
-// goErr runs a background part whose failure ends the agent.
-func (a *agent) goErr(name string, run func(context.Context) error) {
-	go func() {
-		if err := run(a.ctx); err != nil {
-			a.errc <- fmt.Errorf("%s: %w", name, err)
-		}
-	}()
 }
 
 // shutdown keeps the order that keeps pods safe: the conflist entry out
@@ -298,31 +244,12 @@ func (a *agent) goErr(name string, run func(context.Context) error) {
 // the host probe table out (an uninstall only).
 func (a *agent) shutdown() {
 	a.hs.Shutdown()
-	leaving := (a.inst != nil || a.amb != nil) && uninstallOnExit(a.cfg, a.rc, a.log)
+	leaving := a.leavesState() && uninstallOnExit(a.cfg, a.rc, a.log)
 	a.left = leaving
-	if leaving && a.inst != nil {
-		// Before the drain: new pods should stop calling a leaving agent.
-		if err := a.inst.Uninstall(); err != nil {
-			a.log.Error("uninstall on exit", "err", err)
-		} else {
-			a.log.Info("removed the sluice conflist entry")
-		}
-	}
+	a.stopParts(leaving, false)
 	drain(a.gs, a.cfg.drain)
 	a.stopBackground()
-	// The ZDS server unlinks its socket as Run returns; an exit that does
-	// not wait for it leaves the socket behind (seen under load).
-	select {
-	case <-a.zdsDone:
-	case <-time.After(5 * time.Second):
-		a.log.Warn("ztunnel server did not stop within 5s")
-	}
-	if leaving && a.amb != nil {
-		// After the drain: an ambient ADD still in flight needs the table.
-		if err := a.amb.uninstall(); err != nil {
-			a.log.Error("remove the host probe table on exit", "err", err)
-		}
-	}
+	a.stopParts(leaving, true)
 	a.hsrv.Close()
 }
 

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/vishvananda/netns"
 
 	"github.com/sluicemesh/sluice/daemon/istioadopt"
 	"github.com/sluicemesh/sluice/daemon/kubecache"
+	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
@@ -79,4 +82,71 @@ func (a *ambientNode) workloads() *workloads.Ambient {
 // upgrade, where the new agent keeps using it.
 func (a *ambientNode) uninstall() error {
 	return kernel.Netlink{}.RemoveHostTable(redirect.Netns(a.host))
+}
+
+// ambientPart runs the ambient node: the ZDS server in the background,
+// and on an uninstall the host table out, after the drain.
+type ambientPart struct {
+	basePart
+	node *ambientNode
+	log  *slog.Logger
+	// done is closed once the ZDS server has stopped and unlinked its
+	// socket.
+	done chan struct{}
+}
+
+// addAmbient adds the ambient node as a part, once the store it feeds
+// exists: with Kubernetes, the pod addresses the API server reports reach
+// the host probe table (learnProbeAddrs, registered before the informers
+// run).
+func (a *agent) addAmbient() error {
+	if a.amb == nil {
+		return nil
+	}
+	if a.informers != nil {
+		if err := learnProbeAddrs(a.informers.Pods, a.store, a.log.With("component", "probe-addrs")); err != nil {
+			return err
+		}
+	}
+	a.parts = append(a.parts, &ambientPart{node: a.amb, log: a.log, done: make(chan struct{})})
+	return nil
+}
+
+func (p *ambientPart) start(ctx context.Context, fail func(error)) error {
+	go func() {
+		defer close(p.done)
+		if err := p.node.zds.Run(ctx); err != nil {
+			fail(fmt.Errorf("ztunnel server: %w", err))
+		}
+	}()
+	return nil
+}
+
+func (p *ambientPart) metrics(m *metrics.Metrics) {
+	m.Func("gauge", "ztunnel_connections", "ztunnel instances connected over ZDS.",
+		func() float64 { return float64(p.node.zds.Connections()) })
+	m.Func("counter", "ztunnel_connects_total", "ZDS connections ztunnel opened to the agent; a rise on a steady node is a reconnect.",
+		func() float64 { return float64(p.node.zds.Accepted()) })
+}
+
+func (p *ambientPart) leavesState() bool { return true }
+
+// stop waits for the ZDS server, which unlinks its socket as Run returns
+// (an exit that does not wait leaves the socket behind; seen under load),
+// then on an uninstall removes the host table: after the drain, as an
+// ambient ADD still in flight needs it.
+func (p *ambientPart) stop(leaving, drained bool) {
+	if !drained {
+		return
+	}
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		p.log.Warn("ztunnel server did not stop within 5s")
+	}
+	if leaving {
+		if err := p.node.uninstall(); err != nil {
+			p.log.Error("remove the host probe table on exit", "err", err)
+		}
+	}
 }

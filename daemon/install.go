@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 
+	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/installer"
 	"github.com/sluicemesh/sluice/internal/pluginconf"
 )
@@ -55,5 +57,55 @@ func (c *config) pluginSettings() pluginconf.Settings {
 		LogLevel:          c.pluginLogLevel,
 		ExcludeNamespaces: splitList(c.excludeNamespaces),
 		Status:            c.pluginStatus,
+	}
+}
+
+// installerPart keeps the plugin installed once the socket serves, and
+// takes the entry out on an uninstall, before the drain: new pods should
+// stop calling a leaving agent.
+type installerPart struct {
+	basePart
+	inst *installer.Installer
+	log  *slog.Logger
+}
+
+func (a *agent) buildInstaller() error {
+	if !a.cfg.installs() {
+		return nil
+	}
+	inst, err := newInstaller(a.cfg, a.log)
+	if err != nil {
+		return err
+	}
+	a.checks.Add("installer", inst.Ready)
+	a.parts = append(a.parts, &installerPart{inst: inst, log: a.log})
+	return nil
+}
+
+func (p *installerPart) serving(ctx context.Context, fail func(error)) {
+	go func() {
+		if err := p.inst.Run(ctx); err != nil {
+			fail(fmt.Errorf("installer: %w", err))
+		}
+	}()
+}
+
+func (p *installerPart) metrics(m *metrics.Metrics) {
+	m.Func("counter", "installer_writes_total", "Files the installer wrote (installs and repairs).",
+		func() float64 { return float64(p.inst.Stats().Writes) })
+	m.Func("counter", "installer_restores_total", "Repairs of a binary or entry someone else removed or changed.",
+		func() float64 { return float64(p.inst.Stats().Restores) })
+}
+
+func (p *installerPart) leavesState() bool { return true }
+
+func (p *installerPart) stop(leaving, drained bool) {
+	if !leaving || drained {
+		return
+	}
+	if err := p.inst.Uninstall(); err != nil {
+		p.log.Error("uninstall on exit", "err", err)
+	} else {
+		p.log.Info("removed the sluice conflist entry")
 	}
 }

@@ -2,14 +2,12 @@ package main
 
 import (
 	"github.com/sluicemesh/sluice/daemon/events"
-	"github.com/sluicemesh/sluice/daemon/podcheck"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
-// registerMetrics registers every metric read at scrape time, in one list
-// (the request metrics are the rpc interceptor's, m.Unary). Each reads a
-// part built before serve; a part the agent runs without registers nothing,
-// so its metric is absent rather than a misleading 0.
+// registerMetrics registers every metric read at scrape time: the core's
+// here, then each optional part's (part.metrics); the request metrics are
+// the rpc interceptor's, m.Unary. Each reads a part built before serve.
 func (a *agent) registerMetrics() {
 	m := a.metrics
 	m.ByLabel("gauge", "workloads_enrolled", "Enrolled workloads by capture mode.", "mode",
@@ -26,26 +24,7 @@ func (a *agent) registerMetrics() {
 		ok, _ := a.checks.Ready()
 		return ok
 	})
-	if a.amb != nil {
-		m.Func("gauge", "ztunnel_connections", "ztunnel instances connected over ZDS.",
-			func() float64 { return float64(a.amb.zds.Connections()) })
-		m.Func("counter", "ztunnel_connects_total", "ZDS connections ztunnel opened to the agent; a rise on a steady node is a reconnect.",
-			func() float64 { return float64(a.amb.zds.Accepted()) })
-	}
-	if a.kube != nil {
-		m.Bool("policy_caches_synced", "1 once the pod and namespace informers have synced.", func() bool {
-			ok, _ := a.kube.Synced()
-			return ok
-		})
-	}
-	if a.rep != nil {
-		m.ByLabel("counter", "uncaptured_pods_repaired_total", "Pods found running uncaptured, by what --repair-mode did, and pods istio-cni captured (istio-captured: left to Istio, istio-adopted: taken over); failed counts every failed try.",
-			"outcome", podcheck.Outcomes, a.rep.Counts)
-	}
-	if a.inst != nil {
-		m.Func("counter", "installer_writes_total", "Files the installer wrote (installs and repairs).",
-			func() float64 { return float64(a.inst.Stats().Writes) })
-		m.Func("counter", "installer_restores_total", "Repairs of a binary or entry someone else removed or changed.",
-			func() float64 { return float64(a.inst.Stats().Restores) })
+	for _, p := range a.parts {
+		p.metrics(m)
 	}
 }

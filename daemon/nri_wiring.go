@@ -4,25 +4,37 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/sluicemesh/sluice/daemon/health"
 	"github.com/sluicemesh/sluice/daemon/nri"
-	"github.com/sluicemesh/sluice/daemon/rpc"
-	"github.com/sluicemesh/sluice/daemon/workloads"
 )
 
-// startNRI connects the agent to the runtime as an NRI plugin whose pod
-// events go through cni, the same path as the plugin's calls. Readiness
-// waits for the connection.
-func startNRI(ctx context.Context, cfg *config, cni *rpc.CNI, store *workloads.Store, checks *health.Checks, log *slog.Logger) {
-	var onConnected func(string)
-	if cfg.trigger == triggerNRI && cfg.install {
-		onConnected = func(runtime string) { dropConflistEntry(cfg, runtime, log) }
+// nriPart connects the agent to the runtime as an NRI plugin whose pod
+// events go through the CNI service, the same path as the plugin's calls.
+// Readiness waits for the connection.
+type nriPart struct {
+	basePart
+	plugin *nri.Plugin
+	socket string
+}
+
+func (a *agent) buildNRI() error {
+	if a.cfg.trigger == triggerCNI {
+		return nil
 	}
-	p := nri.New(cni, store, log.With("component", "nri"), onConnected)
-	checks.Add("nri", p.Ready)
+	var onConnected func(string)
+	if a.cfg.trigger == triggerNRI && a.cfg.install {
+		onConnected = func(runtime string) { dropConflistEntry(a.cfg, runtime, a.log) }
+	}
+	p := nri.New(a.cni, a.store, a.log.With("component", "nri"), onConnected)
+	a.checks.Add("nri", p.Ready)
+	a.parts = append(a.parts, &nriPart{plugin: p, socket: a.cfg.nriSocket})
+	return nil
+}
+
+func (p *nriPart) start(ctx context.Context, _ func(error)) error {
 	go func() {
-		_ = p.Run(ctx, cfg.nriSocket) // returns only when ctx ends
+		_ = p.plugin.Run(ctx, p.socket) // returns only when ctx ends
 	}()
+	return nil
 }
 
 // dropConflistEntry removes the entry an agent with --trigger cni or both

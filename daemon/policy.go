@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -8,7 +9,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/sluicemesh/sluice/daemon/health"
 	"github.com/sluicemesh/sluice/daemon/kubecache"
+	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/rpc"
@@ -85,4 +88,29 @@ func staticPolicy(cfg *config) (rpc.Policy, error) {
 		return policy.NewStatic(spec, cfg.standaloneSA, splitList(cfg.excludeNamespaces)...)
 	}
 	return nil, fmt.Errorf("--default-mode %q: want sidecar or ambient", cfg.defaultMode)
+}
+
+// kubePart is Kubernetes policy's side of the agent: the shared informers,
+// run in the background, and readiness waiting for their first sync.
+type kubePart struct {
+	basePart
+	informers *kubecache.Cache
+	kube      *policy.Kube
+	checks    *health.Checks
+}
+
+// start runs the informers; every handler is registered by now but
+// podcheck's, which waits for the caches to sync and is then sent what
+// they hold.
+func (p *kubePart) start(ctx context.Context, _ func(error)) error {
+	go p.informers.Run(ctx)
+	p.checks.Add("policy", p.kube.Synced)
+	return nil
+}
+
+func (p *kubePart) metrics(m *metrics.Metrics) {
+	m.Bool("policy_caches_synced", "1 once the pod and namespace informers have synced.", func() bool {
+		ok, _ := p.kube.Synced()
+		return ok
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/daemon/events"
+	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/podcheck"
 	"github.com/sluicemesh/sluice/daemon/repair"
 )
@@ -24,11 +25,22 @@ func newEvents(cfg *config, rc *rest.Config, log *slog.Logger) (kubernetes.Inter
 	return client, events.New(events.Config{Client: client, NodeName: cfg.nodeName, Log: log.With("component", "events")}), nil
 }
 
-// startRepair runs the checks of running pods (podcheck: pods found running
+// repairPart runs the checks of running pods (podcheck: pods found running
 // uncaptured, handled per --repair-mode; live ambient enrolment; istio-cni
-// adoption) on the shared informers. With --ambient, the adoption of
-// istio-cni's ambient pods waits until a ztunnel has its snapshot.
-func (a *agent) startRepair() error {
+// adoption) on the shared informers.
+type repairPart struct {
+	basePart
+	checker *podcheck.Checker
+	log     *slog.Logger
+}
+
+// buildRepair builds the checks with Kubernetes. With --ambient, the
+// adoption of istio-cni's ambient pods waits until a ztunnel has its
+// snapshot.
+func (a *agent) buildRepair() error {
+	if a.kube == nil {
+		return nil
+	}
 	label, err := repair.ParseLabel(a.cfg.repairLabel) // validated by parseConfig
 	if err != nil {
 		return err
@@ -37,18 +49,29 @@ func (a *agent) startRepair() error {
 	if a.amb != nil {
 		ztunnelReady = a.amb.zds.Ready
 	}
-	a.rep, err = podcheck.New(podcheck.Config{Policy: a.kube, Pods: a.informers.Pods, Namespaces: a.informers.Namespaces,
+	c, err := podcheck.New(podcheck.Config{Policy: a.kube, Pods: a.informers.Pods, Namespaces: a.informers.Namespaces,
 		Store: a.store, Client: a.client, Events: a.rec, HostProc: a.cfg.hostProc, Mode: a.cfg.repairMode, Label: label,
 		NodeName: a.cfg.nodeName, Log: a.log.With("component", "repair"), IstioTakeover: a.cfg.istioTakeover, ZtunnelReady: ztunnelReady})
 	if err != nil {
 		return err
 	}
+	a.redirection = c.Redirection()
+	a.parts = append(a.parts, &repairPart{checker: c, log: a.log})
+	return nil
+}
+
+func (p *repairPart) start(ctx context.Context, _ func(error)) error {
 	go func() {
-		if err := a.rep.Run(a.ctx); err != nil && a.ctx.Err() == nil {
-			a.log.Error("repair of uncaptured pods stopped", "err", err)
+		if err := p.checker.Run(ctx); err != nil && ctx.Err() == nil {
+			p.log.Error("repair of uncaptured pods stopped", "err", err)
 		}
 	}()
 	return nil
+}
+
+func (p *repairPart) metrics(m *metrics.Metrics) {
+	m.ByLabel("counter", "uncaptured_pods_repaired_total", "Pods found running uncaptured, by what --repair-mode did, and pods istio-cni captured (istio-captured: left to Istio, istio-adopted: taken over); failed counts every failed try.",
+		"outcome", podcheck.Outcomes, p.checker.Counts)
 }
 
 // flushEvents gives queued Events a few seconds to reach the API server.

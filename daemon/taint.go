@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicemesh/sluice/daemon/nodetaint"
+)
+
+// taintPart removes the node's startup taint once the agent is ready:
+// entry installed, caches synced, socket serving (in Kubernetes only;
+// standalone there is no node object).
+type taintPart struct {
+	basePart
+	remover *nodetaint.Remover
+}
+
+func (a *agent) buildTaint() error {
+	if a.client == nil || a.cfg.startupTaint == "" {
+		return nil
+	}
+	r := &nodetaint.Remover{Client: a.client, Node: a.cfg.nodeName, Key: a.cfg.startupTaint, Ready: a.checks.Ready,
+		Log: a.log.With("component", "startup-taint"), Poll: 100 * time.Millisecond, MaxBackoff: 30 * time.Second}
+	a.parts = append(a.parts, &taintPart{remover: r})
+	return nil
+}
+
+func (p *taintPart) serving(ctx context.Context, _ func(error)) { go p.remover.Run(ctx) }
