@@ -15,23 +15,39 @@ import (
 )
 
 // helm upgrade rolls the agent on both nodes while two pods a second are
-// created on the node under test, sidecar and plain in turn: every pod
-// starts (none fails for good), and every sidecar pod's app finds its
-// first connection captured (answered by the proxy, or refused while the
-// proxy is not listening yet; uncaptured, TEST-NET is unreachable), so no
-// pod ran uncaptured at any point of the roll. With the entry removed on
-// the old agent's exit (--uninstall-on-exit=true) and five pods a second it
-// failed: a pod started in the gap. The start times are logged.
+// created on the node under test, sidecar and plain in turn, and then helm
+// rollback rolls it back the same way: in each half every pod starts (none
+// fails for good, no container restarts), and every sidecar pod's app finds
+// its first connection captured (answered by the proxy, or refused while
+// the proxy is not listening yet; uncaptured, TEST-NET is unreachable), so
+// no pod ran uncaptured at any point of either roll. With the entry removed
+// on the old agent's exit (--uninstall-on-exit=true) and five pods a second
+// it failed: a pod started in the gap. Each half's start times are logged.
 func TestHelmUpgradeUnderChurn(t *testing.T) {
 	requireAgent(t)
+	underChurn(t, "upgrade", func() {
+		helm(t, append([]string{"upgrade", release, "deploy/helm/sluice", "-n", releaseNS},
+			chartValues("podAnnotations.churn=roll-"+fmt.Sprint(time.Now().UnixNano()))...)...)
+	})
+	// Back to the revision before the upgrade: its template lacks the
+	// annotation, so the DaemonSet rolls again.
+	underChurn(t, "rollback", func() { helm(t, "rollback", release, "-n", releaseNS) })
+}
+
+// underChurn runs roll (a helm command that changes the agent's template)
+// while pods are created in a namespace of the half's own, waits for the
+// roll to finish on every node, checks every pod created during it and
+// logs their create → running p50 and p99. The pods are deleted after, so
+// the next half's are the node's only churn.
+func underChurn(t *testing.T, half string, roll func()) {
+	t.Helper()
 	ns := namespace(t, nil)
 	churn := startChurn(t, ns)
-	helm(t, append([]string{"upgrade", release, "deploy/helm/sluice", "-n", releaseNS},
-		chartValues("podAnnotations.churn=roll-"+fmt.Sprint(time.Now().UnixNano()))...)...)
-	nodetest.Eventually(t, 3*time.Minute, "the agent rolled out on every node", func() error { return rolledOut(t) })
+	roll()
+	nodetest.Eventually(t, 3*time.Minute, half+": the agent rolled out on every node", func() error { return rolledOut(t) })
 	// A roll can be quicker than ten pods: the churn goes on a little
 	// after it, which is the new agents' first seconds.
-	nodetest.Eventually(t, time.Minute, "ten pods created", func() error {
+	nodetest.Eventually(t, time.Minute, half+": ten pods created", func() error {
 		if n := churn.count(); n < 10 {
 			return fmt.Errorf("%d pods", n)
 		}
@@ -44,7 +60,7 @@ func TestHelmUpgradeUnderChurn(t *testing.T) {
 		starts = append(starts, startDelay(got))
 		for _, cs := range append(got.Status.InitContainerStatuses, got.Status.ContainerStatuses...) {
 			if cs.RestartCount > 0 {
-				t.Errorf("pod %s: container %s restarted %d times", p.Name, cs.Name, cs.RestartCount)
+				t.Errorf("%s: pod %s: container %s restarted %d times", half, p.Name, cs.Name, cs.RestartCount)
 			}
 		}
 		if p.Annotations[annStatus] == "" {
@@ -52,12 +68,34 @@ func TestHelmUpgradeUnderChurn(t *testing.T) {
 		}
 		first := firstDial(t, ns, p.Name)
 		if !strings.Contains(first, "proxy captured") && !strings.Contains(first, "refused") {
-			t.Errorf("pod %s started uncaptured: its first dial %q", p.Name, first)
+			t.Errorf("%s: pod %s started uncaptured: its first dial %q", half, p.Name, first)
 		}
 	}
 	slices.Sort(starts)
-	t.Logf("%d pods created during and just after the roll; create → running p50 %v, p99 %v", len(starts),
+	t.Logf("%s: %d pods created during and just after the roll; create → running p50 %v, p99 %v", half, len(starts),
 		starts[len(starts)/2], starts[len(starts)*99/100])
+	deletePods(t, ns)
+}
+
+// deletePods deletes every pod of ns at once and waits until they are
+// gone.
+func deletePods(t *testing.T, ns string) {
+	t.Helper()
+	zero := int64(0)
+	pods := client(t).CoreV1().Pods(ns)
+	if err := pods.DeleteCollection(t.Context(), metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+		t.Fatalf("delete the pods of %s: %v", ns, err)
+	}
+	nodetest.Eventually(t, 2*time.Minute, "the pods of "+ns+" gone", func() error {
+		l, err := pods.List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) > 0 {
+			return fmt.Errorf("%d pods left", len(l.Items))
+		}
+		return nil
+	})
 }
 
 type churn struct {
