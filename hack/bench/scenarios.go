@@ -39,7 +39,8 @@ func benchScenarios(root, tmp string, smoke bool, cl *cleanups) *scenarioResult 
 	}
 	file := filepath.Join(tmp, "lifecycle-results.json")
 	for _, s := range scenarioSuites {
-		if _, err := runGoTest(root, cl, s.pkg, lifecycleResultsEnv+"="+file, "-v"); err != nil {
+		if _, err := runGoTest(root, cl, s.pkg, []string{lifecycleResultsEnv + "=" + file,
+			lifecycletest.ChurnIntervalEnv + "=" + lifecycletest.FullChurnInterval.String()}, "-v"); err != nil {
 			res.suiteErrs = append(res.suiteErrs, fmt.Sprintf("%s (%s): %v", s.pkg, s.cni, err))
 		}
 	}

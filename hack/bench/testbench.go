@@ -14,14 +14,14 @@ import (
 // binary gets its own process group, so an interrupted bench ends it and
 // the cluster or runtime it runs (they die with it through Pdeathsig).
 func runTestBench(root string, cl *cleanups, pkg, bench string, n int, env string) (string, error) {
-	return runGoTest(root, cl, pkg, env, "-run", "^$", "-bench", "^"+bench+"$", "-benchtime", fmt.Sprintf("%dx", n))
+	return runGoTest(root, cl, pkg, []string{env}, "-run", "^$", "-bench", "^"+bench+"$", "-benchtime", fmt.Sprintf("%dx", n))
 }
 
 // runGoTest runs `go test -count 1 -timeout 30m args pkg` in root with env
 // added, as runTestBench does.
-func runGoTest(root string, cl *cleanups, pkg, env string, args ...string) (string, error) {
+func runGoTest(root string, cl *cleanups, pkg string, env []string, args ...string) (string, error) {
 	cmd := exec.Command("go", append(append([]string{"test", "-count", "1", "-timeout", "30m"}, args...), pkg)...)
-	cmd.Dir, cmd.Env = root, append(os.Environ(), env)
+	cmd.Dir, cmd.Env = root, append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

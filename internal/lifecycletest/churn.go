@@ -3,6 +3,7 @@ package lifecycletest
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -13,9 +14,30 @@ import (
 	"github.com/sluicemesh/sluice/internal/nodetest"
 )
 
-// ChurnInterval paces pod creation across the cluster: 2 pods/s, kinds in
-// turn, nodes in turn, so each of two nodes gets one a second.
-const ChurnInterval = 500 * time.Millisecond
+// ChurnIntervalEnv names the pace of pod creation across the cluster, a
+// Go duration. make bench sets it to FullChurnInterval: 2 pods/s, kinds in
+// turn, nodes in turn, so each of two nodes gets one a second. make test
+// runs the smaller version, DefaultChurnInterval: on a 2-core machine the
+// full pace holds the kernel's rtnl lock busy enough (every sandbox's veth
+// waits on it) that a rollout takes over ten minutes, whichever CNI rolls.
+const (
+	ChurnIntervalEnv     = "SLUICE_CHURN_INTERVAL"
+	FullChurnInterval    = 500 * time.Millisecond
+	DefaultChurnInterval = time.Second
+)
+
+// churnInterval is the pace in force: the env var's, else the default.
+func churnInterval(t *testing.T) time.Duration {
+	v := os.Getenv(ChurnIntervalEnv)
+	if v == "" {
+		return DefaultChurnInterval
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("$%s=%q: not a positive duration", ChurnIntervalEnv, v)
+	}
+	return d
+}
 
 // startTimeout is how long a pod may take to run every container before
 // it has failed for good.
@@ -31,7 +53,7 @@ type churnPod struct {
 	evicted                     bool
 }
 
-// churner creates pods of every kind of its Mesh at ChurnInterval on
+// churner creates pods of every kind of its Mesh at churnInterval on
 // every node in turn until stopped, follows each until its app has
 // dialled once, then deletes it.
 type churner struct {
@@ -61,7 +83,9 @@ func (c *churner) setPhase(p string) {
 
 // run creates pods until ctx is done, then waits for every one followed.
 func (c *churner) run(ctx context.Context) {
-	tick := time.NewTicker(ChurnInterval)
+	every := churnInterval(c.t)
+	c.t.Logf("churn: a pod every %v across %d nodes ($%s)", every, len(c.m.Cluster.Nodes()), ChurnIntervalEnv)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	nodes := c.m.Cluster.Nodes()
 	for i := 0; ; i++ {
