@@ -23,7 +23,7 @@ func perADD(d time.Duration, n int) float64 {
 	return float64(d.Microseconds()) / 1000 / float64(n)
 }
 
-// writeGoals is issue 16's goals, each a ratio or a bound from this run.
+// writeGoals is the speed goals, each a ratio or a bound from this run.
 func writeGoals(m *md, c config, r *results) {
 	sc, st, k := r.scale, r.storms, r.kube
 	row := func(goal, measured string, ok bool) { m.p("| %s | %s | %s |", goal, measured, verdict(ok)) }

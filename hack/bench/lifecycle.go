@@ -93,7 +93,7 @@ func (r *lifecycleResult) added(mode series) float64 {
 	return float64(mode.p50()-r.none.p50()) / float64(r.none.p50())
 }
 
-// writeLifecycleGoals is issue 30's goals: start time, and the counts
+// writeLifecycleGoals is the node-lifecycle goals: start time, and the counts
 // side by side.
 func writeLifecycleGoals(m *md, r *lifecycleResult) {
 	writePodStartGoal(m, r)

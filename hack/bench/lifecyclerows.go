@@ -14,11 +14,11 @@ const (
 	cniIstio            = lifecycletest.CNIIstioCNI
 )
 
-// scenarioOutage is issue 30's agent outage, which the scenarios package
+// scenarioOutage is the agent outage, which the scenarios package
 // does not record yet: its rows show as not recorded until it does.
 const scenarioOutage = "outage"
 
-// The scenarios of issue 30, in the table's order. A scenario no suite
+// The node-lifecycle scenarios, in the table's order. A scenario no suite
 // records shows as not recorded, and the goal cannot be met without it.
 var scenarioNames = []string{scenarioOutage, lifecycletest.ScenarioUpgrade, lifecycletest.ScenarioRollback, lifecycletest.ScenarioReboot}
 

@@ -1,6 +1,6 @@
 // Command bench measures sluice against its peers on this machine, side by
 // side in one run, and writes docs/benchmarks.md with the plots in
-// docs/benchmarks/: every goal of issue 16 as a ratio from that run. Rule
+// docs/benchmarks/: every speed goal as a ratio from that run. Rule
 // programming per pod (netlink vs nft -f vs iptables-restore), ADD through
 // libcni vs the reference loopback plugin (standalone, and in Kubernetes
 // mode on a real API server beside Istio's istio-cni), storms of

@@ -146,7 +146,7 @@ func msSigned(d time.Duration) string {
 	return fmt.Sprintf("%+.1f ms", float64(d.Microseconds())/1000)
 }
 
-// writeNRIGoals is issue 18's: the NRI mode's ADD cost is below the exec
+// writeNRIGoals is the NRI goal: the NRI mode's ADD cost is below the exec
 // floor, so it adds less to runp than the chained plugin's exec does.
 func writeNRIGoals(m *md, r *nriResult) {
 	const goal = "NRI mode adds less to runp p50 than the chained CNI plugin (its ADD is below the exec floor)"

@@ -114,7 +114,7 @@ func countDelay(c lifecycleCount) (p50, p99 time.Duration) {
 	return time.Duration(c.ExtraP50NS), time.Duration(c.ExtraP99NS)
 }
 
-// writeScenarioGoals is issue 30's side-by-side goal.
+// writeScenarioGoals is the side-by-side goal: sluice never worse than istio-cni.
 func writeScenarioGoals(m *md, r *scenarioResult) {
 	const goal = "sluice never worse than istio-cni on any count (uncaptured, failed, evicted, start delay; outage, upgrade, rollback, reboot)"
 	if r == nil || r.err != nil {

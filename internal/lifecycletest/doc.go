@@ -1,4 +1,4 @@
-// Package lifecycletest holds the node-lifecycle scenarios of issue 30
+// Package lifecycletest holds the node-lifecycle scenarios
 // for any mesh CNI on the test cluster (internal/nodetest): a rolling
 // upgrade and a rollback under pod churn, and a node reboot with a prober
 // dialling the pods throughout. A Mesh says how the CNI is installed,

@@ -25,7 +25,7 @@ const (
 	CNIIstioCNI = "istio-cni" // Istio's istio-cni chart, sidecar mode
 )
 
-// The scenarios of issue 30 the rows are for, and the baseline the
+// The node-lifecycle scenarios the rows are for, and the baseline the
 // extra start delays are measured against.
 const (
 	ScenarioBaseline = "baseline" // the same churn with no rollout, before it
