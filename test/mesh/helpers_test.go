@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,8 +18,6 @@ import (
 )
 
 const labelDataplane = "istio.io/dataplane-mode"
-
-var seq atomic.Int64
 
 // eventually polls cond until it returns nil, failing t with the last
 // error after timeout.

@@ -24,8 +24,6 @@ const (
 	unreachable = nodetest.Unreachable
 )
 
-func appContainer(dial string) corev1.Container { return images.AppContainer(dial) }
-
 // plainPod is an uninjected application pod (nodetest's PlainPod).
 func plainPod(name, dial string) *corev1.Pod { return images.PlainPod(name, dial) }
 
