@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -49,6 +50,16 @@ func startAgent(t *testing.T) *agentUnderTest {
 // ambient side from its namespaces.
 func startAgentWith(t *testing.T, spec redirect.Spec, amb func(*redirecttest.Namespaces) *workloads.Ambient) *agentUnderTest {
 	t.Helper()
+	a := newAgentUnderTest(t, spec, amb)
+	if err := a.serve(t); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// newAgentUnderTest is startAgentWith's agent before it serves.
+func newAgentUnderTest(t *testing.T, spec redirect.Spec, amb func(*redirecttest.Namespaces) *workloads.Ambient) *agentUnderTest {
+	t.Helper()
 	a := &agentUnderTest{sock: filepath.Join(t.TempDir(), "agent.sock"), ns: redirecttest.NewNamespaces(t), kernel: redirecttest.NewFake()}
 	cfg := workloads.Config{Dir: t.TempDir(), Opener: a.ns, Kernel: a.kernel}
 	if amb != nil {
@@ -66,15 +77,20 @@ func startAgentWith(t *testing.T, spec redirect.Spec, amb func(*redirecttest.Nam
 			}
 			return policy.Decision{Capture: true, Spec: spec}, nil
 		})}
+	return a
+}
+
+// serve starts the agent's gRPC server on a.sock until t ends.
+func (a *agentUnderTest) serve(t *testing.T) error {
 	gs, _ := rpc.NewServer(a.cni, &rpc.Debug{Workloads: a.store, Policy: a.cni.Policy},
 		rpc.NewAuthorizer([]uint32{uint32(os.Getuid())}, discardLog()), nil, discardLog())
 	lis, err := net.Listen("unix", a.sock)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
-	return a
+	return nil
 }
 
 // stdin is a chained sluice entry for socket with a prevResult of one IP.
@@ -158,12 +174,57 @@ func TestVerbAddRefused(t *testing.T) {
 	}
 }
 
-// Fail closed: no agent, no pod, and the error names the socket.
+// Fail closed: no agent, no pod. The ADD waits for one until its deadline,
+// then fails with an error that names the socket and the wait.
 func TestVerbAddAgentDown(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "absent.sock")
-	_, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, sock, "c1", "default", nil)) })
-	if cniCode(t, err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), sock) {
-		t.Fatalf("ADD with no agent: %v, want code 11 naming %s", err, sock)
+	start := time.Now()
+	_, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, sock, "c1", "default", map[string]any{"timeout": "500ms"})) })
+	if cniCode(t, err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), sock) || !strings.Contains(err.Error(), "waited for it") {
+		t.Fatalf("ADD with no agent: %v, want code 11 naming %s and the wait", err, sock)
+	}
+	if waited := time.Since(start); waited < 500*time.Millisecond {
+		t.Fatalf("ADD with no agent failed after %v, before its deadline", waited)
+	}
+}
+
+// The agent restarting (a rolling upgrade, a crash): an ADD or CHECK that
+// comes while nothing listens on the socket, its file there or not, waits
+// for the agent within its deadline and is answered once it serves. It
+// failed at once before, and the kubelet tried the pod again only after
+// its pod worker's backoff.
+func TestVerbsWaitForAgentRestart(t *testing.T) {
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stale-socket=%v", stale), func(t *testing.T) {
+			a := newAgentUnderTest(t, redirect.DefaultSpec(), nil)
+			a.ns.Add("/netns/c1")
+			if stale {
+				// The exited agent's socket file, nothing accepting on it.
+				l, err := net.Listen("unix", a.sock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.(*net.UnixListener).SetUnlinkOnClose(false)
+				l.Close()
+			}
+			served := make(chan error, 1)
+			time.AfterFunc(300*time.Millisecond, func() {
+				if stale {
+					os.Remove(a.sock)
+				}
+				served <- a.serve(t)
+			})
+			_, err := stdoutOf(t, func() error { return cmdAdd(cmdArgs(t, a.sock, "c1", "default", nil)) })
+			if serr := <-served; serr != nil {
+				t.Fatal(serr)
+			}
+			if err != nil {
+				t.Fatalf("ADD during the agent's restart: %v, want it enrolled once the agent serves", err)
+			}
+			if len(a.store.List()) != 1 {
+				t.Fatalf("records after the ADD: %d, want 1", len(a.store.List()))
+			}
+		})
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"google.golang.org/grpc/codes"
@@ -34,6 +35,43 @@ type wireRequest interface {
 type wireResponse interface {
 	UnmarshalWire([]byte) error
 }
+
+// agentPoll is how often a call waiting for the agent dials again.
+const agentPoll = 100 * time.Millisecond
+
+// callWaiting is call, dialling again every agentPoll while nothing
+// listens on the socket, until ctx ends: the agent restarting (a rolling
+// upgrade, a crash) costs a pod that comes in the gap only the gap. A pod
+// whose ADD fails is tried again by the kubelet only after its pod
+// worker's backoff (10 s and more), which is what a rolling upgrade added
+// to a pod's start before. It still fails closed: with no agent by the
+// deadline the call fails as before. DEL and STATUS do not wait (DEL
+// never fails, and STATUS reports now).
+func (a *agent) callWaiting(ctx context.Context, method string, req wireRequest, resp wireResponse) error {
+	t := time.NewTimer(agentPoll)
+	defer t.Stop()
+	for {
+		err := a.call(ctx, method, req, resp)
+		if err == nil || !grpccall.NotListening(err) {
+			return err
+		}
+		t.Reset(agentPoll)
+		select {
+		case <-ctx.Done():
+			return &waitedError{err}
+		case <-t.C:
+		}
+	}
+}
+
+// waitedError is a call that found no agent listening until its deadline.
+type waitedError struct{ err error }
+
+func (e *waitedError) Error() string {
+	return "nothing listening until the plugin's deadline: " + e.err.Error()
+}
+
+func (e *waitedError) Unwrap() error { return e.err }
 
 // call sends req to method and decodes the answer into resp. A request the
 // agent would refuse for its size is refused here, before anything is sent.
@@ -72,6 +110,11 @@ func (a *agent) callError(ctx context.Context, verb string, err error) *types.Er
 	answered := false
 	if errors.As(err, &st) {
 		msg, answered = st.Message, st.Answered
+	}
+	var waited *waitedError
+	if errors.As(err, &waited) {
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("sluice %s: sluice-agent at %s is not available: "+
+			"waited for it until the plugin's deadline: %s", verb, a.socket, msg), "")
 	}
 	switch code {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Canceled, codes.Aborted:

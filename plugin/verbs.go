@@ -110,7 +110,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	ctx, cancel := c.context()
 	defer cancel()
 	var resp cniwire.AddResponse
-	err = a.call(ctx, cniwire.CNI_Add_FullMethodName, &cniwire.AddRequest{
+	err = a.callWaiting(ctx, cniwire.CNI_Add_FullMethodName, &cniwire.AddRequest{
 		ApiVersion:  apiVersion,
 		ContainerId: args.ContainerID,
 		Netns:       args.Netns,
@@ -189,7 +189,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	ctx, cancel := c.context()
 	defer cancel()
 	var resp cniwire.CheckResponse
-	err = a.call(ctx, cniwire.CNI_Check_FullMethodName, &cniwire.CheckRequest{
+	err = a.callWaiting(ctx, cniwire.CNI_Check_FullMethodName, &cniwire.CheckRequest{
 		ApiVersion:  apiVersion,
 		ContainerId: args.ContainerID,
 		Netns:       args.Netns,
@@ -258,7 +258,7 @@ func cmdGC(args *skel.CmdArgs) error {
 	ctx, cancel := c.context()
 	defer cancel()
 	var resp cniwire.GCResponse
-	err = a.call(ctx, cniwire.CNI_GC_FullMethodName, &cniwire.GCRequest{ApiVersion: apiVersion, ValidAttachments: valid,
+	err = a.callWaiting(ctx, cniwire.CNI_GC_FullMethodName, &cniwire.GCRequest{ApiVersion: apiVersion, ValidAttachments: valid,
 		ValidAttachmentsPresent: true, Config: c.pluginConfig(), RequestId: c.id}, &resp)
 	if err != nil {
 		return a.callError(ctx, "GC", err)

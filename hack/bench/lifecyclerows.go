@@ -14,12 +14,8 @@ const (
 	cniIstio            = lifecycletest.CNIIstioCNI
 )
 
-// scenarioOutage is the agent outage, which the scenarios package
-// does not record yet: its rows show as not recorded until it does.
-const scenarioOutage = "outage"
-
 // The node-lifecycle scenarios, in the table's order. A scenario no suite
 // records shows as not recorded, and the goal cannot be met without it.
-var scenarioNames = []string{scenarioOutage, lifecycletest.ScenarioUpgrade, lifecycletest.ScenarioRollback, lifecycletest.ScenarioReboot}
+var scenarioNames = []string{lifecycletest.ScenarioOutage, lifecycletest.ScenarioUpgrade, lifecycletest.ScenarioRollback, lifecycletest.ScenarioReboot}
 
 func loadLifecycleRows(file string) (lifecycleRows, error) { return lifecycletest.LoadResults(file) }

@@ -39,6 +39,20 @@ type Status struct {
 	// the call. A status made on this side (no connection, deadline,
 	// broken protocol) leaves it false.
 	Answered bool
+	// cause is the dial's error, when there was no connection.
+	cause error
+}
+
+// Unwrap is the dial's error behind a status made for want of a
+// connection, nil otherwise.
+func (s *Status) Unwrap() error { return s.cause }
+
+// NotListening says whether err is a call that found no server at the
+// socket: no file there, or nothing accepting on it (a server that has
+// exited or not yet started). Any other failure, a refused permission
+// included, is not.
+func NotListening(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // Error reads as grpc-go's status errors do, so logs look the same.
@@ -77,7 +91,9 @@ func Call(ctx context.Context, socket, method string, req []byte) ([]byte, error
 		if ctx.Err() != nil {
 			return nil, ctxStatus(ctx.Err())
 		}
-		return nil, newStatus(codes.Unavailable, "connection error: %v", err)
+		st := newStatus(codes.Unavailable, "connection error: %v", err)
+		st.cause = err
+		return nil, st
 	}
 	defer conn.Close()
 	return call(ctx, conn, method, req)

@@ -66,6 +66,8 @@ type churner struct {
 	since  time.Time                // the current phase's start
 	pods   []*churnPod
 	wg     sync.WaitGroup
+	// tolerate, when set, is how long the pods tolerate a not-ready node.
+	tolerate time.Duration
 }
 
 func newChurner(t *testing.T, m *Mesh) *churner {
@@ -112,7 +114,11 @@ func (c *churner) follow(p *churnPod) {
 	ctx := context.Background()
 	pods := c.m.Client(c.t).CoreV1().Pods(p.ns)
 	created := time.Now()
-	if _, err := pods.Create(ctx, pinned(c.m.Pod(p.kind, p.name), p.node), metav1.CreateOptions{}); err != nil {
+	pod := pinned(c.m.Pod(p.kind, p.name), p.node)
+	if c.tolerate > 0 {
+		pod = tolerateNotReady(pod, c.tolerate)
+	}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		p.failed = "create: " + err.Error()
 		return
 	}

@@ -1,7 +1,7 @@
 // Package lifecycletest holds the node-lifecycle scenarios
-// for any mesh CNI on the test cluster (internal/nodetest): a rolling
-// upgrade and a rollback under pod churn, and a node reboot with a prober
-// dialling the pods throughout. A Mesh says how the CNI is installed,
+// for any mesh CNI on the test cluster (internal/nodetest): an agent
+// outage, a rolling upgrade and a rollback under pod churn, and a node
+// reboot with a prober dialling the pods throughout. A Mesh says how the CNI is installed,
 // upgraded and rolled back and which pods it captures; test/lifecycle runs
 // the scenarios on sluice (its chart) and test/peer on istio-cni (Istio's
 // chart). Each scenario fails its test on any pod that ran uncaptured,

@@ -39,6 +39,10 @@ type Mesh struct {
 	// Upgrade moves the CNI to its other image and Rollback back to the
 	// first; each returns once every node runs the image Ready.
 	Upgrade, Rollback func(t *testing.T)
+	// Outage takes the agent of the node named node away as a failed
+	// upgrade does and returns once none runs there; restore puts it back
+	// and returns once every node runs it Ready (DaemonSetOutage).
+	Outage func(t *testing.T, node string) (restore func(t *testing.T))
 	// Agent is the container ID of the Ready agent on the node named
 	// node, or why there is none.
 	Agent func(t testing.TB, node string) (string, error)

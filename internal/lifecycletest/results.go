@@ -29,6 +29,7 @@ const (
 // extra start delays are measured against.
 const (
 	ScenarioBaseline = "baseline" // the same churn with no rollout, before it
+	ScenarioOutage   = "outage"   // a node's agent gone (an image that is not there) under churn
 	ScenarioUpgrade  = "upgrade"  // helm upgrade to another image under churn
 	ScenarioRollback = "rollback" // helm rollback under the same churn
 	ScenarioReboot   = "reboot"   // a node rebooted with pods running, probed throughout
@@ -43,7 +44,7 @@ type Results struct {
 // nanoseconds.
 type Count struct {
 	CNI      string `json:"cni"`      // CNISluice or CNIIstioCNI
-	Scenario string `json:"scenario"` // ScenarioBaseline, ScenarioUpgrade, ScenarioRollback or ScenarioReboot
+	Scenario string `json:"scenario"` // ScenarioBaseline, ScenarioOutage, ScenarioUpgrade, ScenarioRollback or ScenarioReboot
 	Nodes    int    `json:"nodes"`    // nodes in the test cluster
 	// Kinds are the pod kinds mixed: "sidecar", "ambient", "plain".
 	Kinds []string `json:"kinds"`

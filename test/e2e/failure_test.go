@@ -34,13 +34,18 @@ func cniEnv(cmd, containerID, netns string) []string {
 func TestAgentDown(t *testing.T) {
 	n := newNode(t)
 	pod := n.Pod("pod")
-	out, err := execPlugin(t, n.NS, cniEnv("ADD", "down1", pod.Path), pluginStdin(n.Socket, "1.0.0", `,"prevResult":`+fakePrev))
+	// The ADD waits for an agent until its deadline (an upgrade's gap).
+	start := time.Now()
+	out, err := execPlugin(t, n.NS, cniEnv("ADD", "down1", pod.Path), pluginStdin(n.Socket, "1.0.0", `,"timeout":"1s","prevResult":`+fakePrev))
 	if err == nil {
 		t.Fatalf("ADD succeeded with no agent: %s", out)
 	}
 	e := cniError(t, out)
 	if e.Code != types.ErrTryAgainLater || !strings.Contains(e.Msg, n.Socket) {
 		t.Fatalf("ADD error = %d %q, want code 11 naming %s", e.Code, e.Msg, n.Socket)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Fatalf("ADD with no agent failed after %v, before its deadline", waited)
 	}
 	if out, err := execPlugin(t, n.NS, cniEnv("DEL", "down1", pod.Path), pluginStdin(n.Socket, "1.0.0", "")); err != nil {
 		t.Fatalf("DEL with no agent failed: %v %s", err, out)

@@ -136,6 +136,41 @@ func TestStormSurvivesAgentKills(t *testing.T) {
 	}
 }
 
+// An agent restart, as a rolling upgrade makes one: the old agent exits
+// (SIGTERM, or SIGKILL leaving its socket file), ADDs come while nothing
+// listens, and the new agent starts. Each ADD waits for it within its
+// deadline and enrols its pod, rules in, instead of failing for the
+// runtime to try again after the kubelet's backoff.
+func TestAddWaitsThroughAgentRestart(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			n := newNode(t)
+			a := n.startAgent()
+			c := n.cni(n.loopbackChain("10s"))
+			a.Cmd.Process.Signal(sig)
+			<-a.Done
+			const pods = 4
+			errs := make([]error, pods)
+			ns := make([]*nstest.NS, pods)
+			var wg sync.WaitGroup
+			for i := range ns {
+				ns[i] = n.Pod(fmt.Sprintf("gap-%d", i))
+				wg.Go(func() { _, errs[i] = c.Add(rt(fmt.Sprintf("gap%d", i), ns[i])) })
+			}
+			time.Sleep(time.Second) // the ADDs wait in the gap
+			n.startAgent()
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("ADD gap%d across the agent's restart: %v", i, err)
+				} else if state := rulesetState(t, ns[i]); state != "full" {
+					t.Errorf("ADD gap%d succeeded with ruleset %s", i, state)
+				}
+			}
+		})
+	}
+}
+
 // A hung agent (SIGSTOP) mid-storm: every ADD fails within its timeout,
 // none hangs; after SIGCONT the agent serves again.
 func TestStormAgentStopped(t *testing.T) {

@@ -101,6 +101,9 @@ func sluiceMesh() *lifecycletest.Mesh {
 			helm(t, "rollback", release, "-n", releaseNS)
 			rolledOut(t, tagA)
 		},
+		Outage: func(t *testing.T, node string) func(*testing.T) {
+			return lifecycletest.DaemonSetOutage(t, cluster, releaseNS, agentDS, "sluice-agent", "sluice-absent:outage", node)
+		},
 		Agent: func(t testing.TB, node string) (string, error) {
 			return lifecycletest.AgentOn(client(t), releaseNS, "app="+agentApp, node)
 		},
