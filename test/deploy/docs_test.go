@@ -26,7 +26,7 @@ import (
 var operatorDocs = []string{"README.md", "docs/install.md", "docs/operations.md", "docs/security.md", "docs/migrate-from-istio-cni.md"}
 
 // Flags of other tools that operator docs mention outside code blocks.
-var foreignFlags = []string{"--set", "--namespace", "--values", "--target",
+var foreignFlags = []string{"--set", "--namespace", "--values", "--target", "--reuse-values", // helm
 	"--bin", "--runs", // hack/readytime
 	"--keep", "--teardown", "--plugins", // hack/demo
 	"--net",                               // nsenter
