@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +52,8 @@ type churnPod struct {
 	first                       string
 	failed                      string
 	evicted                     bool
+	// settled is set once the pod has started or failed.
+	settled atomic.Bool
 }
 
 // churner creates pods of every kind of its Mesh at churnInterval on
@@ -70,8 +73,11 @@ type churner struct {
 	tolerate time.Duration
 }
 
-func newChurner(t *testing.T, m *Mesh) *churner {
-	return &churner{m: m, t: t, ns: m.kindNamespaces(t, "churn"), phase: ScenarioBaseline,
+// newChurner makes the churner of a scenario, its namespaces named
+// prefix-kind (each scenario its own: a namespace is gone only a while
+// after its test deleted it).
+func newChurner(t *testing.T, m *Mesh, prefix string) *churner {
+	return &churner{m: m, t: t, ns: m.kindNamespaces(t, prefix), phase: ScenarioBaseline,
 		phases: map[string]time.Duration{}, since: time.Now()}
 }
 
@@ -111,6 +117,7 @@ func (c *churner) run(ctx context.Context) {
 // follow creates the pod, times it to all containers running, reads its
 // app's first dial and deletes it.
 func (c *churner) follow(p *churnPod) {
+	defer p.settled.Store(true)
 	ctx := context.Background()
 	pods := c.m.Client(c.t).CoreV1().Pods(p.ns)
 	created := time.Now()
@@ -146,6 +153,7 @@ func (c *churner) follow(p *churnPod) {
 			return
 		}
 	}
+	p.settled.Store(true)
 	for deadline := time.Now().Add(30 * time.Second); p.first == ""; time.Sleep(200 * time.Millisecond) {
 		p.first = FirstDial(c.m.Cluster.Logs(p.ns, p.name, "app"))
 		if p.first == "" && time.Now().After(deadline) {
@@ -155,15 +163,36 @@ func (c *churner) follow(p *churnPod) {
 	}
 }
 
+// settle waits, up to a minute, until every pod created in phase has
+// started or failed: the next phase's disruption must not land on the
+// pods counted as undisturbed (a baseline pod created in its last second
+// would otherwise wait out the outage or the roll that follows it).
+func (c *churner) settle(phase string) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		c.mu.Lock()
+		pending := 0
+		for _, p := range c.pods {
+			if p.phase == phase && !p.settled.Load() {
+				pending++
+			}
+		}
+		c.mu.Unlock()
+		if pending == 0 {
+			return
+		}
+	}
+	c.t.Logf("churn: %s pods still starting a minute after the phase ended", phase)
+}
+
 // RollingUpgrade runs scenario 4: while pods of every kind start and
-// stop on every node, 15 s of churn with no rollout (the baseline), then
-// Upgrade, then Rollback, each followed by 3 s of churn (pods created
+// stop on every node, 15 s of churn with no rollout (the baseline), then,
+// once the baseline's pods have started, Upgrade, then Rollback, each followed by 3 s of churn (pods created
 // just after a roll count as its). It fails t on any pod that ran
 // uncaptured, was captured with no mesh metadata, was evicted or failed
 // for good (unless the Mesh tolerates failures), and records a baseline, an
 // upgrade and a rollback Count.
 func RollingUpgrade(t *testing.T, m *Mesh) {
-	c := newChurner(t, m)
+	c := newChurner(t, m, "churn")
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.run(ctx) }()
@@ -171,6 +200,7 @@ func RollingUpgrade(t *testing.T, m *Mesh) {
 
 	time.Sleep(15 * time.Second)
 	c.setPhase(ScenarioUpgrade)
+	c.settle(ScenarioBaseline)
 	m.Upgrade(t)
 	time.Sleep(3 * time.Second)
 	c.setPhase(ScenarioRollback)

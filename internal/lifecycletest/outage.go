@@ -31,8 +31,8 @@ const OutageHold = 20 * time.Second
 const NotReadyToleration = 5 * time.Second
 
 // Outage runs scenario 3 under churn: while pods of every kind start and
-// stop on every node, 15 s of churn with no outage (the baseline), then
-// the first node's agent is taken away for OutageHold (Mesh.Outage) and
+// stop on every node, 15 s of churn with no outage (the baseline), then,
+// once the baseline's pods have started, the first node's agent is taken away for OutageHold (Mesh.Outage) and
 // put back, followed by 3 s of churn. The churn pods tolerate a not-ready
 // node for NotReadyToleration only. It fails t on any pod that ran
 // uncaptured, was captured with no mesh metadata, was evicted or failed
@@ -40,7 +40,7 @@ const NotReadyToleration = 5 * time.Second
 // being Ready or was tainted during the outage; it records an outage
 // Count, whose extra start delay is over its own baseline.
 func Outage(t *testing.T, m *Mesh) {
-	c := newChurner(t, m)
+	c := newChurner(t, m, "outage")
 	c.tolerate = NotReadyToleration
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -50,6 +50,7 @@ func Outage(t *testing.T, m *Mesh) {
 	time.Sleep(15 * time.Second)
 	node := m.Cluster.Nodes()[0].NodeName
 	c.setPhase(ScenarioOutage)
+	c.settle(ScenarioBaseline)
 	restore := m.Outage(t, node)
 	watch := nodetest.WatchNode(t, m.Client(t), node)
 	time.Sleep(OutageHold)
