@@ -1,7 +1,6 @@
 package peer
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -9,33 +8,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/sluicemesh/sluice/internal/lifecycletest"
 	"github.com/sluicemesh/sluice/internal/nodetest"
 )
-
-// setAgentImage replaces install-cni's image through a rolling update; an
-// image that is not on the node (pull policy Never) leaves the node with no
-// agent while the DaemonSet still selects it, as a failed upgrade does.
-func setAgentImage(t *testing.T, image string) {
-	t.Helper()
-	patch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"install-cni","image":"` + image + `"}]}}}}`)
-	if _, err := client(t).AppsV1().DaemonSets(releaseNS).Patch(context.Background(), agentDS, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("patch the istio-cni DaemonSet's image: %v", err)
-	}
-}
-
-// noRunningAgent is nil when no install-cni container runs on the node.
-func noRunningAgent(t *testing.T) error {
-	for _, p := range agentPods(t) {
-		for _, c := range p.Status.ContainerStatuses {
-			if c.State.Running != nil {
-				return fmt.Errorf("istio-cni pod %s runs", p.Name)
-			}
-		}
-	}
-	return nil
-}
 
 // The same outage test/node's TestAgentOutage gives sluice (a failed
 // upgrade: the DaemonSet's pod replaced by one whose image is not there),
@@ -55,20 +31,15 @@ func noRunningAgent(t *testing.T) error {
 func TestIstioCNIAgentOutage(t *testing.T) {
 	requireAgent(t)
 	ns := namespace(t)
-	image := readyAgent(t, time.Minute).Spec.Containers[0].Image
+	readyAgent(t, time.Minute)
 	running := runningPod(t, ns, createPod(t, ns, sidecarPod("running", unreachable)).Name, time.Minute)
 	if err := captured(podRules(t, running)); err != nil {
 		t.Fatalf("pod started before the outage: %v", err)
 	}
 
-	setAgentImage(t, "localhost/istio-absent:outage")
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			setAgentImage(t, image)
-		}
-	})
-	nodetest.Eventually(t, time.Minute, "no istio-cni running", func() error { return noRunningAgent(t) })
+	// This node's install-cni only: a rolling update to the absent image
+	// could take the other node's first and stall there.
+	restore := lifecycletest.DaemonSetOutage(t, cluster, releaseNS, agentDS, "install-cni", "localhost/istio-absent:outage", cluster.NodeName)
 	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
 	if types := conflistTypes(t); slices.Contains(types, "istio-cni") {
 		t.Fatalf("conflist plugins with istio-cni away = %v: measured before, its SIGTERM removed the entry", types)
@@ -104,8 +75,7 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 		t.Fatalf("the outage's sidecar pod ran its app with no agent: %s", nodetest.PodState(p))
 	}
 
-	setAgentImage(t, image)
-	restored = true
+	restore(t)
 	readyAgent(t, 2*time.Minute)
 	back := time.Now()
 	// The repair controller deletes the crash-looping pod; its owner (here
