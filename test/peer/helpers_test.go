@@ -65,12 +65,6 @@ func istioChart(t testing.TB) string {
 	return filepath.Join(strings.TrimSpace(string(out)), "manifests", "charts", "istio-cni")
 }
 
-// agentPods are the istio-cni DaemonSet's pods on the node under test.
-func agentPods(t testing.TB) []corev1.Pod {
-	t.Helper()
-	return cluster.PodsOn(t, releaseNS, agentLabel)
-}
-
 // readyAgent waits for exactly one istio-cni pod on the node under test,
 // not being deleted, Ready through the chart's readiness probe, and
 // returns it.
