@@ -176,8 +176,10 @@ func writeScenarios(m *md, r *scenarioResult) {
 	m.p("")
 	m.p("The node suites, run by the harness one after the other with `%s` naming one file:", lifecycleResultsEnv)
 	m.p("`go test -v ./test/lifecycle` (sluice) and `go test -v ./test/peer` (istio-cni); the counts are defined")
-	m.p("in `internal/lifecycletest`. Extra start is a phase's create → running over the same churn with no")
-	m.p("rollout; for a reboot, which has no baseline, it is the reboot's start → running again.")
+	m.p("in `internal/lifecycletest`. Extra start is a phase's create → running over the same churn just")
+	m.p("before it with no outage or rollout; for a reboot, which has no baseline, it is the reboot's start →")
+	m.p("running again. Start delays are of the pods that started: a pod that failed for good is in the")
+	m.p("failed column, not in the delays. The outage takes the first node's agent away for %v.", lifecycletest.OutageHold)
 	for _, e := range r.suiteErrs {
 		m.p("")
 		m.p("A suite failed (its counts above are what it recorded): `%s`", tail(e, 3))
