@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // lifecycleResult is section 8, node lifecycle: pod start (create →
@@ -33,11 +34,11 @@ type podStartSamples struct {
 // benchLifecycle times pods pods per mode and, with scenarios, runs the
 // node suites for their counts. A failure is the section's, not the
 // run's. The smoke run skips it: a test cluster takes a minute.
-func benchLifecycle(tmp string, pods int, scenarios, smoke bool, cl *cleanups) *lifecycleResult {
+func benchLifecycle(tmp string, pods int, scenarios bool, churn time.Duration, smoke bool, cl *cleanups) *lifecycleResult {
 	res := &lifecycleResult{}
 	if smoke {
 		res.err = fmt.Errorf("not run by -smoke (a test cluster takes a minute to start)")
-		res.scenarios = benchScenarios("", tmp, smoke, cl)
+		res.scenarios = benchScenarios("", tmp, churn, smoke, cl)
 		return res
 	}
 	root, err := moduleRoot()
@@ -47,7 +48,7 @@ func benchLifecycle(tmp string, pods int, scenarios, smoke bool, cl *cleanups) *
 	}
 	res.podStart(root, tmp, pods, cl)
 	if scenarios {
-		res.scenarios = benchScenarios(root, tmp, smoke, cl)
+		res.scenarios = benchScenarios(root, tmp, churn, smoke, cl)
 	} else {
 		res.scenarios = &scenarioResult{err: fmt.Errorf("not run (-lifecycle-scenarios=false)")}
 	}

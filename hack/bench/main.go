@@ -22,6 +22,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/sluicemesh/sluice/internal/lifecycletest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -48,7 +49,9 @@ type config struct {
 	// lifeScenarios runs the node suites for section 8's counts;
 	// lifeOnly runs section 8 alone and writes only it (see runLifecycleOnly).
 	lifeScenarios, lifeOnly bool
-	resync                  time.Duration
+	// lifeChurn is the node suites' churn pace across the cluster.
+	lifeChurn time.Duration
+	resync    time.Duration
 }
 
 func main() {
@@ -65,6 +68,7 @@ func main() {
 	flag.IntVar(&c.nriPods, "nri-pods", 60, "pods per mode (no capture, chained CNI, NRI) through containerd's runp")
 	flag.IntVar(&c.lifePods, "lifecycle-pods", 20, "pods per mode (no mesh CNI, istio-cni, sluice chained, sluice NRI) started on the test node")
 	flag.BoolVar(&c.lifeScenarios, "lifecycle-scenarios", true, "run the node suites (test/lifecycle, test/peer) for section 8's scenario counts")
+	flag.DurationVar(&c.lifeChurn, "lifecycle-churn", lifecycletest.FullChurnInterval, "the node suites' pace: a pod every this long across the two nodes (the default is one a second per node; a 2-core machine saturates there)")
 	flag.BoolVar(&c.lifeOnly, "lifecycle-only", false, "run only section 8 and write its goal rows and section to -out (default stdout), to paste into docs/benchmarks.md")
 	flag.DurationVar(&c.resync, "resync", time.Minute, "the agent's --resync-interval in the scale run (its default), measured once")
 	flag.Parse()
@@ -309,7 +313,7 @@ func run(c config) (*results, error) {
 		fmt.Fprintln(os.Stderr, "bench: section 7 (NRI) not measured:", res.nri.err)
 	}
 	step(fmt.Sprintf("node lifecycle: %d pod starts each with no mesh CNI, istio-cni, sluice chained and sluice NRI on the test node; the node suites' counts", c.lifePods))
-	res.lifecycle = benchLifecycle(tmp, c.lifePods, c.lifeScenarios, c.smoke, &cl)
+	res.lifecycle = benchLifecycle(tmp, c.lifePods, c.lifeScenarios, c.lifeChurn, c.smoke, &cl)
 	reportLifecycleErrs(res.lifecycle)
 	res.took = time.Since(res.started)
 
@@ -325,7 +329,7 @@ func run(c config) (*results, error) {
 // stdout: the rest of docs/benchmarks.md comes from a full run, and the
 // fragment is pasted into it.
 func runLifecycleOnly(c config, tmp string, res *results, cl *cleanups) (*results, error) {
-	res.lifecycle = benchLifecycle(tmp, c.lifePods, c.lifeScenarios, c.smoke, cl)
+	res.lifecycle = benchLifecycle(tmp, c.lifePods, c.lifeScenarios, c.lifeChurn, c.smoke, cl)
 	reportLifecycleErrs(res.lifecycle)
 	res.took = time.Since(res.started)
 	m := &md{}

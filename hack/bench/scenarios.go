@@ -23,6 +23,7 @@ var scenarioSuites = []struct{ cni, pkg string }{
 // records the counts it reached (a failing count fails its test), so a
 // suite's error is reported beside the rows, not instead of them.
 type scenarioResult struct {
+	churn     time.Duration // the pace: a pod every churn across the cluster
 	rows      lifecycleRows
 	suiteErrs []string // suites that failed, and how
 	err       error    // no counts at all, and why
@@ -31,8 +32,8 @@ type scenarioResult struct {
 // benchScenarios runs the node suites with the results file named by the
 // env var the scenarios record their counts in. Smoke runs skip it: each
 // suite starts a test cluster and takes minutes.
-func benchScenarios(root, tmp string, smoke bool, cl *cleanups) *scenarioResult {
-	res := &scenarioResult{}
+func benchScenarios(root, tmp string, churn time.Duration, smoke bool, cl *cleanups) *scenarioResult {
+	res := &scenarioResult{churn: churn}
 	if smoke {
 		res.err = fmt.Errorf("not run by -smoke (each node suite takes minutes)")
 		return res
@@ -40,7 +41,7 @@ func benchScenarios(root, tmp string, smoke bool, cl *cleanups) *scenarioResult 
 	file := filepath.Join(tmp, "lifecycle-results.json")
 	for _, s := range scenarioSuites {
 		if _, err := runGoTest(root, cl, s.pkg, []string{lifecycleResultsEnv + "=" + file,
-			lifecycletest.ChurnIntervalEnv + "=" + lifecycletest.FullChurnInterval.String()}, "-v"); err != nil {
+			lifecycletest.ChurnIntervalEnv + "=" + churn.String()}, "-v"); err != nil {
 			res.suiteErrs = append(res.suiteErrs, fmt.Sprintf("%s (%s): %v", s.pkg, s.cni, err))
 		}
 	}
@@ -174,7 +175,8 @@ func writeScenarios(m *md, r *scenarioResult) {
 		}
 	}
 	m.p("")
-	m.p("The node suites, run by the harness one after the other with `%s` naming one file:", lifecycleResultsEnv)
+	m.p("The node suites, run by the harness one after the other with `%s` naming one file and a pod", lifecycleResultsEnv)
+	m.p("created every %v across the two nodes (`-lifecycle-churn`, `$%s`):", r.churn, lifecycletest.ChurnIntervalEnv)
 	m.p("`go test -v ./test/lifecycle` (sluice) and `go test -v ./test/peer` (istio-cni); the counts are defined")
 	m.p("in `internal/lifecycletest`. Extra start is a phase's create → running over the same churn just")
 	m.p("before it with no outage or rollout; for a reboot, which has no baseline, it is the reboot's start →")
