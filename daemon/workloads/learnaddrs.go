@@ -27,11 +27,19 @@ func (s *Store) LearnAddrs(podUID string, ips []netip.Addr) error {
 	if len(prefixes) == 0 {
 		return nil
 	}
-	var errs []error
-	for _, r := range s.List() {
-		if isAmbient(&r) && r.PodUID == podUID && len(r.IPs) == 0 {
-			errs = append(errs, s.learnAddrs(r.Attachment, prefixes))
+	// A scan under the read lock, not a sorted List: it runs on every
+	// ambient pod's status update.
+	var todo []Attachment
+	s.mu.RLock()
+	for _, r := range s.recs {
+		if isAmbient(r) && r.PodUID == podUID && len(r.IPs) == 0 {
+			todo = append(todo, r.Attachment)
 		}
+	}
+	s.mu.RUnlock()
+	var errs []error
+	for _, a := range todo {
+		errs = append(errs, s.learnAddrs(a, prefixes))
 	}
 	return errors.Join(errs...)
 }
