@@ -22,7 +22,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"github.com/sluicemesh/sluice/internal/lifecycletest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,6 +29,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluicemesh/sluice/internal/lifecycletest"
 )
 
 type config struct {
@@ -72,6 +73,11 @@ func main() {
 	flag.BoolVar(&c.lifeOnly, "lifecycle-only", false, "run only section 8 and write its goal rows and section to -out (default stdout), to paste into docs/benchmarks.md")
 	flag.DurationVar(&c.resync, "resync", time.Minute, "the agent's --resync-interval in the scale run (its default), measured once")
 	flag.Parse()
+	if c.lifeChurn <= 0 {
+		// Refused here, not minutes later by the node suites' first scenario.
+		fmt.Fprintf(os.Stderr, "bench: -lifecycle-churn %v: must be a positive duration\n", c.lifeChurn)
+		os.Exit(2)
+	}
 	c.small, c.probes = 10, 50
 	if c.smoke {
 		c.rules, c.pods, c.e2ePods, c.small, c.probes, c.churn, c.rounds, c.execs, c.kubePods, c.nriPods, c.resync = 3, 12, 4, 4, 3, 8, 2, 5, 2, 1, time.Second
