@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicemesh/sluice/internal/lifecycletest"
 )
 
 // A samples file as test/peer's BenchmarkPodStart wrote it (-benchtime 3x)
@@ -65,6 +67,13 @@ func TestScenarioCounts(t *testing.T) {
 		}, []string{"| upgrade | sluice | 20 | 0 | 0 | 0 | 200 ms | 12000 ms |", "| outage | sluice | not recorded |",
 			"| reboot | istio-cni | 20 | 1 | 0 | 0 | 3000 ms | 9000 ms |",
 			"worse on upgrade delay p50 200 ms vs 100 ms, upgrade delay p99 12000 ms vs 1000 ms; not recorded: outage", "**missed**"}},
+		{"a delay that fell on a failed pod is never, and longer than any", []string{
+			row("sluice", "outage", 0, 0, 840e6, 25e9), row("istio-cni", "outage", 0, 12, 900e6, never),
+			row("sluice", "upgrade", 0, 0, 1, never), row("istio-cni", "upgrade", 0, 1, 1, 2),
+			row("sluice", "rollback", 0, 0, 0, 0), row("istio-cni", "rollback", 0, 0, 0, 0),
+			row("sluice", "reboot", 0, 0, 0, 0), row("istio-cni", "reboot", 0, 0, 0, 0),
+		}, []string{"| outage | istio-cni | 20 | 0 | 12 | 0 | 900 ms | never |", "| outage | sluice | 20 | 0 | 0 | 0 | 840 ms | 25000 ms |",
+			"worse on upgrade delay p99 never vs 0.00 ms (section 8)", "**missed**"}},
 		{"all four, none worse", []string{
 			row("sluice", "outage", 0, 0, 0, 0), row("istio-cni", "outage", 1, 0, 0, 0),
 			row("sluice", "upgrade", 0, 0, 1, 2), row("istio-cni", "upgrade", 0, 0, 1, 2),
@@ -91,6 +100,8 @@ func TestScenarioCounts(t *testing.T) {
 		}
 	}
 }
+
+const never = int64(lifecycletest.Never)
 
 func itoa(i int) string     { return itoa64(int64(i)) }
 func itoa64(i int64) string { return strconv.FormatInt(i, 10) }

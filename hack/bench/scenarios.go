@@ -98,16 +98,26 @@ func worseCounts(s, i lifecycleCount) []string {
 	sp50, sp99 := countDelay(s)
 	ip50, ip99 := countDelay(i)
 	if sp50 > ip50 {
-		w = append(w, fmt.Sprintf("delay p50 %s vs %s", ms(sp50), ms(ip50)))
+		w = append(w, fmt.Sprintf("delay p50 %s vs %s", delayMS(sp50), delayMS(ip50)))
 	}
 	if sp99 > ip99 {
-		w = append(w, fmt.Sprintf("delay p99 %s vs %s", ms(sp99), ms(ip99)))
+		w = append(w, fmt.Sprintf("delay p99 %s vs %s", delayMS(sp99), delayMS(ip99)))
 	}
 	return w
 }
 
+// delayMS is a delay in milliseconds, "never" for a percentile that
+// fell on a pod that never started (lifecycletest.Never).
+func delayMS(d time.Duration) string {
+	if d == lifecycletest.Never {
+		return "never"
+	}
+	return ms(d)
+}
+
 // delay is the row's extra start p50 and p99 over its baseline, or, for a
-// reboot (no baseline), the reboot's start → running again.
+// reboot (no baseline), the reboot's start → running again; Never ranks
+// after every finite delay, so it compares as the longest.
 func countDelay(c lifecycleCount) (p50, p99 time.Duration) {
 	if c.Scenario == lifecycletest.ScenarioReboot {
 		return time.Duration(c.StartP50NS), time.Duration(c.StartP99NS)
@@ -171,7 +181,7 @@ func writeScenarios(m *md, r *scenarioResult) {
 			}
 			p50, p99 := countDelay(row.c)
 			m.p("| %s | %s | %d | %d | %d | %d | %s | %s |", c.scenario, row.cni, row.c.Pods,
-				row.c.Uncaptured, row.c.Failed, row.c.Evicted, ms(p50), ms(p99))
+				row.c.Uncaptured, row.c.Failed, row.c.Evicted, delayMS(p50), delayMS(p99))
 		}
 	}
 	m.p("")
@@ -180,8 +190,10 @@ func writeScenarios(m *md, r *scenarioResult) {
 	m.p("`go test -v ./test/lifecycle` (sluice) and `go test -v ./test/peer` (istio-cni); the counts are defined")
 	m.p("in `internal/lifecycletest`. Extra start is a phase's create → running over the same churn just")
 	m.p("before it with no outage or rollout; for a reboot, which has no baseline, it is the reboot's start →")
-	m.p("running again. Start delays are of the pods that started: a pod that failed for good is in the")
-	m.p("failed column, not in the delays. The outage takes the first node's agent away for %v.", lifecycletest.OutageHold)
+	m.p("running again. A pod that failed for good or was evicted is counted in its column and, in the")
+	m.p("delays, as never started (`never`), after every pod that started: leaving it out would let a CNI")
+	m.p("whose pods fail show a shorter delay than one whose pods wait and start. The outage takes the first")
+	m.p("node's agent away for %v.", lifecycletest.OutageHold)
 	for _, e := range r.suiteErrs {
 		m.p("")
 		m.p("A suite failed (its counts above are what it recorded): `%s`", tail(e, 3))

@@ -54,14 +54,19 @@ func Reboot(t *testing.T, m *Mesh) {
 	t.Logf("reboot: every pod captured again %v after the reboot began", time.Since(rebooted).Round(time.Millisecond))
 	n := Count{CNI: m.CNI, Scenario: ScenarioReboot, Nodes: len(node.Nodes()), Pods: len(pods)}
 	var back []time.Duration
+	never := 0
 	for _, p := range pods {
 		n.Kinds = appendNew(n.Kinds, p.kind)
 		m.tallyRebootPod(t, p, &n)
-		if p.back != 0 {
+		switch {
+		case p.back != 0:
 			back = append(back, p.back)
+		case p.failed != "" || p.evicted:
+			never++
 		}
 	}
-	n.StartP50NS, n.StartP99NS = int64(Percentile(back, 50)), int64(Percentile(back, 99))
+	p50, p99 := StartPercentiles(back, never)
+	n.StartP50NS, n.StartP99NS = int64(p50), int64(p99)
 	stop()
 	pr.wg.Wait()
 	probes, app, addrs, where := pr.tally()
@@ -99,8 +104,8 @@ func judgeReboot(t *testing.T, n Count) {
 	for _, f := range n.Failures {
 		t.Error(f)
 	}
-	t.Logf("reboot %s: pods=%d probes=%d answered by an app=%d; back p50=%v p99=%v", n.CNI, n.Pods, n.Probes,
-		n.UncapturedProbes, Duration(n.StartP50NS).Round(time.Millisecond), Duration(n.StartP99NS).Round(time.Millisecond))
+	t.Logf("reboot %s: pods=%d probes=%d answered by an app=%d; back p50=%s p99=%s", n.CNI, n.Pods, n.Probes,
+		n.UncapturedProbes, DelayText(n.StartP50NS), DelayText(n.StartP99NS))
 }
 
 func appendNew(s []string, v string) []string {

@@ -12,6 +12,7 @@ import (
 func (c *churner) count(phase string, base Count) Count {
 	n := Count{CNI: c.m.CNI, Scenario: phase, Nodes: len(c.m.Cluster.Nodes()), Kinds: slices.Clone(c.m.Kinds)}
 	var starts []time.Duration
+	never := 0
 	for _, p := range c.pods {
 		if p.phase != phase {
 			continue
@@ -31,18 +32,31 @@ func (c *churner) count(phase string, base Count) Count {
 			n.Overcaptured++
 			n.Failures = append(n.Failures, p.story(fmt.Sprintf("captured with no mesh metadata: its app's first dial got %q", p.first)))
 		}
-		if p.start != 0 {
+		switch {
+		case p.start != 0:
 			starts = append(starts, p.start)
+		case p.failed != "" || p.evicted:
+			never++
 		}
 	}
 	if d := c.phases[phase]; d > 0 {
 		n.PodsPerNodeSecond = float64(n.Pods) / float64(n.Nodes) / d.Seconds()
 	}
-	n.StartP50NS, n.StartP99NS = int64(Percentile(starts, 50)), int64(Percentile(starts, 99))
+	p50, p99 := StartPercentiles(starts, never)
+	n.StartP50NS, n.StartP99NS = int64(p50), int64(p99)
 	if base.Pods > 0 {
-		n.ExtraP50NS, n.ExtraP99NS = n.StartP50NS-base.StartP50NS, n.StartP99NS-base.StartP99NS
+		n.ExtraP50NS = int64(Extra(p50, Duration(base.StartP50NS)))
+		n.ExtraP99NS = int64(Extra(p99, Duration(base.StartP99NS)))
 	}
 	return n
+}
+
+// DelayText is a row's delay for a log line: "never" for Never.
+func DelayText(ns int64) string {
+	if Duration(ns) == Never {
+		return "never"
+	}
+	return Duration(ns).Round(time.Millisecond).String()
 }
 
 func (p *churnPod) story(what string) string {
@@ -70,8 +84,7 @@ func (c *churner) judge(t *testing.T, n Count) {
 	if n.Failed > 0 && c.m.FailedTolerated != "" {
 		t.Logf("%s on %s: %d pods failed for good, counted, not failing the test: %s", n.Scenario, n.CNI, n.Failed, c.m.FailedTolerated)
 	}
-	t.Logf("%-8s %s: pods=%d (%.2f/s per node on %d nodes) start p50=%v p99=%v extra p50=%v p99=%v", n.Scenario, n.CNI,
-		n.Pods, n.PodsPerNodeSecond, n.Nodes, Duration(n.StartP50NS).Round(time.Millisecond),
-		Duration(n.StartP99NS).Round(time.Millisecond), Duration(n.ExtraP50NS).Round(time.Millisecond),
-		Duration(n.ExtraP99NS).Round(time.Millisecond))
+	t.Logf("%-8s %s: pods=%d (%.2f/s per node on %d nodes) start p50=%s p99=%s extra p50=%s p99=%s", n.Scenario, n.CNI,
+		n.Pods, n.PodsPerNodeSecond, n.Nodes, DelayText(n.StartP50NS), DelayText(n.StartP99NS),
+		DelayText(n.ExtraP50NS), DelayText(n.ExtraP99NS))
 }

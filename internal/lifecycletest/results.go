@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -73,12 +74,14 @@ type Count struct {
 	Evicted int `json:"evicted"`
 	// StartP50NS and StartP99NS are create → every container running of
 	// the phase's pods; for a reboot, the reboot's start → every container
-	// running again.
+	// running again. A pod that failed for good or was evicted before it
+	// ran counts as Never, after every pod that started.
 	StartP50NS int64 `json:"start_p50_ns"`
 	StartP99NS int64 `json:"start_p99_ns"`
 	// ExtraP50NS and ExtraP99NS are the phase's start p50 and p99 less
 	// those of the same churn with no rollout (the baseline phase); 0 for
-	// a reboot, which has no baseline, and for the baseline itself.
+	// a reboot, which has no baseline, and for the baseline itself; Never
+	// when the phase's is (see Extra).
 	ExtraP50NS int64 `json:"extra_p50_ns"`
 	ExtraP99NS int64 `json:"extra_p99_ns"`
 	// Failures names each counted pod and why, for the reader.
@@ -126,6 +129,36 @@ func Record(c Count) error {
 		return err
 	}
 	return os.WriteFile(file, data, 0o644)
+}
+
+// Never is the start delay of a pod that never started: failed for good
+// or evicted before every container ran. In a phase's percentiles it ranks
+// after every pod that started, so a CNI whose pods fail cannot show a
+// shorter start delay than one whose pods wait and then start: leaving the
+// failed pods out would reward failing them.
+const Never = time.Duration(math.MaxInt64)
+
+// StartPercentiles are the p50 and p99 (nearest rank) of the pods that
+// started, taking starts, and never more that did not, each as Never.
+func StartPercentiles(starts []time.Duration, never int) (p50, p99 time.Duration) {
+	all := slices.Clone(starts)
+	for range never {
+		all = append(all, Never)
+	}
+	return Percentile(all, 50), Percentile(all, 99)
+}
+
+// Extra is a phase's start percentile over the baseline's. Never stays
+// Never; over a baseline that is itself Never (its pods failed, so it says
+// nothing of an undisturbed start) the phase's whole start counts as extra.
+func Extra(phase, base time.Duration) time.Duration {
+	switch {
+	case phase == Never:
+		return Never
+	case base == Never:
+		return phase
+	}
+	return phase - base
 }
 
 // Duration is a row's nanoseconds as a time.Duration.
