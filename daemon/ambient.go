@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,8 @@ func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Wor
 		Snapshot: snapshot,
 		Open:     opener.Open,
 		Logger:   log.With("component", "ztunnel"),
+		// Config's 0 is its default; the flag's 0 is no wait.
+		ConnectWait: cmp.Or(cfg.ztunnelWait, -1),
 	}
 	if informers != nil {
 		pending, err := istioadopt.NewPending(informers.Pods, records, cfg.hostProc, opener.Open, nil, log.With("component", "adopt"))

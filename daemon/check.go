@@ -42,6 +42,9 @@ func (c *config) check() error {
 	if bad := validation.IsQualifiedName(c.startupTaint); c.startupTaint != "" && len(bad) > 0 {
 		errs = append(errs, fmt.Errorf("--startup-taint %q: not a taint key: %s", c.startupTaint, strings.Join(bad, "; ")))
 	}
+	if c.ztunnelWait < 0 {
+		errs = append(errs, fmt.Errorf("--ztunnel-connect-wait %v: negative; 0 fails at once", c.ztunnelWait))
+	}
 	errs = append(errs, c.checkPaths()...)
 	if _, _, err := net.SplitHostPort(c.healthAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--health-addr: %w", err))

@@ -65,6 +65,7 @@ type config struct {
 	ambientDNSCapture bool
 	ambientSelectors  string
 	ztunnelSocket     string
+	ztunnelWait       time.Duration
 	probeSNATIPv4     string
 	probeSNATIPv6     string
 	hostNetns         string
@@ -165,6 +166,7 @@ func (c *config) policyFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.probeSNATIPv4, "probe-snat-ipv4", envOr(getenv, "HOST_PROBE_SNAT_IP", redirect.DefaultProbeSNATIPv4.String()), "source address kubelet probes to ambient pods are SNATed to, which their in-pod rules let past ztunnel (istio-cni's HOST_PROBE_SNAT_IP is read too)")
 	fs.StringVar(&c.probeSNATIPv6, "probe-snat-ipv6", envOr(getenv, "HOST_PROBE_SNAT_IPV6", redirect.DefaultProbeSNATIPv6.String()), "the same for IPv6 (istio-cni's HOST_PROBE_SNAT_IPV6 is read too)")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
+	fs.DurationVar(&c.ztunnelWait, "ztunnel-connect-wait", 5*time.Second, "how long an ambient pod's ADD that finds no ztunnel connected waits for one (a ztunnel restart) before it fails for the runtime to retry; at most 16 wait at once; 0 fails at once")
 	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
 	fs.StringVar(&c.trigger, "trigger", triggerCNI, "what enrols a pod: cni (the chained plugin's ADD), nri (the runtime's NRI pod events; no conflist entry is installed) or both (migration)")
 	fs.StringVar(&c.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket, with --trigger nri or both")

@@ -115,6 +115,7 @@ func TestConfigValidatedOnEveryPath(t *testing.T) {
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--plugin-status", "kubelet"}, "--plugin-status"},
 		{[]string{"--startup-taint", "not a key!"}, "--startup-taint"},
+		{[]string{"--ztunnel-connect-wait", "-1s"}, "--ztunnel-connect-wait"},
 	} {
 		for _, check := range []bool{false, true} {
 			args := tc.args

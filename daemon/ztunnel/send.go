@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netns"
 
@@ -13,13 +14,16 @@ import (
 
 // Add hands w's netns to the newest ztunnel and waits for its ack. Record w
 // where Snapshot will list it before calling Add: a ztunnel connecting in
-// between is then sent w in its snapshot or by this Add. It fails at once
-// with ErrNotConnected when no ztunnel is connected, and otherwise within
-// ctx's deadline or the configured Timeout, whichever is first.
+// between is then sent w in its snapshot or by this Add (ztunnel takes a
+// second Add of a pod it holds in the same netns as done). When no ztunnel
+// is connected it fails with ErrNotConnected: at once, or, under
+// WaitForConnection, once ConnectWait or ctx ends with none connected.
+// Otherwise it returns within ctx's deadline or the configured Timeout,
+// whichever is first.
 func (s *Server) Add(ctx context.Context, w Workload) error {
-	c := s.newest()
-	if c == nil {
-		return fmt.Errorf("add workload %s to ztunnel: %w", w.UID, ErrNotConnected)
+	c, err := s.connection(ctx)
+	if err != nil {
+		return fmt.Errorf("add workload %s to ztunnel: %w", w.UID, err)
 	}
 	ns, err := s.cfg.Open(w.Netns)
 	if err != nil {
@@ -30,6 +34,58 @@ func (s *Server) Add(ctx context.Context, w Workload) error {
 	}
 	c.log.Info("workload added to ztunnel", "uid", w.UID, "pod", w.Namespace+"/"+w.Name)
 	return nil
+}
+
+// MaxWaiting bounds the Adds waiting for a ztunnel at once; more fail at
+// once. Each holds one of the agent's ADD slots (--max-inflight, 64 by
+// default) while it waits, and a ztunnel that stays away must not take
+// them all: sidecar and plain pods' ADDs need no ztunnel.
+const MaxWaiting = 16
+
+// waitKey marks a context whose Add may wait for a ztunnel.
+type waitKey struct{}
+
+// WaitForConnection marks ctx so that an Add under it that finds no
+// ztunnel connected waits up to ConnectWait for one instead of failing at
+// once. The CNI ADD path sets it: a ztunnel restart takes seconds, and a
+// failed ADD is retried by the kubelet only after its backoff (10 s and
+// more). Background enrolments do not: their work queues retry on their
+// own and must not hold the waiting slots.
+func WaitForConnection(ctx context.Context) context.Context {
+	return context.WithValue(ctx, waitKey{}, true)
+}
+
+// connection is the newest connection; with none, under
+// WaitForConnection, it waits for a ztunnel's hello while a waiting slot
+// is free, within ctx and ConnectWait.
+func (s *Server) connection(ctx context.Context) (*conn, error) {
+	c, joined := s.newest()
+	if c != nil {
+		return c, nil
+	}
+	if ctx.Value(waitKey{}) == nil || s.cfg.ConnectWait < 0 {
+		return nil, ErrNotConnected
+	}
+	select {
+	case s.waiting <- struct{}{}:
+		defer func() { <-s.waiting }()
+	default:
+		return nil, fmt.Errorf("%w, and %d ADDs wait for one already", ErrNotConnected, MaxWaiting)
+	}
+	timer := time.NewTimer(s.cfg.ConnectWait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-joined:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: waited for one until the caller's deadline", ErrNotConnected)
+		case <-timer.C:
+			return nil, fmt.Errorf("%w: waited for one %v", ErrNotConnected, s.cfg.ConnectWait)
+		}
+		if c, joined = s.newest(); c != nil {
+			return c, nil
+		}
+	}
 }
 
 // Del tells every connected ztunnel to let go of the workload: an old

@@ -204,3 +204,77 @@ func TestNetnsFdsAreClosed(t *testing.T) {
 	nstest.Eventually(t, 5*time.Second, func() bool { return openFDs(t) == before },
 		"%d fds open before the Adds and the reconnect, not as many after", before)
 }
+
+// Under WaitForConnection an Add that finds no ztunnel waits for one: the
+// ztunnel that connects gets the pod in its snapshot (it was listed
+// first), then the Add itself, and the Add succeeds. Before, it failed at
+// once and the runtime retried only after the kubelet's backoff.
+func TestAddWaitsForAZtunnel(t *testing.T) {
+	h := start(t, func(c *Config) { c.ConnectWait = time.Minute })
+	w, ino := h.enroll("a")
+	errc := h.add(WaitForConnection(context.Background()), w)
+	select {
+	case err := <-errc:
+		t.Fatalf("Add returned %v with no ztunnel connected, want it to wait", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	z := connectZtunnel(t, h.path)
+	if got := kinds(z.snapshot()); !slices.Equal(got, []string{"add:a", "snapshot_sent"}) {
+		t.Fatalf("snapshot %v, want the waiting pod in it", got)
+	}
+	if r := z.recv(); r.String() != "add:a" || r.netns != ino {
+		t.Fatalf("ztunnel got %s (netns %d), want add:a (netns %d)", r, r.netns, ino)
+	}
+	z.ack("")
+	if err := <-errc; err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+}
+
+// The wait ends with ErrNotConnected when no ztunnel comes within
+// ConnectWait, or before it when the caller's deadline passes.
+func TestAddWaitGivesUp(t *testing.T) {
+	h := start(t, func(c *Config) { c.ConnectWait = 300 * time.Millisecond })
+	w, _ := h.pod("a")
+	err := h.srv.Add(WaitForConnection(context.Background()), w)
+	if !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), "waited for one 300ms") {
+		t.Fatalf("Add after ConnectWait: %v, want ErrNotConnected saying it waited", err)
+	}
+	ctx, cancel := context.WithTimeout(WaitForConnection(context.Background()), 100*time.Millisecond)
+	defer cancel()
+	h2 := start(t, func(c *Config) { c.ConnectWait = time.Minute })
+	err = h2.srv.Add(ctx, w)
+	if !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), "until the caller's deadline") {
+		t.Fatalf("Add past the caller's deadline: %v, want ErrNotConnected saying so", err)
+	}
+}
+
+// At most MaxWaiting Adds wait; the next fails at once, so a ztunnel that
+// stays away holds a bounded share of the agent's ADD slots.
+func TestAddWaitersAreBounded(t *testing.T) {
+	h := start(t, func(c *Config) { c.ConnectWait = time.Minute })
+	ctx, cancel := context.WithCancel(WaitForConnection(context.Background()))
+	w, _ := h.pod("a")
+	var waiting []<-chan error
+	for range MaxWaiting {
+		waiting = append(waiting, h.add(ctx, w))
+	}
+	nstest.Eventually(t, 5*time.Second, func() bool { return len(h.srv.waiting) == MaxWaiting }, "want %d Adds waiting", MaxWaiting)
+	start := time.Now()
+	err := h.srv.Add(ctx, w)
+	if !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), fmt.Sprintf("%d ADDs wait for one already", MaxWaiting)) {
+		t.Fatalf("Add past MaxWaiting: %v, want ErrNotConnected saying the waiters are full", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Add past MaxWaiting took %v, want it at once", d)
+	}
+	cancel()
+	for _, errc := range waiting {
+		if err := <-errc; !errors.Is(err, ErrNotConnected) {
+			t.Errorf("cancelled waiting Add: %v, want ErrNotConnected", err)
+		}
+	}
+	if n := len(h.srv.waiting); n != 0 {
+		t.Errorf("%d waiting slots held after every waiter returned", n)
+	}
+}

@@ -76,6 +76,9 @@ type Config struct {
 	// Keepalive is how often an idle connection is checked for a ztunnel
 	// that has gone away. Default 5s.
 	Keepalive time.Duration
+	// ConnectWait is how long an Add under WaitForConnection waits for a
+	// ztunnel when none is connected. Default Timeout; negative, no wait.
+	ConnectWait time.Duration
 }
 
 // Server accepts ztunnel connections and sends them workloads.
@@ -87,6 +90,11 @@ type Server struct {
 	mu     sync.Mutex
 	conns  []*conn // ztunnels that said hello, oldest first
 	nextID uint64
+	// joined is closed, and replaced, when a ztunnel says hello: it wakes
+	// the Adds waiting for one.
+	joined chan struct{}
+	// waiting holds a slot per Add waiting for a ztunnel (MaxWaiting).
+	waiting chan struct{}
 }
 
 // New validates cfg and starts listening on its socket, so that errors show
@@ -112,11 +120,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Keepalive <= 0 {
 		cfg.Keepalive = 5 * time.Second
 	}
+	if cfg.ConnectWait == 0 {
+		cfg.ConnectWait = cfg.Timeout
+	}
 	ln, err := listen(cfg.Path)
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: cfg.Logger.With("socket", cfg.Path), ln: ln}, nil
+	return &Server{cfg: cfg, log: cfg.Logger.With("socket", cfg.Path), ln: ln,
+		joined: make(chan struct{}), waiting: make(chan struct{}, MaxWaiting)}, nil
 }
 
 // Run accepts ztunnel connections until ctx is done, then closes the socket
@@ -213,6 +225,8 @@ func (s *Server) newConn(uc *net.UnixConn) *conn {
 func (s *Server) register(c *conn) {
 	s.mu.Lock()
 	s.conns = append(s.conns, c)
+	close(s.joined)
+	s.joined = make(chan struct{})
 	s.mu.Unlock()
 	c.log.Info("ztunnel connected", "connections", s.Connections())
 }
@@ -224,16 +238,17 @@ func (s *Server) unregister(c *conn) {
 	c.log.Info("ztunnel gone", "connections", s.Connections())
 }
 
-// newest is the connection new workloads go to.
-func (s *Server) newest() *conn {
+// newest is the connection new workloads go to, or nil and the channel
+// the next hello closes.
+func (s *Server) newest() (*conn, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range slices.Backward(s.conns) {
 		if !c.dropped() {
-			return c
+			return c, nil
 		}
 	}
-	return nil
+	return nil, s.joined
 }
 
 func (s *Server) live() []*conn {

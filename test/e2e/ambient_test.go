@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
+	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/api/zds"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
@@ -100,15 +103,16 @@ func netnsInode(t *testing.T, ns *nstest.NS) uint64 {
 	return st.Ino
 }
 
-// The ambient path end to end: ADD waits for ztunnel (fails "try again"
-// without one), hands it the pod's netns over ZDS, lists the pod IP in the
+// The ambient path end to end: ADD fails "try again" without ztunnel
+// (--ztunnel-connect-wait 0), hands it the pod's netns over ZDS, lists the pod IP in the
 // node's probe table and captures the app's traffic to ztunnel's port;
 // a restarted agent re-sends the pod in its snapshot; DEL tells ztunnel and
 // cleans the node; an uninstall exit removes the host table.
 func TestAmbientHandsPodsToZtunnel(t *testing.T) {
 	n := newNode(t)
 	zsock := filepath.Join(t.TempDir(), "ztunnel", "ztunnel.sock")
-	args := []string{"--ambient", "--default-mode", "ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", zsock}
+	args := []string{"--ambient", "--default-mode", "ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", zsock,
+		"--ztunnel-connect-wait", "0"}
 	n.startAgent(args...)
 	c := n.cni(n.conflist("1.1.0", ""))
 	pod := n.Pod("amb")
@@ -215,4 +219,61 @@ func TestSIGTERMDrainsInFlightADD(t *testing.T) {
 	if !a.Cmd.ProcessState.Success() {
 		t.Fatalf("agent exit: %v\n%s", a.Cmd.ProcessState, a.Logs)
 	}
+}
+
+// An ambient ADD that meets no ztunnel waits for one (the default
+// --ztunnel-connect-wait): the ztunnel that connects meanwhile is sent the
+// pod in its snapshot, then its Add, and the runtime's ADD succeeds with
+// the pod captured. Before, the ADD failed at once and the kubelet tried
+// again only after its backoff. With no ztunnel by the wait's end the ADD
+// fails, rolled back, naming the wait.
+func TestAmbientAddWaitsForZtunnel(t *testing.T) {
+	n := newNode(t)
+	zsock := filepath.Join(t.TempDir(), "ztunnel", "ztunnel.sock")
+	n.startAgent("--ambient", "--default-mode", "ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", zsock,
+		"--ztunnel-connect-wait", "3s")
+	// A plugin deadline past the wait, as the default 10 s is past 5 s.
+	c := n.cni(bytes.Replace(n.conflist("1.1.0", ""), []byte(`"timeout": "2s"`), []byte(`"timeout": "8s"`), 1))
+
+	lone := n.Pod("lone")
+	if _, err := c.Add(rt("lone1", lone)); err == nil || !strings.Contains(err.Error(), "waited for one 3s") {
+		t.Fatalf("ADD with no ztunnel for the whole wait = %v, want a try-again error saying it waited", err)
+	}
+	if out := lone.Run(t, "nft", "list", "tables"); strings.Contains(out, "sluice") {
+		t.Fatalf("the failed ADD left its table:\n%s", out)
+	}
+
+	pod := n.Pod("amb")
+	rc := rt("amb1", pod)
+	added := make(chan error, 1)
+	go func() { _, err := c.Add(rc); added <- err }()
+	// The record is listed before ztunnel is asked: the ADD is in, waiting.
+	n.agent.Wait(t, 5*time.Second, func() bool {
+		return slices.ContainsFunc(n.Workloads(t), func(w *sluicev1.Workload) bool { return w.ContainerId == "amb1" })
+	}, "the ADD's record listed")
+	select {
+	case err := <-added:
+		t.Fatalf("ADD returned %v with no ztunnel connected, want it to wait", err)
+	default:
+	}
+	z := connectZDS(t, zsock)
+	req, ino := z.next()
+	if req.GetAdd().GetUid() != "uid-amb" || ino != netnsInode(t, pod) {
+		t.Fatalf("snapshot's first message %v (netns %d), want Add uid-amb with the pod's netns %d", req, ino, netnsInode(t, pod))
+	}
+	if req, _ := z.next(); req.GetSnapshotSent() == nil {
+		t.Fatalf("after the waiting pod: %v, want the end of the snapshot", req)
+	}
+	if req, ino := z.next(); req.GetAdd().GetUid() != "uid-amb" || ino != netnsInode(t, pod) {
+		t.Fatalf("after the snapshot: %v (netns %d), want the ADD's own Add of uid-amb", req, ino)
+	}
+	if err := <-added; err != nil {
+		t.Fatalf("ADD that waited for ztunnel: %v", err)
+	}
+	n.expectInSync(t, "amb1")
+	p := startProxy(t, pod, "15001")
+	if _, err := dialFrom(t, pod, "10.96.0.10:80"); err != nil {
+		t.Fatal(err)
+	}
+	p.expect(t, "10.96.0.10:80")
 }
