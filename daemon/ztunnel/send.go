@@ -21,7 +21,7 @@ import (
 // Otherwise it returns within ctx's deadline or the configured Timeout,
 // whichever is first.
 func (s *Server) Add(ctx context.Context, w Workload) error {
-	c, err := s.connection(ctx)
+	c, err := s.connection(ctx, w)
 	if err != nil {
 		return fmt.Errorf("add workload %s to ztunnel: %w", w.UID, err)
 	}
@@ -58,7 +58,7 @@ func WaitForConnection(ctx context.Context) context.Context {
 // connection is the newest connection; with none, under
 // WaitForConnection, it waits for a ztunnel's hello while a waiting slot
 // is free, within ctx and ConnectWait.
-func (s *Server) connection(ctx context.Context) (*conn, error) {
+func (s *Server) connection(ctx context.Context, w Workload) (*conn, error) {
 	c, joined := s.newest()
 	if c != nil {
 		return c, nil
@@ -72,6 +72,8 @@ func (s *Server) connection(ctx context.Context) (*conn, error) {
 	default:
 		return nil, fmt.Errorf("%w, and %d ADDs wait for one already", ErrNotConnected, MaxWaiting)
 	}
+	began := time.Now()
+	s.log.Info("no ztunnel connected: the ADD waits for one", "uid", w.UID, "pod", w.Namespace+"/"+w.Name, "wait", s.cfg.ConnectWait)
 	timer := time.NewTimer(s.cfg.ConnectWait)
 	defer timer.Stop()
 	for {
@@ -83,6 +85,7 @@ func (s *Server) connection(ctx context.Context) (*conn, error) {
 			return nil, fmt.Errorf("%w: waited for one %v", ErrNotConnected, s.cfg.ConnectWait)
 		}
 		if c, joined = s.newest(); c != nil {
+			c.log.Info("ztunnel connected: the waiting ADD goes on", "uid", w.UID, "waited", time.Since(began).Round(time.Millisecond))
 			return c, nil
 		}
 	}
