@@ -54,6 +54,10 @@ func sluiceValues(extra ...string) []string {
 		"--set", "image.tag=" + images.SluiceTag,
 		"--set", "image.pullPolicy=Never",
 		"--set", "ambient.enabled=true",
+		// TestAmbientPodWaitsForZtunnel's ztunnel comes back as a new pod
+		// (scheduled, sandboxed, started), which on this shared machine can
+		// take longer than the default 5 s; the plugin's deadline is 10 s.
+		"--set", "extraArgs={--ztunnel-connect-wait=9s}",
 	}
 	for _, e := range extra {
 		args = append(args, "--set", e)

@@ -37,14 +37,20 @@ func appPod(name, serviceAccount, dial string, labels map[string]string) *corev1
 // start creates the pod and waits until it runs.
 func start(t *testing.T, ns string, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
-	cs := client(t)
-	if _, err := cs.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+	if _, err := client(t).CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)
 	}
+	return running(t, ns, p.Name)
+}
+
+// running waits until the pod runs and has an IP.
+func running(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	cs := client(t)
 	var got *corev1.Pod
-	eventually(t, 2*time.Minute, "pod "+ns+"/"+p.Name+" Running", func() error {
+	eventually(t, 2*time.Minute, "pod "+ns+"/"+name+" Running", func() error {
 		var err error
-		if got, err = cs.CoreV1().Pods(ns).Get(t.Context(), p.Name, metav1.GetOptions{}); err != nil {
+		if got, err = cs.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{}); err != nil {
 			return err
 		}
 		if got.Status.Phase != corev1.PodRunning || got.Status.PodIP == "" {
