@@ -26,6 +26,14 @@ type Ambient struct {
 	Host netns.NsHandle
 }
 
+// connectWaiter is the ztunnel server's wait for a connection
+// (ztunnel.Server.AwaitConnection): an ambient ADD that finds no ztunnel
+// waits for one before it takes the pod's lock, which a DEL of any pod of
+// that stripe needs. Fakes without it fail such an ADD at once.
+type connectWaiter interface {
+	AwaitConnection(ctx context.Context, w ztunnel.Workload) error
+}
+
 // ErrZtunnel is wrapped when an ambient enrolment failed because ztunnel
 // did not take the pod (absent, refused, or no ack in time): Istio marks
 // such a pod "pending".
@@ -42,6 +50,14 @@ func (s *Store) handOver(ctx context.Context, r *Record) error {
 	if s.ambient == nil {
 		return errors.New("ambient pod, but the agent runs without --ambient")
 	}
+	// The wait and the ack keep rollbackReserve of the deadline back.
+	ackCtx, cancel := ackContext(ctx)
+	defer cancel()
+	if w, ok := s.ambient.Ztunnel.(connectWaiter); ok {
+		if err := w.AwaitConnection(ackCtx, ztunnelWorkload(r)); err != nil {
+			return fmt.Errorf("hand %s to ztunnel: %w: %w", r.Attachment, ErrZtunnel, err)
+		}
+	}
 	defer lockStripe(&s.podStripes, r.PodUID)()
 	s.hostMu.Lock()
 	err := s.kernel.AddHostIPs(redirect.Netns(s.ambient.Host), podAddrs(r)...)
@@ -49,8 +65,6 @@ func (s *Store) handOver(ctx context.Context, r *Record) error {
 	if err != nil {
 		return fmt.Errorf("add %s to the host probe table: %w", r.Attachment, err)
 	}
-	ackCtx, cancel := ackContext(ctx)
-	defer cancel()
 	if err := s.ambient.Ztunnel.Add(ackCtx, ztunnelWorkload(r)); err != nil {
 		return fmt.Errorf("hand %s to ztunnel: %w: %w", r.Attachment, ErrZtunnel, err)
 	}

@@ -3,12 +3,16 @@ package workloads
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
+	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
 
 // The ambient half of the Store's logic over redirecttest (fake_test.go):
@@ -162,5 +166,70 @@ func TestUnitZtunnelSnapshotNamesTheEnrolledNetns(t *testing.T) {
 	}
 	if got["uid-m"] != "/proc/11/ns/net" || got["uid-r"] != "" || len(got) != 2 {
 		t.Fatalf("snapshot netns paths %v, want uid-m at /proc/11/ns/net and uid-r at none", got)
+	}
+}
+
+// waitingZtunnel is fakeZtunnel whose AwaitConnection, for the pod uid
+// blocked, signals waiting and blocks until release is closed.
+type waitingZtunnel struct {
+	*fakeZtunnel
+	blocked          string
+	waiting, release chan struct{}
+}
+
+func (z *waitingZtunnel) AwaitConnection(_ context.Context, w ztunnel.Workload) error {
+	if w.UID == z.blocked {
+		close(z.waiting)
+		<-z.release
+	}
+	return nil
+}
+
+// An ambient ADD waiting for ztunnel holds no pod lock: the DEL of another
+// ambient pod whose uid falls on the same lock stripe finishes meanwhile
+// (DEL never waits on a ztunnel that is away), and the ADD goes on once
+// ztunnel is there.
+func TestUnitZtunnelWaitHoldsNoPodLock(t *testing.T) {
+	u := &unit{state: t.TempDir(), ns: redirecttest.NewNamespaces(t), kernel: redirecttest.NewFake()}
+	u.hostIno = u.ns.Add("/host")
+	host, err := u.ns.Open("/host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	stripe := func(uid string) uint32 { h := fnv.New32a(); h.Write([]byte(uid)); return h.Sum32() % 64 }
+	other := "uid-0"
+	for i := 1; stripe(other) != stripe("uid-b"); i++ {
+		other = fmt.Sprintf("uid-%d", i)
+	}
+	zt := &waitingZtunnel{fakeZtunnel: &fakeZtunnel{}, blocked: other, waiting: make(chan struct{}), release: make(chan struct{})}
+	u.ambient = &Ambient{Ztunnel: zt, Host: host}
+	u.store = u.open(t)
+
+	u.ns.Add("/netns/b")
+	rb := ambientUnitRecord("b", "uid-b", "10.0.0.2/24")
+	if err := u.store.Enroll(context.Background(), rb); err != nil {
+		t.Fatal(err)
+	}
+	u.ns.Add("/netns/a")
+	added := make(chan error, 1)
+	go func() { added <- u.store.Enroll(context.Background(), ambientUnitRecord("a", other, "10.0.0.1/24")) }()
+	<-zt.waiting
+	released := make(chan error, 1)
+	go func() { released <- u.store.Release(context.Background(), rb.Attachment, "") }()
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Fatalf("DEL of b: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("DEL of b blocked behind the ADD waiting for ztunnel")
+	}
+	close(zt.release)
+	if err := <-added; err != nil {
+		t.Fatalf("ADD after the wait: %v", err)
+	}
+	if got := zt.calls; !slices.Equal(got, []string{"add uid-b", "del uid-b", "add " + other}) {
+		t.Errorf("ztunnel heard %v", got)
 	}
 }

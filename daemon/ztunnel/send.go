@@ -15,15 +15,14 @@ import (
 // Add hands w's netns to the newest ztunnel and waits for its ack. Record w
 // where Snapshot will list it before calling Add: a ztunnel connecting in
 // between is then sent w in its snapshot or by this Add (ztunnel takes a
-// second Add of a pod it holds in the same netns as done). When no ztunnel
-// is connected it fails with ErrNotConnected: at once, or, under
-// WaitForConnection, once ConnectWait or ctx ends with none connected.
-// Otherwise it returns within ctx's deadline or the configured Timeout,
-// whichever is first.
+// second Add of a pod it holds in the same netns as done). It fails at once
+// with ErrNotConnected when no ztunnel is connected (AwaitConnection
+// waits for one), and otherwise within ctx's deadline or the configured
+// Timeout, whichever is first.
 func (s *Server) Add(ctx context.Context, w Workload) error {
-	c, err := s.connection(ctx, w)
-	if err != nil {
-		return fmt.Errorf("add workload %s to ztunnel: %w", w.UID, err)
+	c, _ := s.newest()
+	if c == nil {
+		return fmt.Errorf("add workload %s to ztunnel: %w", w.UID, ErrNotConnected)
 	}
 	ns, err := s.cfg.Open(w.Netns)
 	if err != nil {
@@ -36,18 +35,18 @@ func (s *Server) Add(ctx context.Context, w Workload) error {
 	return nil
 }
 
-// MaxWaiting bounds the Adds waiting for a ztunnel at once; more fail at
-// once. Each holds one of the agent's ADD slots (--max-inflight, 64 by
+// MaxWaiting bounds the ADDs waiting for a ztunnel at once
+// (AwaitConnection); more fail at once. Each holds one of the agent's ADD slots (--max-inflight, 64 by
 // default) while it waits, and a ztunnel that stays away must not take
 // them all: sidecar and plain pods' ADDs need no ztunnel.
 const MaxWaiting = 16
 
-// waitKey marks a context whose Add may wait for a ztunnel.
+// waitKey marks a context whose AwaitConnection may wait for a ztunnel.
 type waitKey struct{}
 
-// WaitForConnection marks ctx so that an Add under it that finds no
-// ztunnel connected waits up to ConnectWait for one instead of failing at
-// once. The CNI ADD path sets it: a ztunnel restart takes seconds, and a
+// WaitForConnection marks ctx so that AwaitConnection under it, finding no
+// ztunnel connected, waits up to ConnectWait for one, and the Add after it
+// does not fail at once. The CNI ADD path sets it: a ztunnel restart takes seconds, and a
 // failed ADD is retried by the kubelet only after its backoff (10 s and
 // more). Background enrolments do not: their work queues retry on their
 // own and must not hold the waiting slots.
@@ -55,22 +54,22 @@ func WaitForConnection(ctx context.Context) context.Context {
 	return context.WithValue(ctx, waitKey{}, true)
 }
 
-// connection is the newest connection; with none, under
-// WaitForConnection, it waits for a ztunnel's hello while a waiting slot
-// is free, within ctx and ConnectWait.
-func (s *Server) connection(ctx context.Context, w Workload) (*conn, error) {
+// AwaitConnection returns once a ztunnel is connected, for the Add of w
+// that follows. Under WaitForConnection, with none connected, it waits
+// for a ztunnel's hello while a waiting slot is free, within ctx and
+// ConnectWait, and fails with ErrNotConnected when none comes; otherwise
+// it returns nil at once and leaves the verdict to Add. Call it before
+// taking any lock that a DEL needs: it may wait seconds.
+func (s *Server) AwaitConnection(ctx context.Context, w Workload) error {
 	c, joined := s.newest()
-	if c != nil {
-		return c, nil
-	}
-	if ctx.Value(waitKey{}) == nil || s.cfg.ConnectWait < 0 {
-		return nil, ErrNotConnected
+	if c != nil || ctx.Value(waitKey{}) == nil || s.cfg.ConnectWait < 0 {
+		return nil
 	}
 	select {
 	case s.waiting <- struct{}{}:
 		defer func() { <-s.waiting }()
 	default:
-		return nil, fmt.Errorf("%w, and %d ADDs wait for one already", ErrNotConnected, MaxWaiting)
+		return fmt.Errorf("add workload %s to ztunnel: %w, and %d ADDs wait for one already", w.UID, ErrNotConnected, MaxWaiting)
 	}
 	began := time.Now()
 	s.log.Info("no ztunnel connected: the ADD waits for one", "uid", w.UID, "pod", w.Namespace+"/"+w.Name, "wait", s.cfg.ConnectWait)
@@ -80,13 +79,13 @@ func (s *Server) connection(ctx context.Context, w Workload) (*conn, error) {
 		select {
 		case <-joined:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: waited for one until the caller's deadline", ErrNotConnected)
+			return fmt.Errorf("add workload %s to ztunnel: %w: waited for one until the caller's deadline", w.UID, ErrNotConnected)
 		case <-timer.C:
-			return nil, fmt.Errorf("%w: waited for one %v", ErrNotConnected, s.cfg.ConnectWait)
+			return fmt.Errorf("add workload %s to ztunnel: %w: waited for one %v", w.UID, ErrNotConnected, s.cfg.ConnectWait)
 		}
 		if c, joined = s.newest(); c != nil {
 			c.log.Info("ztunnel connected: the waiting ADD goes on", "uid", w.UID, "waited", time.Since(began).Round(time.Millisecond))
-			return c, nil
+			return nil
 		}
 	}
 }

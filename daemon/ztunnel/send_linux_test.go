@@ -205,17 +205,25 @@ func TestNetnsFdsAreClosed(t *testing.T) {
 		"%d fds open before the Adds and the reconnect, not as many after", before)
 }
 
-// Under WaitForConnection an Add that finds no ztunnel waits for one: the
-// ztunnel that connects gets the pod in its snapshot (it was listed
-// first), then the Add itself, and the Add succeeds. Before, it failed at
-// once and the runtime retried only after the kubelet's backoff.
-func TestAddWaitsForAZtunnel(t *testing.T) {
+// Under WaitForConnection, AwaitConnection with no ztunnel waits for one:
+// the ztunnel that connects gets the pod in its snapshot (it was listed
+// first), then the Add itself, and the Add succeeds. Before, the ADD
+// failed at once and the runtime retried only after the kubelet's backoff.
+func TestAwaitConnectionWaitsForAZtunnel(t *testing.T) {
 	h := start(t, func(c *Config) { c.ConnectWait = time.Minute })
 	w, ino := h.enroll("a")
-	errc := h.add(WaitForConnection(context.Background()), w)
+	errc := make(chan error, 1)
+	go func() {
+		ctx := WaitForConnection(context.Background())
+		if err := h.srv.AwaitConnection(ctx, w); err != nil {
+			errc <- err
+			return
+		}
+		errc <- h.srv.Add(ctx, w)
+	}()
 	select {
 	case err := <-errc:
-		t.Fatalf("Add returned %v with no ztunnel connected, want it to wait", err)
+		t.Fatalf("AwaitConnection and Add returned %v with no ztunnel connected, want them to wait", err)
 	case <-time.After(200 * time.Millisecond):
 	}
 	z := connectZtunnel(t, h.path)
@@ -231,47 +239,66 @@ func TestAddWaitsForAZtunnel(t *testing.T) {
 	}
 }
 
+// Unmarked, or with a ztunnel connected, AwaitConnection returns at once,
+// and the Add after it fails at once without a ztunnel.
+func TestAwaitConnectionUnmarkedReturnsAtOnce(t *testing.T) {
+	h := start(t, func(c *Config) { c.ConnectWait = time.Minute })
+	w, _ := h.pod("a")
+	begin := time.Now()
+	if err := h.srv.AwaitConnection(context.Background(), w); err != nil {
+		t.Fatalf("AwaitConnection unmarked: %v", err)
+	}
+	if err := h.srv.Add(context.Background(), w); !errors.Is(err, ErrNotConnected) {
+		t.Fatalf("Add: %v, want ErrNotConnected", err)
+	}
+	if d := time.Since(begin); d > time.Second {
+		t.Errorf("unmarked AwaitConnection and Add took %v, want at once", d)
+	}
+}
+
 // The wait ends with ErrNotConnected when no ztunnel comes within
 // ConnectWait, or before it when the caller's deadline passes.
-func TestAddWaitGivesUp(t *testing.T) {
+func TestAwaitConnectionGivesUp(t *testing.T) {
 	h := start(t, func(c *Config) { c.ConnectWait = 300 * time.Millisecond })
 	w, _ := h.pod("a")
-	err := h.srv.Add(WaitForConnection(context.Background()), w)
+	err := h.srv.AwaitConnection(WaitForConnection(context.Background()), w)
 	if !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), "waited for one 300ms") {
-		t.Fatalf("Add after ConnectWait: %v, want ErrNotConnected saying it waited", err)
+		t.Fatalf("AwaitConnection after ConnectWait: %v, want ErrNotConnected saying it waited", err)
 	}
 	ctx, cancel := context.WithTimeout(WaitForConnection(context.Background()), 100*time.Millisecond)
 	defer cancel()
 	h2 := start(t, func(c *Config) { c.ConnectWait = time.Minute })
-	err = h2.srv.Add(ctx, w)
+	err = h2.srv.AwaitConnection(ctx, w)
 	if !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), "until the caller's deadline") {
-		t.Fatalf("Add past the caller's deadline: %v, want ErrNotConnected saying so", err)
+		t.Fatalf("AwaitConnection past the caller's deadline: %v, want ErrNotConnected saying so", err)
 	}
 }
 
-// At most MaxWaiting Adds wait; the next fails at once, so a ztunnel that
-// stays away holds a bounded share of the agent's ADD slots.
-func TestAddWaitersAreBounded(t *testing.T) {
+// At most MaxWaiting wait; the next fails at once, so a ztunnel that stays
+// away holds a bounded share of the agent's ADD slots.
+func TestAwaitConnectionWaitersAreBounded(t *testing.T) {
 	h := start(t, func(c *Config) { c.ConnectWait = time.Minute })
 	ctx, cancel := context.WithCancel(WaitForConnection(context.Background()))
 	w, _ := h.pod("a")
-	var waiting []<-chan error
+	var waiting []chan error
 	for range MaxWaiting {
-		waiting = append(waiting, h.add(ctx, w))
+		errc := make(chan error, 1)
+		go func() { errc <- h.srv.AwaitConnection(ctx, w) }()
+		waiting = append(waiting, errc)
 	}
-	nstest.Eventually(t, 5*time.Second, func() bool { return len(h.srv.waiting) == MaxWaiting }, "want %d Adds waiting", MaxWaiting)
-	start := time.Now()
-	err := h.srv.Add(ctx, w)
+	nstest.Eventually(t, 5*time.Second, func() bool { return len(h.srv.waiting) == MaxWaiting }, "want %d waiting", MaxWaiting)
+	begin := time.Now()
+	err := h.srv.AwaitConnection(ctx, w)
 	if !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), fmt.Sprintf("%d ADDs wait for one already", MaxWaiting)) {
-		t.Fatalf("Add past MaxWaiting: %v, want ErrNotConnected saying the waiters are full", err)
+		t.Fatalf("AwaitConnection past MaxWaiting: %v, want ErrNotConnected saying the waiters are full", err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Add past MaxWaiting took %v, want it at once", d)
+	if d := time.Since(begin); d > time.Second {
+		t.Errorf("AwaitConnection past MaxWaiting took %v, want it at once", d)
 	}
 	cancel()
 	for _, errc := range waiting {
 		if err := <-errc; !errors.Is(err, ErrNotConnected) {
-			t.Errorf("cancelled waiting Add: %v, want ErrNotConnected", err)
+			t.Errorf("cancelled wait: %v, want ErrNotConnected", err)
 		}
 	}
 	if n := len(h.srv.waiting); n != 0 {
