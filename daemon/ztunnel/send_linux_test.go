@@ -221,10 +221,11 @@ func TestAwaitConnectionWaitsForAZtunnel(t *testing.T) {
 		}
 		errc <- h.srv.Add(ctx, w)
 	}()
+	nstest.Eventually(t, 5*time.Second, func() bool { return len(h.srv.waiting) == 1 }, "want the ADD waiting")
 	select {
 	case err := <-errc:
 		t.Fatalf("AwaitConnection and Add returned %v with no ztunnel connected, want them to wait", err)
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	z := connectZtunnel(t, h.path)
 	if got := kinds(z.snapshot()); !slices.Equal(got, []string{"add:a", "snapshot_sent"}) {
