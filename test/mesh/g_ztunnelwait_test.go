@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -50,6 +51,8 @@ func TestAmbientPodWaitsForZtunnel(t *testing.T) {
 		}
 	}
 	waitReplies(t, mesh, "c", 3)
+	readyPod(t, istioNS, "app=ztunnel", 2*time.Minute)
+	waitZtunnelConnected(t)
 }
 
 // agentLogged says whether one line of the agent's log holds every part.
@@ -75,7 +78,9 @@ func all(s string, parts []string) bool {
 // ztunnelAway takes ztunnel off the node (its DaemonSet's pods select a
 // node label none has; the pod is deleted without its drain) and waits
 // until the agent has no ztunnel connected. back puts the DaemonSet as it
-// was; the caller waits for what it needs. Cleanup puts it back too.
+// was; the caller waits for what it needs. Cleanup puts it back too, if
+// the test ended before back (its context is cancelled by then, so the
+// patch has its own).
 func ztunnelAway(t *testing.T) (back func()) {
 	t.Helper()
 	cs := client(t)
@@ -84,8 +89,10 @@ func ztunnelAway(t *testing.T) (back func()) {
 		t.Helper()
 		body, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
 			"nodeSelector": map[string]any{key: v}}}}})
-		if _, err := cs.AppsV1().DaemonSets(istioNS).Patch(t.Context(), "ztunnel", types.StrategicMergePatchType, body, metav1.PatchOptions{}); err != nil {
-			t.Fatalf("patch the ztunnel DaemonSet: %v", err)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := cs.AppsV1().DaemonSets(istioNS).Patch(ctx, "ztunnel", types.StrategicMergePatchType, body, metav1.PatchOptions{}); err != nil {
+			t.Errorf("patch the ztunnel DaemonSet: %v", err)
 		}
 	}
 	old := readyPod(t, istioNS, "app=ztunnel", time.Minute)
@@ -106,10 +113,6 @@ func ztunnelAway(t *testing.T) (back func()) {
 			patch(nil)
 		}
 	}
-	t.Cleanup(func() {
-		back()
-		readyPod(t, istioNS, "app=ztunnel", 2*time.Minute)
-		waitZtunnelConnected(t)
-	})
+	t.Cleanup(back)
 	return back
 }
