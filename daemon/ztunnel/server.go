@@ -76,8 +76,9 @@ type Config struct {
 	// Keepalive is how often an idle connection is checked for a ztunnel
 	// that has gone away. Default 5s.
 	Keepalive time.Duration
-	// ConnectWait is how long an Add under WaitForConnection waits for a
-	// ztunnel when none is connected. Default Timeout; negative, no wait.
+	// ConnectWait is how long AwaitConnection under WaitForConnection
+	// waits for a ztunnel when none is connected. Default Timeout;
+	// negative, no wait.
 	ConnectWait time.Duration
 }
 
@@ -91,9 +92,9 @@ type Server struct {
 	conns  []*conn // ztunnels that said hello, oldest first
 	nextID uint64
 	// joined is closed, and replaced, when a ztunnel says hello: it wakes
-	// the Adds waiting for one.
+	// the ADDs waiting for one (AwaitConnection).
 	joined chan struct{}
-	// waiting holds a slot per Add waiting for a ztunnel (MaxWaiting).
+	// waiting holds a slot per ADD waiting for a ztunnel (MaxWaiting).
 	waiting chan struct{}
 }
 
