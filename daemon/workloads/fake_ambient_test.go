@@ -21,6 +21,16 @@ import (
 // newAmbientUnit is newUnit with ztunnel and a host netns.
 func newAmbientUnit(t *testing.T) (*unit, *fakeZtunnel) {
 	t.Helper()
+	zt := &fakeZtunnel{}
+	return newAmbientUnitWith(t, zt), zt
+}
+
+// newAmbientUnitWith is newAmbientUnit with zt as ztunnel.
+func newAmbientUnitWith(t *testing.T, zt interface {
+	Add(ctx context.Context, w ztunnel.Workload) error
+	Del(ctx context.Context, uid string) error
+}) *unit {
+	t.Helper()
 	u := &unit{state: t.TempDir(), ns: redirecttest.NewNamespaces(t), kernel: redirecttest.NewFake()}
 	u.hostIno = u.ns.Add("/host")
 	host, err := u.ns.Open("/host")
@@ -28,10 +38,9 @@ func newAmbientUnit(t *testing.T) (*unit, *fakeZtunnel) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { host.Close() })
-	zt := &fakeZtunnel{}
 	u.ambient = &Ambient{Ztunnel: zt, Host: host}
 	u.store = u.open(t)
-	return u, zt
+	return u
 }
 
 func ambientUnitRecord(id, uid, ip string) Record {
@@ -190,21 +199,13 @@ func (z *waitingZtunnel) AwaitConnection(_ context.Context, w ztunnel.Workload) 
 // (DEL never waits on a ztunnel that is away), and the ADD goes on once
 // ztunnel is there.
 func TestUnitZtunnelWaitHoldsNoPodLock(t *testing.T) {
-	u := &unit{state: t.TempDir(), ns: redirecttest.NewNamespaces(t), kernel: redirecttest.NewFake()}
-	u.hostIno = u.ns.Add("/host")
-	host, err := u.ns.Open("/host")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { host.Close() })
 	stripe := func(uid string) uint32 { h := fnv.New32a(); h.Write([]byte(uid)); return h.Sum32() % 64 }
 	other := "uid-0"
 	for i := 1; stripe(other) != stripe("uid-b"); i++ {
 		other = fmt.Sprintf("uid-%d", i)
 	}
 	zt := &waitingZtunnel{fakeZtunnel: &fakeZtunnel{}, blocked: other, waiting: make(chan struct{}), release: make(chan struct{})}
-	u.ambient = &Ambient{Ztunnel: zt, Host: host}
-	u.store = u.open(t)
+	u := newAmbientUnitWith(t, zt)
 
 	u.ns.Add("/netns/b")
 	rb := ambientUnitRecord("b", "uid-b", "10.0.0.2/24")
