@@ -97,9 +97,13 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	}
 	ambient := d.Spec.Mode == redirect.ModeAmbient
 	_, had := s.Workloads.Get(a)
-	// An ambient pod that meets a ztunnel restart waits for it within the
-	// deadline, rather than fail into the kubelet's backoff.
-	if err = s.Workloads.Enroll(ztunnel.WaitForConnection(ctx), rec); err != nil {
+	enrollCtx := ctx
+	if ambient {
+		// An ambient pod that meets a ztunnel restart waits for it within
+		// the deadline, rather than fail into the kubelet's backoff.
+		enrollCtx = ztunnel.WaitForConnection(ctx)
+	}
+	if err = s.Workloads.Enroll(enrollCtx, rec); err != nil {
 		s.captureFailed(pod, req, err)
 		if ambient && errors.Is(err, workloads.ErrZtunnel) {
 			s.annotate(ctx, pod, "pending") // as Istio marks a pod ztunnel refused

@@ -36,9 +36,10 @@ func (s *Server) Add(ctx context.Context, w Workload) error {
 }
 
 // MaxWaiting bounds the ADDs waiting for a ztunnel at once
-// (AwaitConnection); more fail at once. Each holds one of the agent's ADD slots (--max-inflight, 64 by
-// default) while it waits, and a ztunnel that stays away must not take
-// them all: sidecar and plain pods' ADDs need no ztunnel.
+// (AwaitConnection); more fail at once. Each holds one of the agent's ADD
+// slots (--max-inflight, 64 by default) while it waits, and a ztunnel that
+// stays away must not take them all: sidecar and plain pods' ADDs need no
+// ztunnel.
 const MaxWaiting = 16
 
 // waitKey marks a context whose AwaitConnection may wait for a ztunnel.
@@ -46,10 +47,10 @@ type waitKey struct{}
 
 // WaitForConnection marks ctx so that AwaitConnection under it, finding no
 // ztunnel connected, waits up to ConnectWait for one, and the Add after it
-// does not fail at once. The CNI ADD path sets it: a ztunnel restart takes seconds, and a
-// failed ADD is retried by the kubelet only after its backoff (10 s and
-// more). Background enrolments do not: their work queues retry on their
-// own and must not hold the waiting slots.
+// does not fail at once. The CNI ADD path sets it: a ztunnel restart takes
+// seconds, and a failed ADD is retried by the kubelet only after its
+// backoff (10 s and more). Background enrolments do not: their work queues
+// retry on their own and must not hold the waiting slots.
 func WaitForConnection(ctx context.Context) context.Context {
 	return context.WithValue(ctx, waitKey{}, true)
 }
