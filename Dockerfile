@@ -14,7 +14,7 @@
 #
 # hack/kind-up.sh builds it and loads it into a kind cluster.
 
-ARG GO_VERSION=1.26.10
+ARG GO_VERSION=1.27.3
 
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 WORKDIR /src

@@ -1,9 +1,15 @@
 # sluice — see README.md. Everything here runs as root on a Debian machine.
 GO        ?= go
+# The toolchain every build and test uses, fetched through the Go module
+# proxy on first use: the machine's own Go may carry standard-library
+# vulnerabilities a privileged agent must not ship (govulncheck fails on any).
+# go.mod names it too, so a shell without this export refuses to build.
+# (make 4.3 does not export to $(shell), hence the prefix below.)
+export GOTOOLCHAIN := go1.27.3
 BIN       := bin
 # Helper binaries (reference CNI plugins) are cached outside the tree.
 CACHE     ?= $(HOME)/.cache/sluice
-PLUGINS   := $(CACHE)/cni-plugins/$(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+PLUGINS   := $(CACHE)/cni-plugins/$(shell GOTOOLCHAIN=$(GOTOOLCHAIN) $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 KUBE_VERSION ?= v1.37.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # `make test` fuzzes each target briefly; `make fuzz FUZZTIME=10m` digs deeper.

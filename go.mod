@@ -1,6 +1,6 @@
 module github.com/sluicemesh/sluice
 
-go 1.26.8
+go 1.27.3
 
 require (
 	github.com/containerd/nri v0.12.5
