@@ -36,10 +36,14 @@ func Handler(c *Checks, metrics http.Handler) http.Handler {
 // Limits of the health server. It listens on the node's network (the agent
 // is hostNetwork), so anyone who can reach the port can open connections:
 // at most maxConns are open at once (more wait in the kernel's backlog),
-// at most perPeer of them from one address (more are closed at once, so one
+// at most perPeer of them from one peer (more are closed at once, so one
 // pod cannot hold the kubelet's probes off), and each is bounded in header
 // size and in how long it may be slow. A probe or a scrape needs one short
-// request.
+// request. A peer is a remote address, and for a process on the node
+// itself the address and its socket's owner (connlimit.ByIPAndLocalOwner):
+// the kubelet probes from the node's own address, as any local user and
+// any hostNetwork pod can, so the kubelet's root-owned probes have a bucket
+// no unprivileged local process can fill.
 var limits = struct {
 	readHeader, read, write, idle     time.Duration
 	maxHeaderBytes, maxConns, perPeer int
@@ -58,11 +62,11 @@ func NewServer(h http.Handler) *http.Server {
 }
 
 // Listen opens the health port, bounded to limits.maxConns connections and
-// limits.perPeer from one address.
+// limits.perPeer from one peer.
 func Listen(addr string) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("health listener %s: %w", addr, err)
 	}
-	return connlimit.Listener(connlimit.PerPeer(l, limits.perPeer), limits.maxConns), nil
+	return connlimit.Listener(connlimit.PerPeer(l, limits.perPeer, connlimit.ByIPAndLocalOwner), limits.maxConns), nil
 }

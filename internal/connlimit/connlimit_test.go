@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -61,7 +62,7 @@ func TestPerPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := PerPeer(raw, 2)
+	l := PerPeer(raw, 2, ByIP)
 	defer l.Close()
 	accepted := make(chan net.Conn, 8)
 	go func() {
@@ -94,7 +95,7 @@ func TestPerPeer(t *testing.T) {
 	dial("127.0.0.2")
 	select {
 	case c := <-accepted:
-		if got := peerIP(c); got != "127.0.0.2" {
+		if got := ByIP(c); got != "127.0.0.2" {
 			t.Fatalf("accepted a connection from %s, want 127.0.0.2", got)
 		}
 	case <-time.After(3 * time.Second):
@@ -106,5 +107,30 @@ func TestPerPeer(t *testing.T) {
 	case <-accepted:
 	case <-time.After(3 * time.Second):
 		t.Fatal("the peer was not served again once one of its connections closed")
+	}
+}
+
+// A connection from a process of this namespace is keyed by the uid that
+// owns its socket as well as its address: the kubelet's probes and a local
+// user's connections come from the same node address.
+func TestByIPAndLocalOwner(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	c, err := net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := raw.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := "127.0.0.1 uid " + strconv.Itoa(os.Geteuid())
+	if got := ByIPAndLocalOwner(s); got != want {
+		t.Fatalf("key = %q, want %q", got, want)
 	}
 }

@@ -5,17 +5,21 @@ import (
 	"sync"
 )
 
-// PerPeer makes one remote IP hold at most n of l's open connections; a
-// connection past that is closed as soon as it is accepted. Under
-// Listener's bound it keeps one peer (a pod flooding the health port) from
-// taking every slot: the kubelet's probes come from another address.
-func PerPeer(l net.Listener, n int) net.Listener {
-	return &perPeer{Listener: l, max: n, open: map[string]int{}}
+// Key names the bucket a connection counts in.
+type Key func(net.Conn) string
+
+// PerPeer makes one bucket (key of a connection: a remote IP, say) hold at
+// most n of l's open connections; a connection past that is closed as soon
+// as it is accepted. Under Listener's bound it keeps one peer (a pod
+// flooding the health port) from taking every slot.
+func PerPeer(l net.Listener, n int, key Key) net.Listener {
+	return &perPeer{Listener: l, max: n, key: key, open: map[string]int{}}
 }
 
 type perPeer struct {
 	net.Listener
 	max  int
+	key  Key
 	mu   sync.Mutex
 	open map[string]int
 }
@@ -26,7 +30,7 @@ func (l *perPeer) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		peer := peerIP(c)
+		peer := l.key(c)
 		if l.take(peer) {
 			return &Conn{Conn: c, release: func() { l.give(peer) }}, nil
 		}
@@ -52,9 +56,9 @@ func (l *perPeer) give(peer string) {
 	}
 }
 
-// peerIP is the remote address without its port (the whole address when it
-// has none).
-func peerIP(c net.Conn) string {
+// ByIP keys a connection by its remote address without the port (the whole
+// address when it has none).
+func ByIP(c net.Conn) string {
 	addr := c.RemoteAddr().String()
 	if host, _, err := net.SplitHostPort(addr); err == nil {
 		return host

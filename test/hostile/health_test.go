@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
@@ -69,6 +72,57 @@ func floodHealthPort(t *testing.T, n *node) {
 	}
 	if peak > floodRSSBoundKiB {
 		t.Errorf("agent peak RSS %d KiB over the bound %d KiB", peak, floodRSSBoundKiB)
+	}
+}
+
+// silenceProbesAsNobody has uid 65534 on the node hold 48 connections with
+// half a request from the kubelet's own address (127.0.0.2, as a local user
+// or a hostNetwork pod can), reopening each as the agent cuts it, while the
+// kubelet probes /healthz 20 times from that address: at least 18 must
+// answer 200 within the probe's 1 s. Keyed by address alone, the held
+// connections filled the address's bucket and 0 of 20 answered (readiness
+// failed, liveness restarted the agent); the bucket is now the address and
+// the local socket's owner.
+func silenceProbesAsNobody(t *testing.T, n *node) {
+	flood := n.NS.Command("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+		filepath.Join(binDir, "flood"), "-addr", "127.0.0.1:9890", "-clients", "0", "-hold", "48", "-hold-from", "127.0.0.2", "-for", "60s")
+	var out strings.Builder
+	flood.Stdout, flood.Stderr = &out, &out
+	if err := flood.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { flood.Process.Kill(); flood.Wait() }()
+	held := func() int {
+		count := 0
+		n.NS.Do(func() error {
+			socks, err := netlink.SocketDiagTCP(unix.AF_INET)
+			for _, s := range socks {
+				if s.UID == 65534 && s.ID.DestinationPort == 9890 && s.State == netlink.TCP_ESTABLISHED {
+					count++
+				}
+			}
+			return err
+		})
+		return count
+	}
+	nstest.Eventually(t, 10*time.Second, func() bool { return held() >= 8 }, "uid 65534 holding the address's 8 connections")
+	// Paced as the kubelet's period would be, compressed: the 20 probes
+	// span 4 s, past the 2 s in which the agent cuts a half-sent request,
+	// so they meet the held connections being cut and reopened too.
+	pace := time.NewTicker(200 * time.Millisecond)
+	defer pace.Stop()
+	answered := 0
+	for range 20 {
+		<-pace.C
+		if code, body := n.probe("/healthz"); code == 200 {
+			answered++
+		} else {
+			t.Logf("probe: %d %s (uid 65534 holds %d)", code, body, held())
+		}
+	}
+	t.Logf("%d of 20 probes answered with uid 65534 holding connections from their address", answered)
+	if answered < 18 {
+		t.Fatalf("%d of 20 probes of /healthz answered 200 within 1 s, want at least 18", answered)
 	}
 }
 

@@ -191,5 +191,6 @@ var rows = []row{
 	}},
 	{"a uid the agent does not allow, with the socket mode loosened", attackAsNobody},
 	{"a flood of the health port", floodHealthPort},
+	{"a local user holding the kubelet's address's health connections", silenceProbesAsNobody},
 	{"an agent configured to serve no uid", agentServingNoUID},
 }

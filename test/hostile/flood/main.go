@@ -24,7 +24,8 @@ func main() {
 	clients := flag.Int("clients", 2000, "clients at once")
 	paths := flag.String("paths", "/metrics,/readyz", "paths to fetch, in turn")
 	sources := flag.Int("sources", 1, "loopback addresses the clients spread over (127.0.1.x), as many pods would")
-	hold := flag.Int("hold", 0, "connections held open with half a request, from the default source address")
+	hold := flag.Int("hold", 0, "connections held open with half a request")
+	holdFrom := flag.String("hold-from", "", "source address of the held connections (default: the kernel's choice)")
 	dur := flag.Duration("for", 3*time.Second, "how long to keep at it")
 	flag.Parse()
 	var answered, failed, cut atomic.Int64
@@ -53,7 +54,7 @@ func main() {
 	for range *hold {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				holdOne(*addr, deadline)
+				holdOne(*addr, *holdFrom, deadline)
 				cut.Add(1)
 			}
 		})
@@ -63,10 +64,15 @@ func main() {
 	os.Exit(0)
 }
 
-// holdOne opens a connection, sends half a request and waits until the
-// agent closes it or the deadline passes.
-func holdOne(addr string, deadline time.Time) {
-	c, err := net.DialTimeout("tcp", addr, time.Until(deadline))
+// holdOne opens a connection (from the given source address, when one is
+// given), sends half a request and waits until the agent closes it or the
+// deadline passes.
+func holdOne(addr, from string, deadline time.Time) {
+	d := net.Dialer{Timeout: time.Until(deadline)}
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		time.Sleep(10 * time.Millisecond) // the backlog is full; try again
 		return

@@ -1,0 +1,102 @@
+package connlimit
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ByIPAndLocalOwner keys a connection by its remote address and, when the
+// peer is a process of this network namespace, by the uid that owns the
+// peer's socket too. A listener on the node's network (the health port of
+// a hostNetwork agent) sees the kubelet's probes, every local process and
+// every hostNetwork pod come from the same node address: keyed by address
+// alone, a local unprivileged user holding a few slow connections took the
+// kubelet's bucket and failed every probe. The owner comes from the
+// kernel's socket table (sock_diag), not from anything the peer says; a
+// peer in another namespace (a pod, another node) is not in that table and
+// is keyed by its address alone.
+func ByIPAndLocalOwner(c net.Conn) string {
+	ip := ByIP(c)
+	peer, ok1 := c.RemoteAddr().(*net.TCPAddr)
+	self, ok2 := c.LocalAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return ip
+	}
+	uid, err := socketOwner(peer.AddrPort(), self.AddrPort())
+	if err != nil {
+		return ip
+	}
+	return ip + " uid " + strconv.FormatUint(uint64(uid), 10)
+}
+
+// socketOwner asks the kernel for the uid owning the TCP socket bound to
+// src and connected to dst, by an exact lookup (one hash probe, not a dump
+// of every socket: a dump per accepted connection made a flood of many
+// local connections starve the accept loop).
+func socketOwner(src, dst netip.AddrPort) (uint32, error) {
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	family := uint8(unix.AF_INET6)
+	if src.Addr().Is4() && dst.Addr().Is4() {
+		family = unix.AF_INET
+	} else if src.Addr().Is4() != dst.Addr().Is4() {
+		return 0, errors.New("mixed address families")
+	}
+	conn, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	msgs, err := conn.Execute(netlink.Message{
+		Header: netlink.Header{Type: sockDiagByFamily, Flags: netlink.Request},
+		Data:   diagRequest(family, src, dst),
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(msgs) != 1 || len(msgs[0].Data) < diagMsgUIDOffset+4 {
+		return 0, errors.New("unexpected sock_diag answer")
+	}
+	return binary.NativeEndian.Uint32(msgs[0].Data[diagMsgUIDOffset:]), nil
+}
+
+// The kernel's sock_diag ABI (linux/inet_diag.h): struct inet_diag_req_v2
+// is family, protocol, ext, pad, states, then struct inet_diag_sockid
+// (ports and addresses in network order, interface, cookie); the answer,
+// struct inet_diag_msg, has the owner's uid after the four bytes of kind,
+// the 48 of the sockid and the three u32s of expires and queue sizes.
+const (
+	sockDiagByFamily = 20 // SOCK_DIAG_BY_FAMILY
+	diagMsgUIDOffset = 4 + 48 + 12
+	noCookie         = 0xffffffff
+)
+
+func diagRequest(family uint8, src, dst netip.AddrPort) []byte {
+	b := make([]byte, 56)
+	b[0], b[1] = family, unix.IPPROTO_TCP
+	binary.NativeEndian.PutUint32(b[4:], 0xffffffff) // every state
+	id := b[8:]
+	binary.BigEndian.PutUint16(id[0:], src.Port())
+	binary.BigEndian.PutUint16(id[2:], dst.Port())
+	putAddr(id[4:20], src.Addr())
+	putAddr(id[20:36], dst.Addr())
+	binary.NativeEndian.PutUint32(id[40:], noCookie)
+	binary.NativeEndian.PutUint32(id[44:], noCookie)
+	return b
+}
+
+func putAddr(b []byte, a netip.Addr) {
+	if a.Is4() {
+		v := a.As4()
+		copy(b, v[:])
+		return
+	}
+	v := a.As16()
+	copy(b, v[:])
+}
