@@ -74,8 +74,10 @@ func (e *Enroller) Reconcile(ctx context.Context, pod *corev1.Pod, recs []worklo
 // Enroll enrols a running pod that became ambient.
 func (e *Enroller) Enroll(ctx context.Context, pod *corev1.Pod, d policy.Decision) error {
 	if err := late.Enroll(ctx, e.Store, e.HostProc, pod, d, e.Log); err != nil {
-		if errors.Is(err, workloads.ErrZtunnel) {
-			e.annotate(ctx, pod, "pending") // as Istio marks a pod ztunnel refused
+		// As Istio marks a pod ztunnel refused, but only when nothing of
+		// the pod stays captured (see rpc's ADD).
+		if errors.Is(err, workloads.ErrZtunnel) && !e.Store.PodEnrolled(string(pod.UID)) {
+			e.annotate(ctx, pod, "pending")
 		}
 		return err
 	}

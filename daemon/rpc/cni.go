@@ -105,8 +105,12 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	}
 	if err = s.Workloads.Enroll(enrollCtx, rec); err != nil {
 		s.captureFailed(pod, req, err)
-		if ambient && errors.Is(err, workloads.ErrZtunnel) {
-			s.annotate(ctx, pod, "pending") // as Istio marks a pod ztunnel refused
+		// As Istio marks a pod ztunnel refused, but only when nothing of
+		// the pod stays captured: a refused re-ADD rolls back to the
+		// capture it had, and "pending" would have istiod send the
+		// captured pod plain text.
+		if ambient && errors.Is(err, workloads.ErrZtunnel) && (pod.UID == "" || !s.Workloads.PodEnrolled(pod.UID)) {
+			s.annotate(ctx, pod, "pending")
 		}
 		return nil, withRequestID(toStatus(err), req.RequestId)
 	}

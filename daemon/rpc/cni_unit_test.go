@@ -208,6 +208,19 @@ func TestUnitAmbientAdd(t *testing.T) {
 	if host := u.kernel.HostIPs(u.ns.Inode("/host")); len(host) != 1 || host[0].String() != "10.1.0.2" {
 		t.Fatalf("host probe addresses %v", host)
 	}
+	// A re-ADD of the enrolled pod that ztunnel refuses rolls back to the
+	// capture it had: the pod stays enrolled, and istiod must not be told
+	// "pending" (it would send the captured pod plain text).
+	ann.got = nil
+	if _, _, err := u.add("ok"); code(err) != codes.Internal {
+		t.Fatalf("re-ADD with ztunnel refusing: code %v (%v)", code(err), err)
+	}
+	if _, still := u.store.Get(workloads.Attachment{ContainerID: "ok", IfName: "eth0"}); !still {
+		t.Fatal("the refused re-ADD dropped the pod's enrolment")
+	}
+	if len(ann.got) != 0 {
+		t.Fatalf("annotations %v after a refused re-ADD of a still-enrolled pod, want none", ann.got)
+	}
 }
 
 func TestUnitDel(t *testing.T) {

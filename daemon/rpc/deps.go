@@ -17,6 +17,7 @@ import (
 type Workloads interface {
 	Enroll(ctx context.Context, r workloads.Record) error
 	Get(a workloads.Attachment) (workloads.Record, bool)
+	PodEnrolled(podUID string) bool
 	Release(ctx context.Context, a workloads.Attachment, netnsPath string) error
 	Check(ctx context.Context, a workloads.Attachment, netnsPath string, spec redirect.Spec) ([]string, error)
 	GC(ctx context.Context, network string, valid []workloads.Attachment) ([]workloads.Attachment, error)

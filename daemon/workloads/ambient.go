@@ -28,8 +28,9 @@ type Ambient struct {
 
 // connectWaiter is the ztunnel server's wait for a connection
 // (ztunnel.Server.AwaitConnection): an ambient ADD that finds no ztunnel
-// waits for one before it takes the pod's lock, which a DEL of any pod of
-// that stripe needs. Fakes without it fail such an ADD at once.
+// waits for one before it takes any lock (the attachment's or the pod's),
+// which a DEL of any container or pod of that stripe needs. Fakes without
+// it fail such an ADD at once.
 type connectWaiter interface {
 	AwaitConnection(ctx context.Context, w ztunnel.Workload) error
 }
@@ -50,14 +51,9 @@ func (s *Store) handOver(ctx context.Context, r *Record) error {
 	if s.ambient == nil {
 		return errors.New("ambient pod, but the agent runs without --ambient")
 	}
-	// The wait and the ack keep rollbackReserve of the deadline back.
+	// The ack keeps rollbackReserve of the deadline back.
 	ackCtx, cancel := ackContext(ctx)
 	defer cancel()
-	if w, ok := s.ambient.Ztunnel.(connectWaiter); ok {
-		if err := w.AwaitConnection(ackCtx, ztunnelWorkload(r)); err != nil {
-			return fmt.Errorf("hand %s to ztunnel: %w: %w", r.Attachment, ErrZtunnel, err)
-		}
-	}
 	defer lockStripe(&s.podStripes, r.PodUID)()
 	s.hostMu.Lock()
 	err := s.kernel.AddHostIPs(redirect.Netns(s.ambient.Host), podAddrs(r)...)
@@ -66,6 +62,26 @@ func (s *Store) handOver(ctx context.Context, r *Record) error {
 		return fmt.Errorf("add %s to the host probe table: %w", r.Attachment, err)
 	}
 	if err := s.ambient.Ztunnel.Add(ackCtx, ztunnelWorkload(r)); err != nil {
+		return fmt.Errorf("hand %s to ztunnel: %w: %w", r.Attachment, ErrZtunnel, err)
+	}
+	return nil
+}
+
+// awaitZtunnel waits, where the ztunnel server can, for a ztunnel to be
+// connected before r's enrolment takes any lock; nothing has changed yet,
+// so a wait that gives up leaves the netns as it was. The wait keeps
+// rollbackReserve of the deadline back, as the ack does.
+func (s *Store) awaitZtunnel(ctx context.Context, r *Record) error {
+	if s.ambient == nil {
+		return errors.New("ambient pod, but the agent runs without --ambient")
+	}
+	w, ok := s.ambient.Ztunnel.(connectWaiter)
+	if !ok {
+		return nil
+	}
+	waitCtx, cancel := ackContext(ctx)
+	defer cancel()
+	if err := w.AwaitConnection(waitCtx, ztunnelWorkload(r)); err != nil {
 		return fmt.Errorf("hand %s to ztunnel: %w: %w", r.Attachment, ErrZtunnel, err)
 	}
 	return nil

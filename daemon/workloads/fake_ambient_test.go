@@ -234,3 +234,50 @@ func TestUnitZtunnelWaitHoldsNoPodLock(t *testing.T) {
 		t.Errorf("ztunnel heard %v", got)
 	}
 }
+
+// An ambient ADD waiting for ztunnel holds no attachment lock either: the
+// DEL of another container and a sidecar ADD of a third, both on the
+// waiting container's stripe, finish meanwhile. With the wait inside
+// Enroll's attachment lock, both waited for ztunnel (a DEL took 4.3 s
+// behind a 5 s wait).
+func TestUnitZtunnelWaitHoldsNoAttachmentLock(t *testing.T) {
+	stripe := func(id string) uint32 { h := fnv.New32a(); h.Write([]byte(id)); return h.Sum32() % 64 }
+	var same []string
+	for i := 0; len(same) < 2; i++ {
+		if id := fmt.Sprintf("c%d", i); id != "a" && stripe(id) == stripe("a") {
+			same = append(same, id)
+		}
+	}
+	zt := &waitingZtunnel{fakeZtunnel: &fakeZtunnel{}, blocked: "uid-a", waiting: make(chan struct{}), release: make(chan struct{})}
+	u := newAmbientUnitWith(t, zt)
+	deleted, sidecar := same[0], same[1]
+	u.ns.Add("/netns/" + deleted)
+	rd := ambientUnitRecord(deleted, "uid-"+deleted, "10.0.0.2/24")
+	if err := u.store.Enroll(context.Background(), rd); err != nil {
+		t.Fatal(err)
+	}
+	u.ns.Add("/netns/a")
+	added := make(chan error, 1)
+	go func() { added <- u.store.Enroll(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24")) }()
+	<-zt.waiting
+	done := make(chan error, 2)
+	go func() { done <- u.store.Release(context.Background(), rd.Attachment, "") }()
+	u.ns.Add("/netns/" + sidecar)
+	rs := ambientUnitRecord(sidecar, "uid-"+sidecar, "10.0.0.3/24")
+	rs.Spec = redirect.DefaultSpec()
+	go func() { done <- u.store.Enroll(context.Background(), rs) }()
+	for _, what := range []string{"one", "the other"} {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("DEL of %s or sidecar ADD of %s: %v", deleted, sidecar, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s of the DEL of %s and the sidecar ADD of %s blocked behind the ADD of a waiting for ztunnel (same stripe)", what, deleted, sidecar)
+		}
+	}
+	close(zt.release)
+	if err := <-added; err != nil {
+		t.Fatalf("ADD after the wait: %v", err)
+	}
+}

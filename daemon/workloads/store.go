@@ -129,6 +129,13 @@ func (s *Store) lockNetns(ino uint64) func() {
 // the table unless another attachment still owns it there. A failure
 // leaves the netns and the journal as they were before the call.
 func (s *Store) Enroll(ctx context.Context, r Record) error {
+	if isAmbient(&r) {
+		// Before any lock: the wait may take seconds, and a DEL or an ADD
+		// of any container on r's stripe needs the attachment lock.
+		if err := s.awaitZtunnel(ctx, &r); err != nil {
+			return err
+		}
+	}
 	e, err := s.start(ctx, &r)
 	if err != nil {
 		return err
@@ -353,6 +360,20 @@ func (s *Store) Get(a Attachment) (Record, bool) {
 		return Record{}, false
 	}
 	return *first, true
+}
+
+// PodEnrolled says whether any attachment of the pod is enrolled. A scan,
+// for the rare paths that need it (an ambient ADD ztunnel refused: its
+// rollback may have left the pod captured by what it had).
+func (s *Store) PodEnrolled(podUID string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, r := range s.recs {
+		if r.PodUID == podUID {
+			return true
+		}
+	}
+	return false
 }
 
 // Verify reads the kernel state of an enrolled attachment now.
