@@ -67,6 +67,25 @@ func (s *Store) handOver(ctx context.Context, r *Record) error {
 	return nil
 }
 
+// enrollAmbient is Enroll of an ambient pod. It waits for a ztunnel
+// before any lock: the wait may take seconds, and a DEL or an ADD of any
+// container on r's stripe needs the attachment lock. It tries a second
+// time when the first hand-over met a ztunnel connection that had died
+// unnoticed (no ztunnel connected after all): that try was rolled back,
+// and a restarted ztunnel is on its way.
+func (s *Store) enrollAmbient(ctx context.Context, r Record) error {
+	var err error
+	for try := 0; try < 2; try++ {
+		if err = s.awaitZtunnel(ctx, &r); err != nil {
+			return err
+		}
+		if err = s.enroll(ctx, r); !errors.Is(err, ztunnel.ErrNotConnected) {
+			return err
+		}
+	}
+	return err
+}
+
 // awaitZtunnel waits, where the ztunnel server can, for a ztunnel to be
 // connected before r's enrolment takes any lock; nothing has changed yet,
 // so a wait that gives up leaves the netns as it was. The wait keeps

@@ -281,3 +281,41 @@ func TestUnitZtunnelWaitHoldsNoAttachmentLock(t *testing.T) {
 		t.Fatalf("ADD after the wait: %v", err)
 	}
 }
+
+// deadOnceZtunnel's first Add finds the connection dead (what a ztunnel
+// that died unnoticed gives: no ztunnel connected); it counts the waits.
+type deadOnceZtunnel struct {
+	*fakeZtunnel
+	adds, waits int
+}
+
+func (z *deadOnceZtunnel) Add(ctx context.Context, w ztunnel.Workload) error {
+	if z.adds++; z.adds == 1 {
+		return fmt.Errorf("write to ztunnel: %w: broken pipe", ztunnel.ErrNotConnected)
+	}
+	return z.fakeZtunnel.Add(ctx, w)
+}
+
+func (z *deadOnceZtunnel) AwaitConnection(context.Context, ztunnel.Workload) error {
+	z.waits++
+	return nil
+}
+
+// An ambient ADD whose hand-over meets a ztunnel that died unnoticed rolls
+// back, waits for a ztunnel again (outside every lock, as before its first
+// try) and hands the pod over once more: the first ADD after a ztunnel
+// crash does not fail while the restarted ztunnel is on its way.
+func TestUnitDeadZtunnelConnectionGoesBackToWaiting(t *testing.T) {
+	zt := &deadOnceZtunnel{fakeZtunnel: &fakeZtunnel{}}
+	u := newAmbientUnitWith(t, zt)
+	ino := u.ns.Add("/netns/a")
+	if err := u.store.Enroll(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24")); err != nil {
+		t.Fatalf("ADD after a dead connection: %v", err)
+	}
+	if zt.adds != 2 || zt.waits != 2 {
+		t.Fatalf("%d Adds and %d waits, want 2 and 2", zt.adds, zt.waits)
+	}
+	if !u.hasTable(ino) || !u.hostHas("10.0.0.1") {
+		t.Fatal("the pod is not captured after the second hand-over")
+	}
+}

@@ -130,12 +130,13 @@ func (s *Store) lockNetns(ino uint64) func() {
 // leaves the netns and the journal as they were before the call.
 func (s *Store) Enroll(ctx context.Context, r Record) error {
 	if isAmbient(&r) {
-		// Before any lock: the wait may take seconds, and a DEL or an ADD
-		// of any container on r's stripe needs the attachment lock.
-		if err := s.awaitZtunnel(ctx, &r); err != nil {
-			return err
-		}
+		return s.enrollAmbient(ctx, r)
 	}
+	return s.enroll(ctx, r)
+}
+
+// enroll is one Enroll under r's attachment lock.
+func (s *Store) enroll(ctx context.Context, r Record) error {
 	e, err := s.start(ctx, &r)
 	if err != nil {
 		return err

@@ -59,19 +59,23 @@ func (c *conn) dropped() bool {
 	}
 }
 
+// errClosed is a connection that dropped before a request was sent on it:
+// as good as no ztunnel connected.
+var errClosed = fmt.Errorf("ztunnel connection closed: %w", ErrNotConnected)
+
 // acquire takes the turn, or fails when ctx ends or the connection drops.
 func (c *conn) acquire(ctx context.Context) error {
 	select {
 	case c.turn <- struct{}{}:
 	case <-c.done:
-		return errors.New("ztunnel connection closed")
+		return errClosed
 	case <-ctx.Done():
 		return fmt.Errorf("wait for ztunnel connection to be free: %w", ctx.Err())
 	}
 	// select picks at random among ready cases.
 	if c.dropped() {
 		c.release()
-		return errors.New("ztunnel connection closed")
+		return errClosed
 	}
 	return nil
 }
@@ -108,8 +112,11 @@ func (c *conn) exchange(data []byte, fd int) (string, error) {
 	// on the connection after it expires.
 	c.uc.SetWriteDeadline(time.Time{})
 	if err != nil {
+		// Nothing reached ztunnel: it died (or stopped reading) before the
+		// server noticed. For the caller that is no ztunnel connected, which
+		// an ADD waits out and the runtime retries, not an internal error.
 		c.drop("write failed", err)
-		return "", fmt.Errorf("write to ztunnel: %w", err)
+		return "", fmt.Errorf("write to ztunnel: %w: %w", ErrNotConnected, err)
 	}
 	var resp zds.WorkloadResponse
 	if err := c.read(&resp); err != nil {

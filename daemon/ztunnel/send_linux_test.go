@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/internal/nstest"
 )
@@ -305,4 +307,31 @@ func TestAwaitConnectionWaitersAreBounded(t *testing.T) {
 	if n := len(h.srv.waiting); n != 0 {
 		t.Errorf("%d waiting slots held after every waiter returned", n)
 	}
+}
+
+// A ztunnel that died without the server noticing yet (here: it stopped
+// reading, so the server's write fails with EPIPE while its idle watch
+// sees nothing) fails the Add as "no ztunnel connected", the answer the
+// runtime retries (code 11) and Store.Enroll waits on, and the connection
+// is dropped. Before, the write's "broken pipe" failed the ADD at once as
+// an internal error (code 999).
+func TestAddOnADeadConnectionIsNotConnected(t *testing.T) {
+	h := start(t, nil)
+	z := connectZtunnel(t, h.path)
+	z.snapshot()
+	h.connected(1)
+	f, err := z.uc.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Shutdown(int(f.Fd()), unix.SHUT_RD); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := h.pod("a")
+	err = h.srv.Add(context.Background(), w)
+	if !errors.Is(err, ErrNotConnected) {
+		t.Fatalf("Add on a dead connection: %v, want ErrNotConnected", err)
+	}
+	h.connected(0)
 }
