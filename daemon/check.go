@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,9 +45,7 @@ func (c *config) check() error {
 		errs = append(errs, fmt.Errorf("--ztunnel-connect-wait %v: negative; 0 fails at once", c.ztunnelWait))
 	}
 	errs = append(errs, c.checkPaths()...)
-	if _, _, err := net.SplitHostPort(c.healthAddr); err != nil {
-		errs = append(errs, fmt.Errorf("--health-addr: %w", err))
-	}
+	errs = append(errs, c.checkListeners()...)
 	if _, err := c.logger(io.Discard); err != nil {
 		errs = append(errs, err)
 	}

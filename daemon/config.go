@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -120,7 +121,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 // it installs on the node.
 func (c *config) nodeFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.socket, "socket", "/var/run/sluice/agent.sock", "gRPC unix socket the plugin calls (dir 0700, socket 0600)")
-	fs.StringVar(&c.healthAddr, "health-addr", ":9890", "HTTP address of /healthz, /readyz and /metrics; the chart binds it to the node IP")
+	fs.StringVar(&c.healthAddr, "health-addr", ":9890", "HTTP address of /healthz, /readyz and /metrics: IP:PORT, [IPv6]:PORT, or :PORT for every interface; the chart binds it to the node IP")
 	fs.StringVar(&c.stateDir, "state-dir", "/var/run/sluice/state", "directory of the workload journal; tmpfs is right: pod netns do not survive a reboot either")
 	fs.StringVar(&c.netnsRoots, "netns-roots", "/var/run/netns,/run/netns,/proc", "comma-separated directories a pod netns path may lie under")
 	fs.StringVar(&c.hostProc, "host-proc", "/proc", "the host's /proc as mounted for the agent; /proc/<pid>/ns/net paths are read through it")
@@ -130,7 +131,7 @@ func (c *config) nodeFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.allowedUIDs, "allowed-uids", "0", "comma-separated uids allowed to call the socket; must include 0, the runtime's")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
-	fs.DurationVar(&c.drain, "drain-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls")
+	fs.DurationVar(&c.drain, "drain-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls; 0 cuts them at once")
 	fs.DurationVar(&c.resync, "resync-interval", 60*time.Second, "how often every enrolled netns is verified and its ruleset reasserted on drift")
 	fs.IntVar(&c.maxInflight, "max-inflight", 64, "concurrent ADDs; more wait for a slot until their deadline")
 	fs.BoolVar(&c.install, "install", true, "install the plugin binary and its conflist entry, and keep them in place")
@@ -214,6 +215,9 @@ func (c *config) validateValues() error {
 	if c.maxInflight <= 0 {
 		return fmt.Errorf("--max-inflight must be positive")
 	}
+	if c.drain < 0 {
+		return fmt.Errorf("--drain-timeout %v: negative; 0 cuts the calls in flight at once", c.drain)
+	}
 	switch c.uninstallOnExit {
 	case "auto", "true", "false":
 	default:
@@ -237,6 +241,48 @@ func (c *config) validateValues() error {
 	}
 	if c.kubeconfig != "" && c.nodeName == "" {
 		return fmt.Errorf("--node-name (or $NODE_NAME) is required with --kubeconfig")
+	}
+	return nil
+}
+
+// checkListeners checks the addresses and sockets the agent listens on or
+// dials by the rules of the listener itself, so an address --check-config
+// passes is one the agent can bind: net.Listen would take a service name,
+// resolve a host name, and fail on a port past 65535 only at start.
+func (c *config) checkListeners() []error {
+	var errs []error
+	if err := checkHostPort(c.healthAddr); err != nil {
+		errs = append(errs, fmt.Errorf("--health-addr %q: %w", c.healthAddr, err))
+	}
+	socks := []flagValue{{"--ztunnel-socket", c.ztunnelSocket}}
+	if c.trigger != triggerCNI {
+		socks = append(socks, flagValue{"--nri-socket", c.nriSocket})
+	}
+	for _, f := range socks {
+		// The plugin's socket rule is every unix socket's: absolute (a
+		// relative path is reported with the other paths), and short
+		// enough for sun_path.
+		if err := pluginconf.CheckSocket(f.value); err != nil && strings.HasPrefix(f.value, "/") {
+			errs = append(errs, fmt.Errorf("%s %q: %w", f.flag, f.value, err))
+		}
+	}
+	return errs
+}
+
+// checkHostPort is the rule for an address the agent listens on: the host
+// an IP address, or empty for every interface (a name would be resolved at
+// each start, and may resolve elsewhere); the port a number up to 65535, 0
+// letting the kernel pick a free one (tests: no probe could find it).
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if _, err := netip.ParseAddr(host); host != "" && err != nil {
+		return fmt.Errorf("host %q is not an IP address (empty: every interface)", host)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -333,5 +334,51 @@ func TestReadmeEntryIsTheAgentsDefault(t *testing.T) {
 	_ = json.Unmarshal(wb, &wantJSON)
 	if !reflect.DeepEqual(readme, wantJSON) {
 		t.Errorf("README's entry:\n%s\nthe agent writes with its defaults:\n%s", line, wb)
+	}
+}
+
+// TestListenAddressesAreCheckedAsTheListenerWould: an address or socket
+// path --check-config passes is one the agent can listen on or dial. Each
+// of these passed the check and failed (or listened somewhere else) only
+// when the agent started: a port past 65535, a service or host name, a
+// port-less address (":" listens on a random port), a socket path longer
+// than sun_path; a negative drain cut every call at once.
+func TestListenAddressesAreCheckedAsTheListenerWould(t *testing.T) {
+	long := "/run/" + strings.Repeat("z", 110) + ".sock"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--health-addr", "0.0.0.0:99999"}, "--health-addr"},
+		{[]string{"--health-addr", ":65536"}, "--health-addr"},
+		{[]string{"--health-addr", ":-1"}, "--health-addr"},
+		{[]string{"--health-addr", ":http"}, "--health-addr"},
+		{[]string{"--health-addr", ":"}, "--health-addr"},
+		{[]string{"--health-addr", "localhost:9890"}, "--health-addr"},
+		{[]string{"--health-addr", "node-1.example:9890"}, "--health-addr"},
+		{[]string{"--health-addr", "[$(HOST_IP)]:9890"}, "--health-addr"},
+		{[]string{"--health-addr", "10.0.0.300:9890"}, "--health-addr"},
+		{[]string{"--ztunnel-socket", long}, "--ztunnel-socket"},
+		{[]string{"--trigger", "nri", "--nri-socket", long}, "--nri-socket"},
+		{[]string{"--drain-timeout", "-1s"}, "--drain-timeout"},
+	} {
+		for _, check := range []bool{false, true} {
+			args := tc.args
+			if check {
+				args = append(slices.Clone(args), "--check-config")
+			}
+			_, err := parseConfig(args, func(string) string { return "" }, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%q: err = %v, want it to name %s", args, err, tc.want)
+			}
+		}
+	}
+	for _, addr := range []string{":9890", "0.0.0.0:9890", "[10.0.0.1]:9890", "[::]:9890", "[fd00::1]:19890", "[fe80::1%eth0]:9890", "127.0.0.1:0", ":65535"} {
+		if _, err := parseConfig([]string{"--health-addr", addr}, func(string) string { return "" }, io.Discard); err != nil {
+			t.Errorf("--health-addr %q refused: %v", addr, err)
+		}
+	}
+	if _, err := parseConfig([]string{"--drain-timeout", "0s"}, func(string) string { return "" }, io.Discard); err != nil {
+		t.Errorf("--drain-timeout 0s refused: %v", err)
 	}
 }
