@@ -28,9 +28,13 @@ func TestGolden(t *testing.T) {
 }
 
 func TestGoldenHost(t *testing.T) {
+	kubelet, none := DefaultHostConfig(), DefaultHostConfig()
+	kubelet.ProbeUID, none.ProbeUID = UIDOf(4242), UID{}
 	for name, cfg := range map[string]HostConfig{
-		"host":           DefaultHostConfig(),
-		"host-ipv4-only": {ProbeSNATIPv4: DefaultProbeSNATIPv4, IPv4: true},
+		"host":             DefaultHostConfig(),
+		"host-ipv4-only":   {ProbeSNATIPv4: DefaultProbeSNATIPv4, IPv4: true, ProbeUID: UIDOf(0)},
+		"host-kubelet-uid": kubelet,
+		"host-no-kubelet":  none,
 	} {
 		t.Run(name, func(t *testing.T) {
 			r, err := BuildHost(cfg)

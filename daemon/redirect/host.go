@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 
 	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 )
@@ -11,9 +12,10 @@ import (
 // The host table: table inet sluice-host in the node's netns, after
 // istio-cni's CreateHostRulesForHealthChecks. The kubelet probes an ambient
 // pod from the node, with the node's address, as kube-proxy does when it
-// forwards a NodePort or LoadBalancer connection; only the kubelet's must
-// pass ztunnel by. So locally sent TCP to an enrolled pod is SNATed to the
-// probe address, which the pod's prerouting chain lets in uncaptured.
+// forwards a NodePort or LoadBalancer connection and as any local user or
+// hostNetwork pod can; only the kubelet's must pass ztunnel by. So TCP to an
+// enrolled pod sent from a local socket the kubelet's uid owns is SNATed to
+// the probe address, which the pod's prerouting chain lets in uncaptured.
 //
 // Rules are static; which pods are enrolled lives in two sets whose
 // elements come and go per pod (AddHostIPs, RemoveHostIPs).
@@ -30,22 +32,51 @@ type HostConfig struct {
 	ProbeSNATIPv6 netip.Addr
 	IPv4          bool
 	IPv6          bool
+	// ProbeUID is the kubelet's uid: only TCP from a socket it owns is
+	// SNATed. The zero value, no uid, SNATs nothing: every probe is then
+	// captured, as any other connection from the node.
+	ProbeUID UID
 }
 
-// DefaultHostConfig is istio-cni's: both families, Istio's SNAT addresses.
+// DefaultHostConfig is istio-cni's on a node whose kubelet runs as root:
+// both families, Istio's SNAT addresses, uid 0.
 func DefaultHostConfig() HostConfig {
-	return HostConfig{ProbeSNATIPv4: DefaultProbeSNATIPv4, ProbeSNATIPv6: DefaultProbeSNATIPv6, IPv4: true, IPv6: true}
+	return HostConfig{ProbeSNATIPv4: DefaultProbeSNATIPv4, ProbeSNATIPv6: DefaultProbeSNATIPv6, IPv4: true, IPv6: true,
+		ProbeUID: UIDOf(0)}
+}
+
+// UID is a uid, or none; the zero value is none.
+type UID struct {
+	id uint32
+	ok bool
+}
+
+// UIDOf is the uid id.
+func UIDOf(id uint32) UID { return UID{id: id, ok: true} }
+
+// Get is the uid, and whether there is one.
+func (u UID) Get() (uint32, bool) { return u.id, u.ok }
+
+// String is the uid in decimal, or "none".
+func (u UID) String() string {
+	if !u.ok {
+		return "none"
+	}
+	return strconv.FormatUint(uint64(u.id), 10)
 }
 
 // BuildHost is the host table for cfg, without set elements. Both sets
 // always exist, so adding a pod address never depends on the config.
 //
-// istio-cni matches "locally sent" with `-m owner --socket-exists`; the
-// nearest nft expression, `meta skuid`, only says so by failing to load,
-// which reads as nothing. `fib saddr type local` says it plainly: a packet
-// whose source is one of the node's addresses was sent by the node. A
-// forwarded packet keeps its remote source until it is masqueraded, and
-// that happens at this same hook, after the first nat chain has decided.
+// The rule matches as narrowly as istio-cni's nftables backend, `meta
+// skuid <the kubelet's uid>`, and more: the source must also be one of the
+// node's own addresses (`fib saddr type local`). skuid reads the sending
+// socket's owner, and a packet with no local socket (forwarded by
+// kube-proxy, sent by the kernel itself) matches no uid at all, so neither
+// it nor another local user's connection passes ztunnel. istio-cni's
+// iptables backend (`-m owner --socket-exists`) let any local socket pass.
+// A kubelet running as root shares uid 0 with every root process: those
+// pass too, as under istio-cni; non-root users do not.
 func BuildHost(cfg HostConfig) (*Ruleset, error) {
 	var errs []error
 	if !cfg.IPv4 && !cfg.IPv6 {
@@ -62,10 +93,14 @@ func BuildHost(cfg HostConfig) (*Ruleset, error) {
 	return &Ruleset{table: t, text: t.Render()}, nil
 }
 
-// hostPostrouting SNATs locally sent TCP to an enrolled pod to the probe
-// address of its family.
+// hostPostrouting SNATs TCP to an enrolled pod sent by the kubelet's uid
+// to the probe address of its family; with no uid the chain is empty.
 func hostPostrouting(cfg HostConfig) nft.Chain {
 	c := nft.NATChain(chainHostPostrouting, nft.HookPostrouting)
+	uid, ok := cfg.ProbeUID.Get()
+	if !ok {
+		return c
+	}
 	for _, x := range []struct {
 		on   bool
 		fam  nft.Family
@@ -75,7 +110,7 @@ func hostPostrouting(cfg HostConfig) nft.Chain {
 		if x.on {
 			c.Rules = append(c.Rules, nft.Rule{
 				Tag:     "probe-snat" + tagSuffix(x.fam),
-				Matches: []nft.Match{nft.LocalSourceMatch{}, nft.DaddrSetMatch{Family: x.fam, Set: x.set}, nft.L4ProtoMatch{Proto: nft.TCP}},
+				Matches: []nft.Match{nft.LocalSourceMatch{}, nft.OwnerMatch{ID: uid}, nft.DaddrSetMatch{Family: x.fam, Set: x.set}, nft.L4ProtoMatch{Proto: nft.TCP}},
 				Stmts:   []nft.Stmt{nft.SNATStmt{Addr: x.addr}},
 			})
 		}

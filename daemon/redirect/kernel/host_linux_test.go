@@ -123,3 +123,65 @@ func TestHostProbeCustomSNAT(t *testing.T) {
 		})
 	}
 }
+
+// TestHostProbeSNATOnlyKubeletUID: only a socket the kubelet's uid owns is
+// SNATed past ztunnel. Another local user dialling the same pod port from
+// the node, with the node's own address, is captured as ordinary inbound
+// traffic (ztunnel sees it, with the original destination); with no uid
+// known, nothing is SNATed. The kernel holds what Render says.
+func TestHostProbeSNATOnlyKubeletUID(t *testing.T) {
+	tp := newAmbientTopology(t)
+	node := tp.node.Handle(t)
+	mustApply(t, tp, redirect.DefaultAmbientSpec())
+	t.Cleanup(func() { removeHostTableIn(node) })
+	captured := map[string]string{podV4: "ztunnel-in " + podV4 + ":8080 app=pod-8080", podV6: "ztunnel-in [" + podV6 + "]:8080 app=pod-8080"}
+	const probed = "pod-8080"
+	for _, tc := range []struct {
+		name                 string
+		uid                  redirect.UID
+		root, u4242, u65534 string // what each dialler's connection reaches
+	}{
+		{"kubelet as root (the default)", redirect.UIDOf(0), probed, "captured", "captured"},
+		{"kubelet as 4242", redirect.UIDOf(4242), "captured", probed, "captured"},
+		{"no kubelet uid", redirect.UID{}, "captured", "captured", "captured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hc := redirect.DefaultHostConfig()
+			hc.ProbeUID = tc.uid
+			if err := ensureHostTableIn(node, hc); err != nil {
+				t.Fatal(err)
+			}
+			if err := addHostIPsIn(node, netip.MustParseAddr(podV4), netip.MustParseAddr(podV6)); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := redirect.BuildHost(hc)
+			got := tp.node.Run(t, "nft", "list", "table", "inet", redirect.HostTableName)
+			if g, w := canonical(stripElements(got)), canonical(want.Render()); g != w {
+				t.Errorf("kernel holds\n%s\nwant\n%s", g, w)
+			}
+			for _, pod := range []string{podV4, podV6} {
+				addr := net.JoinHostPort(pod, "8080")
+				outcome := func(w string) string {
+					if w == "captured" {
+						return captured[pod]
+					}
+					return w
+				}
+				expect(t, "root to "+pod, dialFrom(t, tp.node, "tcp", addr), outcome(tc.root))
+				expect(t, "uid 4242 to "+pod, dialAs(t, tp.node, 4242, 4242, "tcp", addr), outcome(tc.u4242))
+				expect(t, "uid 65534 to "+pod, dialAs(t, tp.node, 65534, 65534, "tcp", addr), outcome(tc.u65534))
+			}
+		})
+	}
+}
+
+// stripElements drops the element lines nft lists for a set with members.
+func stripElements(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, "elements = ") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
