@@ -9,6 +9,13 @@
 // agent), and checked on that descriptor: an nsfs file, a network namespace,
 // and not the daemon's own (whose rules would capture the node's traffic).
 // Only then is it reopened for use, through the same descriptor.
+//
+// Resolution is openat2 with RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS; before
+// Linux 5.6 a walk of the components that refuses every symlink. The
+// namespace type is NS_GET_NSTYPE on the descriptor; the agent's own netns
+// is read on a locked thread from /proc/thread-self; the reopen goes
+// through /proc/self/fd. /proc/<pid>/ns/net is the one magic link
+// admitted, and only under --host-proc.
 package podns
 
 import (

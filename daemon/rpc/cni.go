@@ -1,6 +1,20 @@
 // Package rpc serves the sluice.v1 gRPC API on the agent's unix socket. It
 // validates requests, asks policy what a pod gets, and hands the work to
 // workloads; it keeps no state and no logic of its own.
+//
+// The socket is the agent's most exposed door, so its walls are here. The
+// socket's mode (0600 in a 0700 dir) is the first; the peer's uid is read
+// from SO_PEERCRED at the handshake (peercred.go), so a refused peer never
+// gets an HTTP/2 transport, stream or goroutine and sees Unavailable;
+// refusals are counted and logged at most once a second, and an
+// interceptor checks every method again, health and reflection included.
+// The server's bounds are constants, not flags (server.go, listen.go): 1
+// MiB a request, 16 streams a connection, 256 connections (more wait in
+// the backlog under the caller's deadline), a 64 KiB header list, fixed
+// flow-control windows (64 KiB a stream, 1 MiB a connection), connections
+// closed after 2 min (+70 s grace) or 1 min idle, 4 KiB transport buffers
+// (every plugin exec is one small call on a new connection) and
+// max(8, 2×NumCPU) stream workers, whose stacks stay grown between calls.
 package rpc
 
 import (

@@ -2,6 +2,11 @@
 // thread of its own, the one way the agent's code enters a pod's netns:
 // the caller's thread never changes namespace, so callers may run from
 // many goroutines at once.
+//
+// The agent's own netns is opened once and kept: a thread goes back to
+// that handle, not to one opened from /proc/thread-self per call, so every
+// thread the runtime hands out is in the agent's netns, and a thread that
+// could not be moved back is never unlocked (the runtime then ends it).
 package netnsthread
 
 import (
