@@ -1,6 +1,15 @@
 // Package policy decides, from what is known about a pod, whether and how
 // its traffic is captured. It returns a redirect.Spec or a reason to pass
 // the pod through; it never touches the kernel.
+//
+// Which families are captured follows istio-iptables: IPv4 always, IPv6
+// when the pod has no IPv4 address, or ISTIO_DUAL_STACK=true and it has an
+// IPv6 one. The pod's addresses come from prevResult, else its netns (read
+// over netlink: under Multus there is no prevResult), else its status;
+// with none known both families are captured. The probe SNAT addresses
+// are the one config method's, for the host table and every ambient Spec
+// alike; a journaled record keeps the addresses it was applied with until
+// it is added again.
 package policy
 
 import (

@@ -14,6 +14,19 @@
 // Every mode fails closed: with the proxy's inbound listener absent, a
 // captured connection is refused (REDIRECT, ambient) or dropped (TPROXY),
 // never delivered to the app.
+//
+// A pod's table is inet sluice, its chains named for what they hold
+// (prerouting, inbound, in-redirect, output, outbound, out-redirect, dns,
+// and reroute for reroute interfaces in TPROXY mode; DropInvalid's chain
+// at mangle priority); each rule's tag is its nft comment, which Verify
+// matches. DNS capture copies Istio's asymmetries: proxy-to-self skips 53
+// for the uid rule only, the app-loopback return is TCP-only, a loopback
+// prefix in the include list removes it, and the proxy's conntrack-zone
+// rules accept after setting the zone. The shared fragments
+// (fragments.go) were factored out with every combination of 14 builder
+// switches (16,384 Specs) rendering byte-identical. Build keeps the last
+// 16 Rulesets (started over when full), hit only when the Spec is
+// reflect.DeepEqual to a copy the caller cannot change.
 package redirect
 
 import (

@@ -2,11 +2,36 @@
 // namespace, several in one visit: the transport of package nft's batches
 // and reads (NETLINK_NETFILTER) and of redirect's rtnetlink requests.
 //
+// Why not the libraries' own sockets: mdlayher/socket (under
+// mdlayher/netlink, under google/nftables) starts a goroutine per send and
+// per receive to watch a context that is always context.Background, each
+// waking an idle P; vishvananda/netlink's Handle is another netns visit
+// and an epoll-registered socket; mdlayher's NewConn seeds a math/rand
+// source per socket. nlsock opens the sockets a visit needs (netfilter,
+// and rtnetlink when lo or routes need it) as blocking fds with a Conn of
+// its own (numbering, errno errors, sequence check); google/nftables still
+// marshals and decodes through Sock.Exchange, and vishvananda/netlink
+// still builds address messages and serves routes and rules. Netfilter
+// sockets send and read with raw syscalls (nf_tables does a batch's work
+// inside sendmsg, and a raw call keeps the P that sysmon would otherwise
+// hand off mid-commit), a read falling back to a blocking one when nothing
+// is queued; rtnetlink's requests can sleep on RTNL and must not hold a P.
+//
 // It is kept only while a benchmark says it pays: BenchmarkUpstreamRoute
 // here and BenchmarkUpstream* in daemon/redirect/kernel/nftnl hold it to
 // mdlayher/netlink, google/nftables and vishvananda/netlink on the same
-// work (docs/decisions.md, "nlsock against the upstream libraries", has the
-// figures and the upstream changes that would let it go).
+// work (figures: docs/history/performance.md, "netlink sockets against the
+// upstream libraries"). It can go when a google/nftables release carries
+// its unreleased batch changes (no ACK asked per message, replies drained
+// without counting: google/nftables#330, #336), which would also retire
+// nftnl's one-ACK send, and these benchmarks then show mdlayher/netlink
+// (or a socket google/nftables opens itself) within a few percent of
+// nlsock. The gap left with mdlayher/socket v0.8.0 is mdlayher/netlink's
+// own: a netns visit per socket in Dial, the runtime poller registration,
+// an MSG_PEEK before every read, a math/rand source seeded per Conn. For
+// rtnetlink, vishvananda/netlink would need a Handle built over a
+// caller's socket (or several opened in one visit) that decodes IFA_PROTO,
+// which nlsock's address dump reads and v1.3.1 drops.
 package nlsock
 
 import (
