@@ -1,9 +1,10 @@
 module github.com/sluicemesh/sluice/test/istio
 
-go 1.26.8
+go 1.27.3
 
 require (
 	github.com/sluicemesh/sluice v0.0.0
+	golang.org/x/sys v0.50.0
 	istio.io/istio v0.0.0-20260827124520-eed52ebb66ad
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -114,7 +115,6 @@ require (
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
