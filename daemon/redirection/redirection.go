@@ -4,6 +4,12 @@
 // to tell a pod is enrolled. The ADD path sets it once and fails when it
 // cannot (Apply); live enrolment and adoption set it and leave the retries
 // to the Annotator's rate-limited workqueue (Set, Run).
+//
+// On the ADD path the patch goes to pods/status within the call's
+// deadline less 100 ms: enabled once ztunnel acked, pending when it did
+// not and nothing of the pod stays enrolled (a refused re-ADD rolls back
+// to the capture it had). Other values retry with backoff (0.5 s to 30
+// s). Without RBAC for pods/status it falls back to pods and warns once.
 package redirection
 
 import (

@@ -2,6 +2,32 @@
 // and removes rulesets through redirect, keeps the journal on disk, and
 // reconciles the kernel with it on start and on demand. ADD, DEL, CHECK, GC
 // and the reconciler all go through it.
+//
+// The journal is one compact JSON file per attachment,
+// <containerID>:<ifName>.json (neither part may contain ':'), written
+// through internal/atomicfile (temp, fsync, rename, fsync dir). Files are
+// read with O_NOFOLLOW|O_NONBLOCK, only if regular, at most 1 MiB;
+// anything unreadable is moved aside as .corrupt (container_id is at most
+// 226 bytes so that name fits 255). A missing state dir is recreated on
+// the next write (any step's fs.ErrNotExist). Record.IPs is
+// []netip.Prefix, journaled as text: an older record's bare address loads
+// as a host prefix, and a value that is neither is left out with a warning.
+//
+// A netns is known by its inode and its netns cookie (SO_NETNS_COOKIE,
+// Linux 5.14), which is never reused. When a record's path is gone or
+// names another namespace, the reconciler, DEL and GC look for the
+// namespace among live processes and nsfs mounts and follow the one whose
+// cookie matches, rewriting and journaling the path; alive only outside
+// --netns-roots, it is kept but not reasserted, and DEL releases it and
+// leaves the table. Records without a cookie keep the path rule. "Is
+// another record on this netns?" and the apply or removal hold a
+// per-inode lock; calls for one container hold one of 64 stripes, taken
+// only after the netns is open. A rollback restores the previous record
+// and its ruleset, or a sibling's, or nothing of sluice's, and drops only
+// probe addresses no other record holds.
+//
+// The periodic resync verifies records in groups at least 250 ms apart
+// over half the interval, each record still once per interval.
 package workloads
 
 import (

@@ -11,6 +11,27 @@
 // During a ztunnel upgrade two ztunnels are connected at once. New pods go
 // to the newest one; deletions go to both, so the old one lets go of pods it
 // still holds.
+//
+// At most 8 connections at once. A connection is registered as newest
+// before its snapshot and holds its lock until the snapshot is acked, so
+// Adds and Dels queue behind it. Every deadline set on a connection is
+// cleared after its exchange, and the idle keepalive peeks through
+// RawConn.Control. A request over 1024 bytes (ztunnel's read buffer) is
+// refused before it is written. The snapshot source is read only once the
+// journal is loaded; it lists sluice's pods and the pending ones: marked
+// ambient.istio.io/redirection=enabled, with no sluice record, in a netns
+// holding istio-cni's rules. That list waits for the pod cache (at most 30
+// s), and a list that cannot be read drops the connection before any
+// snapshot. On exit the agent waits (at most 5 s) for the server to
+// unlink its socket.
+//
+// A CNI ADD that finds no ztunnel waits for one (WaitForConnection), up
+// to --ztunnel-connect-wait and at most 16 at once (more fail at once),
+// before it takes any lock, the attachment's or the pod's; background
+// enrolments retry through their work queues instead. The ack is awaited
+// within the call's deadline less 250 ms, capped by the 5 s ZDS timeout.
+// A write on a connection that died unnoticed is "no ztunnel connected":
+// the ADD rolls back, waits again and hands the pod over once more.
 package ztunnel
 
 import (
