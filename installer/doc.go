@@ -22,4 +22,25 @@
 // rename so a concurrent write by its CNI is never reverted. Ready is true only while the binary (by hash)
 // and the entry are in place. Uninstall removes only the entry, never the
 // binary.
+//
+// The primary is --cni-conf-name or the lexically first config that is
+// not ours, valid or not, as containerd picks it (it also stops at an
+// invalid first file): one that fails to parse is named with its cause
+// and the installer resumes when it parses. Our .conf companion is ours
+// only if it holds a sluice entry, follows every rewrite of the .conf and
+// goes with it or on uninstall. A rewrite of a file we did not create
+// compares inode and sha256 just before the rename and starts over on a
+// change (5 tries, then the next event). Symlinked configs are refused,
+// never followed or replaced; our own files are replaced whatever is at
+// their name. The conf dir and the bin dirs are opened once
+// O_PATH|O_DIRECTORY and used through /proc/self/fd/<fd>; each sync
+// re-opens the path with RESOLVE_NO_SYMLINKS (a link means not ready, a
+// recreated real directory is pinned in its place). Configs are opened
+// O_NONBLOCK|O_NOFOLLOW after an lstat, the type checked again on the fd.
+// The binary's hash is taken once; the installed copy is re-hashed only
+// when inode, size, mtime or ctime change. Events are debounced 50 ms and
+// directories re-watched once recreated. A write counts as a restore only
+// if the target was in place before; more than 5 restores of one file in
+// a minute log a warning. Switching to chained mode removes the
+// non-chained file, and 00-sluice.conflist is removed in both modes.
 package installer

@@ -17,6 +17,15 @@
 // Rules written by iptables-legacy live in x_tables, which netlink cannot
 // read: a pod captured that way looks uncaptured here. That is a known
 // limit, pinned by a test and written in docs/adopt-istio-cni.md.
+//
+// Removal is scoped to what Istio made: jumps into ISTIO_* chains by rule
+// handle, those chains flushed and deleted, Istio's inet tables deleted;
+// iptables-nft's base chains stay, and a jump added after detection fails
+// the whole batch. Istio's ip rules, routes and ::6 are left: they carry
+// the same marks and tables and route only marked packets. An ambient pod
+// is adopted only once a ztunnel holds its snapshot (re-checked every
+// 0.5 s), and Pending lists the pods istio-cni enrolled that sluice has
+// not adopted yet, by the same proof.
 package istioadopt
 
 import (

@@ -3,6 +3,19 @@
 // on the node. Every event goes through the same ADD and DEL path as the
 // CNI plugin's calls (rpc.CNI), so a pod gets the same decision and the
 // same kernel state whichever trigger saw it.
+//
+// Records are <sandbox id>/eth0 with no network name. Each event's budget
+// is min(runtime request timeout / 2, 1 s). Synchronize never returns an
+// error (that would cost the connection): it releases the records of
+// sandboxes the runtime does not list (not late ones), enrols what is
+// missing within the budget and the rest after replying. CreateContainer
+// refuses a container of a pod neither enrolled nor passed through, after
+// one more try to enrol; pass-through decisions are kept in memory per
+// sandbox. The plugin reconnects forever (100 ms doubling to 5 s) and
+// asks for the failure policy FailRequest, KeepConnected. With --trigger
+// nri nothing is installed, and a leftover sluice conflist entry is
+// removed once the runtime has configured the plugin; --install=false
+// leaves the conf dir alone.
 package nri
 
 import (

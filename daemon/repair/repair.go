@@ -7,6 +7,16 @@
 // plugin (delete, through the Eviction API), or only reports them (off).
 // Each action is recorded as an Event on the pod. Finding such pods, and
 // retrying a failed repair, is podcheck's.
+//
+// label writes through pods/status, so the ClusterRole's only pod write
+// cannot change a spec; --repair-label (default sluice.dev/uncaptured=true)
+// is validated as the API server would. delete goes through the Eviction
+// API, so PodDisruptionBudgets apply: a refusal (a 429 included) is a
+// failed repair to retry, not an eviction, and the update an eviction
+// causes is not acted on again. off reports once per pod. A pod's netns
+// is found from the host's /proc, by pod UID in the cgroup path (cgroupfs
+// and systemd spellings), then by pod IP on an interface; the oldest
+// matching process is used.
 package repair
 
 import (
