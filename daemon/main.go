@@ -16,6 +16,15 @@
 // so buildAmbient late-binds the snapshot func, read only once ZDS serves,
 // after the journal is loaded. The start-up reconcile runs before the
 // socket serves, with max(4, 2×NumCPU) workers.
+//
+// `sluice-agent cleanup` refuses while an agent holds the state dir's
+// flock, then removes the journaled pods' tables (Store.Release), the host
+// table, the conflist entry, the plugin (a regular file only), the journal
+// and dead sockets; run twice it changes nothing. On SIGTERM the entry
+// leaves when the API says sluice is leaving the node: access lost (an
+// uninstall deleted the ServiceAccount) or a DaemonSet whose nodeSelector
+// or required affinity no longer selects the node (component-helpers'
+// nodeaffinity, nodes: get); a node that cannot be read keeps the entry.
 package main
 
 import (

@@ -6,6 +6,11 @@
 // client-go's broadcasters: those log through klog (outside the agent's
 // slog), and neither can flush its queue on shutdown, which is when an
 // agent's last events matter most.
+//
+// It queues at most 256 Events, sends them from one goroutine, counts
+// repeats on one Event, and flushes on shutdown within a deadline. Every
+// reason is a constant in reasons.go, and PodRef keeps this package free
+// of policy's imports.
 package events
 
 import (

@@ -6,6 +6,16 @@
 // Health is cheap and cannot be used against the node: the checks run on
 // the agent's own schedule (Checks.Run), never per request, and every
 // request, probe, scrape or CNI STATUS, reads the last verdict.
+//
+// The checks run every second while ready and from 50 ms doubling while
+// not; a verdict older than 10 periods fails readiness and liveness. The
+// port serves one request per connection (no keep-alive: idle
+// connections held slots against the kubelet's probes), 64 connections
+// at once and 8 from one address, past which a connection is closed at
+// once rather than queued (internal/connlimit); headers within 2 s, the
+// request and answer within 5 s; /metrics 4 at once, then 503. /healthz
+// also fails when a socket path no longer names our listener (its dev and
+// inode are stamped at listen).
 package health
 
 import (
