@@ -4,14 +4,18 @@
 // agent's conflist entry is in place, its caches synced and its socket
 // serving; the agent then removes that one taint from its own node, with
 // no control plane in between. The chart's admission policy holds the agent
-// to exactly that change.
+// to exactly that change, and the agent uses its nodes: patch only while a
+// dry run shows that policy in force (fence.go): without it the token could
+// change any node, so the taint stays and the agent says why.
 package nodetaint
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +28,8 @@ import (
 // nodes set up for istio-cni work unchanged.
 const DefaultKey = "cni.istio.io/not-ready"
 
-// Remover removes the taint Key from Node once Ready says yes.
+// Remover removes the taint Key from Node once Ready says yes and the
+// admission policy fences its nodes: patch.
 type Remover struct {
 	Client kubernetes.Interface
 	Node   string
@@ -33,13 +38,21 @@ type Remover struct {
 	Log    *slog.Logger
 	// Poll is how often readiness is read (a cached verdict, cheap).
 	Poll time.Duration
-	// MaxBackoff caps the wait between failed removals.
+	// MaxBackoff caps the wait between failed tries (a refused removal, or
+	// a fence not in force).
 	MaxBackoff time.Duration
+
+	// unfenced is the last fence check's finding: the policy not in force.
+	unfenced atomic.Bool
 }
 
-// Run waits for readiness, then removes the taint, retrying failures with
-// a backoff; it returns once the node carries no such taint, or when ctx
-// ends.
+// Unfenced reports whether the taint stays because the last check found
+// the admission policy not in force (for the metric).
+func (r *Remover) Unfenced() bool { return r.unfenced.Load() }
+
+// Run waits for readiness, then checks the fence and removes the taint,
+// retrying either with a backoff; it returns once the node carries no such
+// taint, or when ctx ends.
 func (r *Remover) Run(ctx context.Context) {
 	if !r.waitReady(ctx) {
 		return
@@ -53,7 +66,12 @@ func (r *Remover) Run(ctx context.Context) {
 			}
 			return
 		}
-		r.Log.Warn("remove the node's startup taint", "node", r.Node, "taint", r.Key, "err", err, "retry_in", backoff)
+		if errors.Is(err, errUnfenced) {
+			r.Log.Warn("kept the node's startup taint: its admission policy is not in force", "node", r.Node, "taint", r.Key,
+				"err", err, "retry_in", backoff)
+		} else {
+			r.Log.Warn("remove the node's startup taint", "node", r.Node, "taint", r.Key, "err", err, "retry_in", backoff)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -79,7 +97,8 @@ func (r *Remover) waitReady(ctx context.Context) bool {
 // remove takes the taint out of the node's list in one JSON patch that
 // first tests the list is still what was read, so a taint another writer
 // added meanwhile (the node lifecycle controller's) is never dropped: the
-// test fails and the next try reads again.
+// test fails and the next try reads again. It patches only once a dry run
+// has shown the fence in force; errUnfenced when it is not.
 func (r *Remover) remove(ctx context.Context) (bool, error) {
 	node, err := r.Client.CoreV1().Nodes().Get(ctx, r.Node, metav1.GetOptions{})
 	if err != nil {
@@ -89,6 +108,13 @@ func (r *Remover) remove(ctx context.Context) (bool, error) {
 	if len(kept) == len(node.Spec.Taints) {
 		return false, nil
 	}
+	if err := r.checkFence(ctx, node); err != nil {
+		if errors.Is(err, errUnfenced) && !r.unfenced.Swap(true) {
+			r.reportUnfenced(ctx, node)
+		}
+		return false, err
+	}
+	r.unfenced.Store(false)
 	patch, err := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/spec/taints", "value": node.Spec.Taints},
 		{"op": "replace", "path": "/spec/taints", "value": kept},
