@@ -5,6 +5,13 @@
 // gives a "node" netns with the agent's paths, and runs a CNI chain through
 // libcni as a runtime would. Each suite keeps only what is its own: its
 // agent flags, its attacks, its containerd.
+//
+// Builds go to a temp dir (the go build cache makes a warm one only the
+// links). The agent is started from a locked OS thread, so its Pdeathsig
+// holds, and is killed and its log quoted at the test's end. test/nri uses
+// Build, Start, Logs and StartLocked (for its namespace holder and
+// containerd) and keeps its own node: a mount and network namespace held
+// by one process.
 package agenttest
 
 import (

@@ -21,6 +21,17 @@
 //
 // Start one Cluster per test binary (TestMain) and give each test its own
 // namespace.
+//
+// Daemons join the node with nsenter and a cgroup join; its CNI, kubelet
+// and log dirs are the cluster dir's, bind-mounted; /run is a private
+// tmpfs; the kubelet's /proc/sys writes land on files bound over those
+// entries. The node gets a /30 of 198.18.0.0/16 (more nodes a veth to the
+// first in 198.19.0.0/16), registers with the startup taint, and its
+// kubelet is a real node identity (Node authorizer, NodeRestriction).
+// containerd 2.x runs NRI on with no validator, so trigger=nri can be
+// measured on the same node. Reboot empties the node's /run and restarts
+// containerd and the kubelet with their first configs. Eventually polls
+// every 100 ms and fails with the last error seen.
 package nodetest
 
 import (

@@ -6,6 +6,13 @@
 // Build support and test support: `make image` (hack/image) writes the
 // product's, the node and mesh suites load theirs, and the suites that run
 // pod sandboxes load the pause image.
+//
+// go-containerregistry composes an image (layer, config, manifest);
+// WriteOCI writes every archive, the pause image's included, with fixed
+// order, owners and timestamps, an oci-layout marker and an index naming
+// the ref for containerd and Docker. Its layout package is not used: it
+// writes a directory that would still need the same sorted, fixed-time tar
+// around it.
 package ociimage
 
 import (

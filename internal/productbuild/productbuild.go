@@ -5,6 +5,9 @@
 // Makefile's build and the Dockerfile run it through hack/build; the
 // image builder, the tests of the real binaries, the bench and the demo's
 // test call Build, so what they run is what ships.
+//
+// hack/build takes the platform as -goos/-goarch: GOOS/GOARCH in the
+// environment would cross-compile the command itself under go run.
 package productbuild
 
 import (
