@@ -25,6 +25,14 @@
 // uninstall deleted the ServiceAccount) or a DaemonSet whose nodeSelector
 // or required affinity no longer selects the node (component-helpers'
 // nodeaffinity, nodes: get); a node that cannot be read keeps the entry.
+//
+// check (so --check-config too) refuses, one line each, what would start
+// an agent that cannot serve: --allowed-uids without 0, an empty
+// --netns-roots, --ztunnel-socket equal to --socket with --ambient. A
+// listen address is checked as the listener would take it (checkHostPort):
+// the host an IP or empty, the port a number up to 65535, port 0 accepted
+// (the kernel picks one); every unix socket path takes
+// pluginconf.CheckSocket (sun_path's length).
 package main
 
 import (
