@@ -22,9 +22,8 @@
 // matches. DNS capture copies Istio's asymmetries: proxy-to-self skips 53
 // for the uid rule only, the app-loopback return is TCP-only, a loopback
 // prefix in the include list removes it, and the proxy's conntrack-zone
-// rules accept after setting the zone. The shared fragments
-// (fragments.go) were factored out with every combination of 14 builder
-// switches (16,384 Specs) rendering byte-identical. Build keeps the last
+// rules accept after setting the zone. Rule fragments the builders share
+// live in fragments.go, each keeping its tags. Build keeps the last
 // 16 Rulesets (started over when full), hit only when the Spec is
 // reflect.DeepEqual to a copy the caller cannot change.
 package redirect
