@@ -20,6 +20,8 @@ func (a *agent) registerMetrics() {
 		func() float64 { return float64(a.decisions.IstioInitPods()) })
 	m.Func("counter", "rpc_refused_connections_total", "Connections to the agent socket refused at the handshake (peer uid not allowed).",
 		func() float64 { return float64(a.auth.Refused()) })
+	m.Func("gauge", "cni_adds_waiting", "ADDs waiting for an in-flight slot (--max-inflight): the queue depth of a burst.",
+		func() float64 { return float64(a.cni.Inflight.Waiting()) })
 	m.Bool("ready", "1 when the agent takes pods (what /readyz and CNI STATUS say), else 0.", func() bool {
 		ok, _ := a.checks.Ready()
 		return ok

@@ -50,7 +50,7 @@ type CNI struct {
 	Policy    Policy
 	Workloads Workloads
 	Ready     Readiness
-	Inflight  Inflight
+	Inflight  *Inflight
 	Events    EventSink // nil records nothing (standalone)
 	// Redirection, when set, marks ambient pods for istiod
 	// (ambient.istio.io/redirection) before the ADD returns; nil in

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
 	"github.com/sluicemesh/sluice/daemon/workloads"
+	"github.com/sluicemesh/sluice/internal/nstest"
 )
 
 // The verbs' branches over a real Store on redirecttest's kernel: no root,
@@ -326,5 +328,42 @@ func TestUnitDebug(t *testing.T) {
 	}
 	if _, err := d.GetWorkload(context.Background(), &sluicev1.GetWorkloadRequest{ContainerId: "nope"}); code(err) != codes.NotFound {
 		t.Fatalf("GetWorkload of nothing: code %v", code(err))
+	}
+}
+
+// ADDs past the in-flight bound wait for a slot, and are counted while
+// they wait: the queue depth a burst builds.
+func TestUnitInflightCountsWaiters(t *testing.T) {
+	l := NewInflight(1)
+	release, err := l.acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 2)
+	for range 2 {
+		go func() {
+			r, err := l.acquire(context.Background())
+			if err == nil {
+				r()
+			}
+			got <- err
+		}()
+	}
+	nstest.Eventually(t, 10*time.Second, func() bool { return l.Waiting() == 2 }, "two ADDs waiting for the one slot")
+	release()
+	for range 2 {
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.Waiting(); n != 0 {
+		t.Fatalf("%d waiting after every ADD got its slot", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	release, _ = l.acquire(context.Background())
+	defer release()
+	cancel()
+	if _, err := l.acquire(ctx); code(err) != codes.ResourceExhausted || l.Waiting() != 0 {
+		t.Fatalf("an ADD whose deadline passed: %v, %d still waiting", err, l.Waiting())
 	}
 }
