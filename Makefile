@@ -20,7 +20,7 @@ FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:F
 	./daemon/policy:FuzzSpecFromAnnotations ./internal/grpccall:FuzzAnswer ./internal/grpccall:FuzzAnswerOracle \
 	./internal/cniwire:FuzzAddResponse ./internal/cniwire:FuzzDelResponse ./internal/cniwire:FuzzCheckResponse \
 	./internal/cniwire:FuzzStatusResponse ./internal/cniwire:FuzzGCResponse \
-	./internal/cniwire:FuzzAddRequest ./internal/cniwire:FuzzGCRequest
+	./internal/cniwire:FuzzAddRequest ./internal/cniwire:FuzzGCRequest ./daemon/istiovalues:FuzzDocument
 
 # Scripts and tests find their cached helper binaries here too.
 export SLUICE_CACHE := $(CACHE)

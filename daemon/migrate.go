@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/sluicemesh/sluice/daemon/istiovalues"
 )
@@ -39,19 +36,6 @@ func migrateValues(args []string, stdin io.Reader, out, errOut io.Writer) int {
 		fmt.Fprintf(errOut, "sluice-agent migrate-values: %s: %v\n", args[0], err)
 		return 1
 	}
-	b, err := yaml.Marshal(res.Values)
-	if err != nil {
-		fmt.Fprintf(errOut, "sluice-agent migrate-values: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(out, "# sluice chart values converted from istio-cni's %s by sluice-agent migrate-values.\n", args[0])
-	for _, n := range res.Notes {
-		fmt.Fprintf(out, "# note: %s\n", strings.ReplaceAll(n, "\n", " "))
-	}
-	if len(res.Values) == 0 {
-		fmt.Fprintln(out, "{}")
-		return 0
-	}
-	_, _ = out.Write(b)
+	_, _ = out.Write(res.Document(args[0]))
 	return 0
 }
