@@ -29,7 +29,9 @@ import (
 // stopped, it removes what the agent put on the node, found through the
 // same flags: every journaled pod's capture rules (only in the netns the
 // record names, as a DEL would), the host probe table, the conflist entry,
-// the plugin binary, the journal and the sockets. Nothing else is touched.
+// the plugin binary, the journal's files and the sockets. Nothing else is
+// touched: not a file in the state dir the journal did not write, nor a
+// state dir that is not sluice's.
 func runCleanup(args []string, getenv func(string) string, errOut io.Writer) int {
 	cfg, err := parseConfig(args, getenv, errOut)
 	if err != nil {
@@ -55,7 +57,8 @@ func runCleanup(args []string, getenv func(string) string, errOut io.Writer) int
 
 // cleanup holds the state dir's lock throughout: a running agent holds
 // it, and cleaning up under a live agent would uncapture its pods while it
-// believes them captured.
+// believes them captured. A state dir that is not sluice's
+// (workloads.ClaimDir: mistyped flags) stops it before it touches anything.
 func cleanup(ctx context.Context, cfg *config, log *slog.Logger) error {
 	lock, err := dirlock.Acquire(cfg.stateDir, 0o700)
 	if errors.Is(err, dirlock.ErrHeld) {
@@ -64,11 +67,15 @@ func cleanup(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := workloads.ClaimDir(cfg.stateDir); err != nil {
+		_ = lock.Release()
+		return fmt.Errorf("%w; nothing was cleaned up", err)
+	}
 	errs := []error{releaseAll(ctx, cfg, log)}
 	if cfg.install {
 		errs = append(errs, uninstallFiles(cfg, log))
 	}
-	errs = append(errs, removeJournal(cfg.stateDir), removeDeadSocket(cfg.socket), removeDeadSocket(cfg.ztunnelSocket))
+	errs = append(errs, removeJournal(cfg.stateDir, log), removeDeadSocket(cfg.socket), removeDeadSocket(cfg.ztunnelSocket))
 	_ = lock.Release()
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -158,20 +165,15 @@ func removeRegular(path string) error {
 	return os.Remove(path)
 }
 
-// removeJournal removes the records and the files the journal keeps
-// (.corrupt ones too); the dir goes once the lock is released.
-func removeJournal(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
+// removeJournal removes the journal's files (workloads.RemoveJournal) and
+// names what it left: files someone else put in the state dir, which keep
+// the dir in place too.
+func removeJournal(dir string, log *slog.Logger) error {
+	left, err := workloads.RemoveJournal(dir)
+	if len(left) > 0 {
+		log.Warn("left in the state dir: not sluice's", "dir", dir, "files", left)
 	}
-	var errs []error
-	for _, e := range ents {
-		if e.Type().IsRegular() {
-			errs = append(errs, os.Remove(filepath.Join(dir, e.Name())))
-		}
-	}
-	return errors.Join(errs...)
+	return err
 }
 
 // removeDeadSocket removes a socket file nothing listens on: a listener

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -59,6 +58,9 @@ func (s *Store) writeRecord(r *Record) error {
 		// records it held are written again by the next Reconcile.
 		s.log.Warn("state dir missing; recreating it", "dir", s.dir)
 		if err = os.MkdirAll(s.dir, 0o700); err == nil {
+			err = writeMarker(s.dir)
+		}
+		if err == nil {
 			err = atomicfile.Write(path, atomicfile.Bytes(b), journalFile)
 		}
 	}
@@ -127,42 +129,50 @@ func readRecordFile(path string) ([]byte, error) {
 	return b, nil
 }
 
-// loadJournal reads every record. Leftover temp files of a crashed write are
-// removed; a record that does not parse is moved aside (not deleted: an
-// operator may want it) and reported.
+// loadJournal claims the state dir (ClaimDir) and reads every record.
+// Leftover temp files of a crashed write are removed; a record that does not
+// parse is moved aside (not deleted: an operator may want it) and reported.
+// Files that are not the journal's are left alone.
 func (s *Store) loadJournal() ([]*Record, error) {
+	if err := ClaimDir(s.dir); err != nil {
+		return nil, err
+	}
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("read state dir: %w", err)
 	}
 	var recs []*Record
+	var foreign []string
 	for _, e := range entries {
 		name := e.Name()
 		path := filepath.Join(s.dir, name)
-		switch {
-		case strings.HasPrefix(name, journalTempPrefix):
+		switch kindOf(e) {
+		case tempFile:
 			os.Remove(path)
 			continue
-		case !strings.HasSuffix(name, journalExt) || !e.Type().IsRegular():
+		case notJournal:
+			foreign = append(foreign, name)
+			continue
+		case recordFile:
+		default:
 			continue
 		}
-		b, err := readRecordFile(path)
+		r, err := readRecord(path, name)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // removed since the listing
 		}
-		r := &Record{}
-		if err == nil {
-			err = json.Unmarshal(b, r)
-		}
-		if err != nil || journalName(r.Attachment) != name {
+		if err != nil {
 			s.log.Warn("journal record unreadable; moved aside", "file", name, "err", err)
-			os.Rename(path, path+".corrupt")
+			os.Rename(path, path+corruptExt)
 			continue
 		}
 		if len(r.skippedIPs) > 0 {
 			s.log.Warn("journal record holds IPs that do not parse; loaded without them", "file", name, "ips", r.skippedIPs)
 		}
 		recs = append(recs, r)
+	}
+	if len(foreign) > 0 {
+		s.log.Warn("state dir holds files that are not the journal's; left alone", "dir", s.dir, "files", some(foreign))
 	}
 	return recs, nil
 }

@@ -35,6 +35,9 @@ func TestReconcileRewritesLostJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, r2 := f.enroll(t, "after") // recreates the dir
+	if _, err := os.Stat(filepath.Join(f.state, stateMarker)); err != nil {
+		t.Errorf("the recreated state dir is not marked sluice's: %v", err)
+	}
 	if err := f.store.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
