@@ -22,7 +22,8 @@ import (
 const FenceDenial = "sluice-agent may change nothing of a node but its startup taint"
 
 // ProbeLabel is the label the fence check asks, in a dry run, to add to
-// the agent's own node: a change the admission policy forbids.
+// the agent's own node along with the taint's removal: a change the
+// admission policy forbids.
 const ProbeLabel = "sluice.dev/startup-taint-fence-probe"
 
 // ReasonStartupTaintKept is the reason of the Warning Event on the Node
@@ -34,18 +35,25 @@ const ReasonStartupTaintKept = "StartupTaintKept"
 var errUnfenced = errors.New("a dry run of a change the admission policy forbids (a label on the node) was admitted: " +
 	"the policy or its binding is not in force, so nothing limits the agent's nodes: patch to its own node's startup taint")
 
-// checkFence asks the API server, in a dry run that changes nothing, to
-// add ProbeLabel to node, which the chart's admission policy forbids the
-// agent. nil: the policy refused it, the fence is in force; errUnfenced:
-// it was admitted; any other error: the answer is unknown.
-func (r *Remover) checkFence(ctx context.Context, node *corev1.Node) error {
-	// A value the node does not carry: a no-op patch would pass the
-	// policy's comparison and read as an absent fence.
+// checkFence asks the API server, in a dry run that changes nothing, for
+// the removal itself (the taints less the startup taint, kept) plus
+// ProbeLabel on node. The policy allows the first half and forbids the
+// second, so its refusal with FenceDenial says both that it is in force and
+// that the removal alone would pass it (the policy reports its first failed
+// rule: own node, taints, then the rest; a label alone would fail the
+// taint rule first on a tainted node). nil: refused so, the fence is in
+// force; errUnfenced: admitted; any other error: the answer is unknown.
+func (r *Remover) checkFence(ctx context.Context, node *corev1.Node, kept []corev1.Taint) error {
+	// A value the node does not carry: a label it already has would be no
+	// change, pass the policy's comparison and read as an absent fence.
 	value := "dry-run"
 	if node.Labels[ProbeLabel] == value {
 		value = "dry-run-again"
 	}
-	probe, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{ProbeLabel: value}}})
+	probe, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"labels": map[string]string{ProbeLabel: value}},
+		"spec":     map[string]any{"taints": kept},
+	})
 	if err != nil {
 		return fmt.Errorf("encode the fence probe: %w", err)
 	}

@@ -108,7 +108,7 @@ func (r *Remover) remove(ctx context.Context) (bool, error) {
 	if len(kept) == len(node.Spec.Taints) {
 		return false, nil
 	}
-	if err := r.checkFence(ctx, node); err != nil {
+	if err := r.checkFence(ctx, node, kept); err != nil {
 		if errors.Is(err, errUnfenced) && !r.unfenced.Swap(true) {
 			r.reportUnfenced(ctx, node)
 		}

@@ -258,10 +258,10 @@ func TestOnlyThePolicysDenialIsTheFence(t *testing.T) {
 	}
 }
 
-// The probe is a dry run that asks for a label the node does not carry
-// (a no-op would be admitted by the policy and read as no fence).
-func TestProbeIsADryRunOfANewLabel(t *testing.T) {
-	n := node(startup)
+// The probe is a dry run of the removal plus a label the node does not
+// carry (a no-op label would pass the policy and read as no fence).
+func TestProbeIsTheRemovalPlusANewLabel(t *testing.T) {
+	n := node(other, startup)
 	n.Labels = map[string]string{ProbeLabel: "dry-run"}
 	c := fake.NewClientset(n)
 	fenced(c)
@@ -278,7 +278,9 @@ func TestProbeIsADryRunOfANewLabel(t *testing.T) {
 	if got := probe.GetPatchOptions().DryRun; !reflect.DeepEqual(got, []string{metav1.DryRunAll}) {
 		t.Errorf("DryRun = %v", got)
 	}
-	if want := `{"metadata":{"labels":{"` + ProbeLabel + `":"dry-run-again"}}}`; string(probe.GetPatch()) != want {
+	want := `{"metadata":{"labels":{"` + ProbeLabel + `":"dry-run-again"}},` +
+		`"spec":{"taints":[{"key":"example.com/other","value":"x","effect":"NoSchedule"}]}}`
+	if string(probe.GetPatch()) != want {
 		t.Errorf("probe = %s, want %s", probe.GetPatch(), want)
 	}
 }
