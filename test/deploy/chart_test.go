@@ -486,7 +486,7 @@ func TestManifestsFresh(t *testing.T) {
 func TestSchemaRejects(t *testing.T) {
 	for _, set := range []string{"repair.mode=evict", "repair.moed=label", "ambient.enabeld=true", "misspelt=1", "variant=fat",
 		"repair.label=novalue", "healthBind=eth0", "seLinuxOptions.typ=spc_t", "logFormat=xml", "logLevel=trace", "image.digest=sha256:abc", "imagePullSecrets[0].nme=x", "cniBinDir=opt/cni/bin", "cniConfFileName=a/b.conflist", "healthPort=0"} {
-		if out, err := command(repoRoot, nil, helmBin, "template", "sluice", chartDir, "--set", set); err == nil {
+		if out, err := command(repoRoot, nil, helmBin, append([]string{"template", "sluice", chartDir, "--set", set}, clusterFlags...)...); err == nil {
 			t.Errorf("--set %s rendered:\n%s", set, out)
 		}
 	}

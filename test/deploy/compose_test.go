@@ -45,7 +45,7 @@ sluice:
 			t.Fatal(err)
 		}
 	}
-	out, err := command(repoRoot, nil, helmBin, "template", "platform", umbrella, "--namespace", "istio-system")
+	out, err := command(repoRoot, nil, helmBin, append([]string{"template", "platform", umbrella, "--namespace", "istio-system"}, clusterFlags...)...)
 	if err != nil {
 		t.Fatalf("the umbrella chart does not render: %v", err)
 	}
@@ -107,7 +107,7 @@ func TestChartRefusesUnknownAgentFlags(t *testing.T) {
 		"env.SLUICE_RESYNC_INTERVAL=5s":    "",
 		"env.GODEBUG=madvdontneed=1":       "",
 	} {
-		out, err := command(repoRoot, nil, helmBin, "template", "sluice", chartDir, "--set", set)
+		out, err := command(repoRoot, nil, helmBin, append([]string{"template", "sluice", chartDir, "--set", set}, clusterFlags...)...)
 		switch {
 		case name == "" && err != nil:
 			t.Errorf("--set %s refused: %v", set, err)

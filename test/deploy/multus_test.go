@@ -87,7 +87,7 @@ func TestMultusRenderRejects(t *testing.T) {
 		"provider=calico": "provider",
 		"provider=multus,chained=false,multus.networkName=Istio_CNI": "networkName",
 	} {
-		out, err := command(repoRoot, nil, helmBin, "template", "sluice", chartDir, "--set", set)
+		out, err := command(repoRoot, nil, helmBin, append([]string{"template", "sluice", chartDir, "--set", set}, clusterFlags...)...)
 		if err == nil {
 			t.Errorf("--set %s rendered:\n%s", set, out)
 			continue

@@ -293,7 +293,7 @@ type rendered struct {
 // render runs helm template for vs and decodes every object.
 func render(t *testing.T, vs valueSet) rendered {
 	t.Helper()
-	args := []string{"template", "sluice", chartDir, "--namespace", vs.namespace}
+	args := append([]string{"template", "sluice", chartDir, "--namespace", vs.namespace}, clusterFlags...)
 	if vs.values != "" {
 		args = append(args, "--values", valuesFile(t, vs))
 	}
