@@ -102,6 +102,29 @@ the render with one line naming the value, before a pod crash-loops. */}}
   trigger uninstall-on-exit ztunnel-connect-wait ztunnel-socket
 {{- end -}}
 
+{{/* istio-cni's own variables (its agent's flags as env, its env
+registrations, its chart's ConfigMap and env), which sluice-agent does not
+read: set in env they would do nothing, so the render fails naming them.
+HOST_PROBE_SNAT_IP and _IPV6, NODE_NAME, POD_NAME and POD_NAMESPACE are
+read and not listed. test/deploy derives the list from the pinned Istio. */}}
+{{- define "sluice.istioEnv" -}}
+  ALLOW_SWITCH_TO_HOST_NS AMBIENT_DISABLE_SAFE_UPGRADE AMBIENT_DNS_CAPTURE
+  AMBIENT_ENABLED AMBIENT_ENABLEMENT_SELECTOR AMBIENT_ENABLE_AWS_BRANCH_ENI_PROBE
+  AMBIENT_IPV6 AMBIENT_RECONCILE_POD_RULES_ON_STARTUP AMBIENT_TPROXY_REDIRECTION
+  AMBIENT_USE_SCOPED_XTABLES_LOCKING CHAINED_CNI_PLUGIN CNI_AGENT_RUN_DIR
+  CNI_CONF_GROUP_READ CNI_CONF_NAME CNI_EVENT_ADDRESS CNI_NETWORK_CONFIG
+  CNI_NETWORK_CONFIG_FILE CURRENT_AGENT_VERSION ENABLE_AMBIENT_DETECTION_RETRY
+  EXCLUDE_NAMESPACES ISTIO_OWNED_CNI_CONFIG ISTIO_OWNED_CNI_CONFIG_FILENAME
+  ISTIO_OWNED_CNI_CONF_FILENAME KUBECONFIG_MODE KUBE_CA_FILE LOG_LEVEL
+  LOG_UDS_SOCKET MONITORING_PORT MOUNTED_CNI_NET_DIR NATIVE_NFTABLES
+  REPAIR_BROKEN_POD_LABEL_KEY REPAIR_BROKEN_POD_LABEL_VALUE REPAIR_DELETE_PODS
+  REPAIR_ENABLED REPAIR_FIELD_SELECTORS REPAIR_INIT_CONTAINER_EXIT_CODE
+  REPAIR_INIT_CONTAINER_NAME REPAIR_INIT_CONTAINER_TERMINATION_MESSAGE
+  REPAIR_LABEL_PODS REPAIR_LABEL_SELECTORS REPAIR_NODE_NAME REPAIR_REPAIR_PODS
+  REPAIR_RUN_AS_DAEMON REPAIR_SIDECAR_ANNOTATION REVISION SKIP_TLS_VERIFY
+  SYSTEM_NAMESPACE ZTUNNEL_UDS_ADDRESS
+{{- end -}}
+
 {{- define "sluice.checkArgs" -}}
 {{- $known := include "sluice.agentFlags" . | splitList "\n" | join " " | splitList " " | compact -}}
 {{- range .Values.extraArgs -}}
@@ -110,7 +133,11 @@ the render with one line naming the value, before a pod crash-loops. */}}
 {{- fail (printf "extraArgs: %q: sluice-agent has no flag --%s (sluice-agent --help lists them)" . $name) -}}
 {{- end -}}
 {{- end -}}
+{{- $istio := include "sluice.istioEnv" . | splitList "\n" | join " " | splitList " " | compact -}}
 {{- range $k, $_ := .Values.env -}}
+{{- if has $k $istio -}}
+{{- fail (printf "env: %s is istio-cni's variable, which sluice-agent does not read; docs/istio-compatibility.md names the sluice value or flag for each" $k) -}}
+{{- end -}}
 {{- if hasPrefix "SLUICE_" $k -}}
 {{- $name := $k | trimPrefix "SLUICE_" | lower | replace "_" "-" -}}
 {{- if not (has $name $known) -}}
