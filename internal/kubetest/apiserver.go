@@ -18,7 +18,11 @@ import (
 // test environment needs differ from the defaults; each says why.
 func (e *Env) startAPIServer() (*process, error) {
 	saKey := filepath.Join(e.dir, "sa.key")
-	return startProcess("kube-apiserver", filepath.Join(e.dir, "kube-apiserver.log"), e.bin,
+	args, err := e.auditArgs()
+	if err != nil {
+		return nil, err
+	}
+	return startProcess("kube-apiserver", filepath.Join(e.dir, "kube-apiserver.log"), e.bin, append(args,
 		"--etcd-servers="+e.etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -41,7 +45,7 @@ func (e *Env) startAPIServer() (*process, error) {
 		// The agent's own DaemonSet pods are privileged; tests may create
 		// them.
 		"--allow-privileged=true",
-	)
+	)...)
 }
 
 // writeServiceAccountKey writes the key that signs and verifies service

@@ -33,6 +33,7 @@ type Env struct {
 	mu        sync.Mutex
 	apiserver *process
 	users     map[string]user
+	audit     bool
 }
 
 // StartMain starts an Env for a whole test package; call it from TestMain
@@ -40,6 +41,19 @@ type Env struct {
 // before the API server first starts (each has no permissions until a test
 // binds it to a role); adding them later with AddUser costs a restart.
 func StartMain(users ...string) (*Env, func(), error) {
+	return StartMainWith(Options{}, users...)
+}
+
+// Options are what an Env may add to the API server the tests share.
+type Options struct {
+	// Audit has the API server log every request at the Metadata level
+	// (who, verb, resource; no bodies) for Env.Audit: what a client asks
+	// of the API server, counted by the API server itself.
+	Audit bool
+}
+
+// StartMainWith is StartMain with opts.
+func StartMainWith(opts Options, users ...string) (*Env, func(), error) {
 	bin, err := apiserverBinary()
 	if err != nil {
 		return nil, nil, err
@@ -48,7 +62,7 @@ func StartMain(users ...string) (*Env, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("create kubetest dir: %w", err)
 	}
-	e := &Env{dir: dir, bin: bin, users: map[string]user{}}
+	e := &Env{dir: dir, bin: bin, users: map[string]user{}, audit: opts.Audit}
 	fail := func(err error) (*Env, func(), error) {
 		e.Stop()
 		return nil, nil, err
@@ -82,10 +96,16 @@ func StartMain(users ...string) (*Env, func(), error) {
 // failure (see outage).
 func Start(t testing.TB, users ...string) *Env {
 	t.Helper()
+	return StartWith(t, Options{}, users...)
+}
+
+// StartWith is Start with opts.
+func StartWith(t testing.TB, opts Options, users ...string) *Env {
+	t.Helper()
 	if err := down.get(); err != nil {
 		down.report(t, err)
 	}
-	e, stop, err := StartMain(users...)
+	e, stop, err := StartMainWith(opts, users...)
 	if err != nil {
 		down.report(t, err)
 	}
