@@ -22,8 +22,9 @@ import (
 // ambientNode is what --ambient adds to the agent: the host probe table in
 // the host netns and the ZDS server ztunnel connects to.
 type ambientNode struct {
-	host netns.NsHandle
-	zds  *ztunnel.Server
+	host  netns.NsHandle
+	probe *probeOwner
+	zds   *ztunnel.Server
 }
 
 // newAmbient prepares the host side and the ZDS socket. snapshot lists the
@@ -45,7 +46,11 @@ func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Wor
 	if err != nil {
 		return nil, fmt.Errorf("--host-netns %s: %w", path, err)
 	}
-	if err := (kernel.Netlink{}).EnsureHostTable(redirect.Netns(host), cfg.hostConfig()); err != nil {
+	probe, err := newProbeOwner(cfg, host, log.With("component", "probe-snat"))
+	if err == nil {
+		err = probe.start()
+	}
+	if err != nil {
 		host.Close()
 		return nil, fmt.Errorf("host probe table in %s: %w", path, err)
 	}
@@ -70,7 +75,7 @@ func newAmbient(cfg *config, opener *podns.Opener, snapshot func() []ztunnel.Wor
 		host.Close()
 		return nil, err
 	}
-	return &ambientNode{host: host, zds: zds}, nil
+	return &ambientNode{host: host, probe: probe, zds: zds}, nil
 }
 
 // workloads is what the store needs of the ambient node.
@@ -111,7 +116,10 @@ func (a *agent) addAmbient() error {
 			return err
 		}
 	}
-	a.parts = append(a.parts, &ambientPart{node: a.amb, log: a.log, done: make(chan struct{})})
+	// The probe owner stops first: nothing writes the host table after the
+	// ambient part removes it.
+	a.parts = append(a.parts, &probeOwnerPart{owner: a.amb.probe, every: min(a.cfg.resync, probeRecheckMax), done: make(chan struct{})},
+		&ambientPart{node: a.amb, log: a.log, done: make(chan struct{})})
 	return nil
 }
 

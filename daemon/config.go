@@ -69,6 +69,7 @@ type config struct {
 	ztunnelWait       time.Duration
 	probeSNATIPv4     string
 	probeSNATIPv6     string
+	probeSNATUID      probeUIDFlag
 	hostNetns         string
 
 	trigger   string
@@ -166,6 +167,8 @@ func (c *config) policyFlags(fs *flag.FlagSet, getenv func(string) string) {
 	// so an istio-cni DaemonSet's env carries over.
 	fs.StringVar(&c.probeSNATIPv4, "probe-snat-ipv4", envOr(getenv, "HOST_PROBE_SNAT_IP", redirect.DefaultProbeSNATIPv4.String()), "source address kubelet probes to ambient pods are SNATed to, which their in-pod rules let past ztunnel (istio-cni's HOST_PROBE_SNAT_IP is read too)")
 	fs.StringVar(&c.probeSNATIPv6, "probe-snat-ipv6", envOr(getenv, "HOST_PROBE_SNAT_IPV6", redirect.DefaultProbeSNATIPv6.String()), "the same for IPv6 (istio-cni's HOST_PROBE_SNAT_IPV6 is read too)")
+	c.probeSNATUID = probeUIDFlag{probeUIDAuto}
+	fs.Var(&c.probeSNATUID, "probe-snat-uid", "whose TCP from the node to an ambient pod is SNATed to the probe address, past ztunnel: auto (the uid of the kubelet running in the host netns, read through --host-proc and followed across its restarts; none until one is found), a uid, or none (every probe is captured)")
 	fs.StringVar(&c.ztunnelSocket, "ztunnel-socket", "/var/run/ztunnel/ztunnel.sock", "the ZDS socket ztunnel connects to")
 	fs.DurationVar(&c.ztunnelWait, "ztunnel-connect-wait", 5*time.Second, "how long an ambient pod's ADD that finds no ztunnel connected waits for one (a ztunnel restart) before it fails for the runtime to retry; at most 16 wait at once; 0 fails at once")
 	fs.StringVar(&c.hostNetns, "host-netns", "", "netns path of the host side (ambient probe SNAT table); empty: the agent's own")
@@ -379,9 +382,12 @@ func (c *config) ambientBase() redirect.Spec {
 	return spec
 }
 
-// hostConfig is the host-side probe table's configuration.
+// hostConfig is the host-side probe table's configuration. With
+// --probe-snat-uid auto its uid is none: the probe owner puts the
+// kubelet's in (probeaddrs_uid.go).
 func (c *config) hostConfig() redirect.HostConfig {
 	hc := redirect.DefaultHostConfig()
 	hc.ProbeSNATIPv4, hc.ProbeSNATIPv6, _ = c.probeSNAT() // checked by check
+	hc.ProbeUID = c.probeSNATUID.uid()
 	return hc
 }

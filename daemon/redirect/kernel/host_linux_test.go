@@ -137,8 +137,8 @@ func TestHostProbeSNATOnlyKubeletUID(t *testing.T) {
 	captured := map[string]string{podV4: "ztunnel-in " + podV4 + ":8080 app=pod-8080", podV6: "ztunnel-in [" + podV6 + "]:8080 app=pod-8080"}
 	const probed = "pod-8080"
 	for _, tc := range []struct {
-		name                 string
-		uid                  redirect.UID
+		name                string
+		uid                 redirect.UID
 		root, u4242, u65534 string // what each dialler's connection reaches
 	}{
 		{"kubelet as root (the default)", redirect.UIDOf(0), probed, "captured", "captured"},

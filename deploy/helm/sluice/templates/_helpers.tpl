@@ -97,7 +97,7 @@ the render with one line naming the value, before a pod crash-loops. */}}
   log-format log-level max-inflight netns-roots node-name nri-socket
   plugin-binary plugin-log-level plugin-status plugin-timeout pod-name
   pod-namespace
-  probe-snat-ipv4 probe-snat-ipv6 remove-istio-cni-entry repair-label
+  probe-snat-ipv4 probe-snat-ipv6 probe-snat-uid remove-istio-cni-entry repair-label
   repair-mode resync-interval socket standalone-service-account startup-taint state-dir
   trigger uninstall-on-exit ztunnel-connect-wait ztunnel-socket
 {{- end -}}
