@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
@@ -21,9 +20,6 @@ import (
 )
 
 const ns = "sluice"
-
-// maxScrapesInFlight bounds the /metrics requests served at once.
-const maxScrapesInFlight = 4
 
 // Metrics is the agent's registry and the instruments the code observes
 // directly; values read from elsewhere at scrape time are added with Func.
@@ -34,12 +30,15 @@ type Metrics struct {
 	inflight *prometheus.GaugeVec
 	// ApplySeconds observes one netlink ruleset transaction.
 	ApplySeconds prometheus.Histogram
+	expo         *exposition
 }
 
 // New registers every metric, plus Go and process collectors and build info.
 func New() *Metrics {
+	reg := prometheus.NewRegistry()
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		reg:  reg,
+		expo: &exposition{g: reg, wait: maxScrapeWait},
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "cni_requests_total",
 			Help: "CNI calls from the plugin, by verb and gRPC result code.",
@@ -88,13 +87,9 @@ func (m *Metrics) Func(kind, name, help string, f func() float64) {
 // Register adds a custom collector (e.g. workloads by mode).
 func (m *Metrics) Register(c prometheus.Collector) { m.reg.MustRegister(c) }
 
-// Handler serves the registry.
-func (m *Metrics) Handler() http.Handler {
-	// A scrape is cheap, but each one in flight holds a gzip writer and the
-	// rendered families: past a few at once, more get 503 at once rather
-	// than growing the agent (the port is reachable from the network).
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, MaxRequestsInFlight: maxScrapesInFlight})
-}
+// Handler serves the registry in the Prometheus text format, concurrent
+// scrapes from one render (exposition).
+func (m *Metrics) Handler() http.Handler { return m.expo }
 
 // Unary counts and times the sluice.v1.CNI calls.
 func (m *Metrics) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
