@@ -38,7 +38,7 @@ const (
 	markerFile
 )
 
-// kindOf says which of the journal's files name is; only regular files are
+// kindOf says which of the journal's files e is; only regular files are
 // the journal's.
 func kindOf(e os.DirEntry) journalKind {
 	name := e.Name()
@@ -47,7 +47,7 @@ func kindOf(e os.DirEntry) journalKind {
 		return notJournal
 	case name == stateMarker:
 		return markerFile
-	case strings.HasPrefix(name, journalTempPrefix):
+	case isTempName(name):
 		return tempFile
 	case isRecordName(name):
 		return recordFile
@@ -55,6 +55,14 @@ func kindOf(e os.DirEntry) journalKind {
 		return corruptFile
 	}
 	return notJournal
+}
+
+// isTempName is the name os.CreateTemp gives journalFile's pattern: the
+// prefix and a random decimal number, nothing another program's temp file
+// is likely to be called.
+func isTempName(name string) bool {
+	digits, ok := strings.CutPrefix(name, journalTempPrefix)
+	return ok && digits != "" && strings.Trim(digits, "0123456789") == ""
 }
 
 // isRecordName is journalName's shape: neither a container id nor an

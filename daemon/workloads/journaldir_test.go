@@ -66,6 +66,7 @@ func TestUnitForeignStateDirIsRefused(t *testing.T) {
 		{"10-calico.conflist": "{}", "c1:eth0.json": goodRecord},
 		{"sub/": ""},
 		{"c1:eth0.json.bak": goodRecord},
+		{".tmp-editor-swap": "", "c1:eth0.json": goodRecord},
 	} {
 		u := newUnit(t)
 		dir := t.TempDir()
