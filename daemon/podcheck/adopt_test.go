@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
@@ -166,11 +167,13 @@ func (r *racingIstio) Remove(ns netns.NsHandle, c istioadopt.Capture) error {
 	return istioadopt.Remove(ns, c)
 }
 
-// runAdopting runs a Repairer with the adoption settings until t ends.
+// runAdopting runs a Repairer with the adoption settings until t ends. A
+// failed check is retried only after an hour: the tests count exactly the
+// tries they caused, which the 30s default would add to on a slow run.
 func runAdopting(t *testing.T, a *podtest.Parts, mode string, takeover bool, kernel istioadopt.Kernel) *Checker {
 	t.Helper()
 	r, err := New(Config{Policy: a.Policy, Pods: a.Cache.Pods, Namespaces: a.Cache.Namespaces, Store: a.Store, Client: a.Client, Events: a.Events,
-		HostProc: "/proc", Mode: mode, NodeName: a.Node, Log: podtest.Log(t), IstioTakeover: takeover, IstioCNI: kernel})
+		HostProc: "/proc", Mode: mode, NodeName: a.Node, Log: podtest.Log(t), IstioTakeover: takeover, IstioCNI: kernel, RetryAfter: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

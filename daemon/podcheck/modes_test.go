@@ -22,7 +22,10 @@ import (
 
 // delete mode goes through the Eviction API: a PodDisruptionBudget that
 // allows nothing keeps the pod (a failed repair, said so), and once the
-// budget is gone the retry timer evicts it with no event on the pod.
+// budget is gone the retry timer evicts it with no event on the pod. The
+// retries back off 200ms doubling to a 1s cap; the budget goes only once
+// the backoff is at its cap, so the wait for the eviction, however slow
+// the machine, is one capped retry and never a backoff grown past it.
 func TestEvictionRespectsPodDisruptionBudget(t *testing.T) {
 	a := podtest.Start(t)
 	_, admin := podtest.Kube(t)
@@ -56,7 +59,9 @@ func TestEvictionRespectsPodDisruptionBudget(t *testing.T) {
 	if pod, err = admin.CoreV1().Pods(ns).UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := runRepairWith(t, a, func(c *Config) { c.Mode = repair.ModeDelete; c.RetryAfter = 200 * time.Millisecond })
+	r, _ := runRepairWith(t, a, func(c *Config) {
+		c.Mode, c.RetryAfter, c.MaxRetryAfter = repair.ModeDelete, 200*time.Millisecond, time.Second
+	})
 
 	ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonCaptureRepairFailed)
 	if !strings.Contains(ev.Message, "PodDisruptionBudget") {
@@ -65,31 +70,66 @@ func TestEvictionRespectsPodDisruptionBudget(t *testing.T) {
 	if p, err := admin.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Fatalf("a pod its budget protects was deleted (err %v)", err)
 	}
+	// 200ms, 400ms, 800ms, then 1s: the fourth failure is at the cap.
+	nstest.Eventually(t, time.Minute, func() bool { return r.Counts()[OutcomeFailed] >= 4 },
+		"the refused eviction was not retried on the timer: %v", r.Counts())
 	if err := admin.PolicyV1().PodDisruptionBudgets(ns).Delete(context.Background(), "guard", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	nstest.Eventually(t, 10*time.Second, func() bool {
+	nstest.Eventually(t, time.Minute, func() bool {
 		p, err := admin.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil
 	}, "the retry timer never evicted the pod once its budget was gone")
 	// The count follows the API call's return, a moment after its effect.
-	nstest.Eventually(t, 5*time.Second, func() bool { return r.Counts()[repair.OutcomeEvicted] == 1 },
+	nstest.Eventually(t, 30*time.Second, func() bool { return r.Counts()[repair.OutcomeEvicted] == 1 },
 		"Counts = %v, want one evicted", r.Counts())
 	if got := r.Counts(); got[OutcomeFailed] < 1 {
 		t.Errorf("Counts = %v, want the failures before the eviction counted", got)
 	}
 }
 
-// A failed repair is retried on a timer, with no update to the pod.
+// A failed repair is retried on a timer, with no update to the pod. The
+// backoff is capped at 400ms, far inside the wait for the third try.
 func TestFailedRepairRetriedOnTimer(t *testing.T) {
 	a := podtest.Start(t)
 	_, admin := podtest.Kube(t)
 	ns := podtest.Namespace(t, admin)
 	// Running, but no process of it exists on this machine: no netns.
 	podtest.SetRunning(t, admin, a.CreatePod(t, admin, ns, "ghost", true), nstest.TestIP(t))
-	r, _ := runRepairWith(t, a, func(c *Config) { c.Mode = repair.ModeApply; c.RetryAfter = 100 * time.Millisecond })
-	nstest.Eventually(t, 10*time.Second, func() bool { return r.Counts()[OutcomeFailed] >= 3 },
+	r, _ := runRepairWith(t, a, func(c *Config) {
+		c.Mode, c.RetryAfter, c.MaxRetryAfter = repair.ModeApply, 100*time.Millisecond, 400*time.Millisecond
+	})
+	nstest.Eventually(t, time.Minute, func() bool { return r.Counts()[OutcomeFailed] >= 3 },
 		"a failed repair was not retried on the timer: %v", r.Counts())
+}
+
+// A failure on the pod's update keeps its own retry timer. The queue keeps
+// one wait per pod, the earliest: the timer of the failure before the
+// update lands first, finds the second failure not yet due, and must not
+// drop its retry (it did: the pod was then never tried again, and the
+// eviction under a PodDisruptionBudget never came).
+func TestRetryOfAFailureOnAnUpdateIsKept(t *testing.T) {
+	a := podtest.Start(t)
+	_, admin := podtest.Kube(t)
+	ns := podtest.Namespace(t, admin)
+	// Running, but no process of it exists on this machine: no netns.
+	pod := podtest.SetRunning(t, admin, a.CreatePod(t, admin, ns, "ghost", true), nstest.TestIP(t))
+	// A fixed 5s wait: the update's failure comes well inside the first
+	// failure's wait, and is due after it.
+	r, _ := runRepairWith(t, a, func(c *Config) {
+		c.Mode, c.RetryAfter, c.MaxRetryAfter = repair.ModeApply, 5*time.Second, 5*time.Second
+	})
+	failed := func() int { return r.Counts()[OutcomeFailed] }
+	nstest.Eventually(t, time.Minute, func() bool { return failed() >= 1 }, "the ghost pod was never checked")
+	before := failed()
+	patch := []byte(`{"metadata":{"annotations":{"touched":"1"}}}`)
+	if _, err := admin.CoreV1().Pods(ns).Patch(context.Background(), pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nstest.Eventually(t, time.Minute, func() bool { return failed() > before }, "the update was not checked: %v", r.Counts())
+	onUpdate := failed()
+	nstest.Eventually(t, time.Minute, func() bool { return failed() > onUpdate },
+		"the failure on the update was never retried on its timer: %v", r.Counts())
 }
 
 // label mode sets the label it is given, e.g. istio-cni's.

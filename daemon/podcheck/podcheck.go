@@ -51,8 +51,8 @@ const (
 	// again without an event on the pod: a netns not found yet, an API
 	// call that failed, a PodDisruptionBudget that said not now.
 	defaultRetryAfter = 30 * time.Second
-	// maxRetryAfter caps the doubling: a pod that keeps failing is still
-	// tried every few minutes, and counted each time.
+	// maxRetryAfter caps the doubling by default: a pod that keeps failing
+	// is still tried every few minutes, and counted each time.
 	maxRetryAfter = 10 * time.Minute
 )
 
@@ -85,8 +85,13 @@ type Config struct {
 	// pod istio-cni enrolled is adopted only then. Nil: always.
 	ZtunnelReady func() (bool, string)
 	// RetryAfter is the wait before a failed check is tried again,
-	// doubling per failure up to maxRetryAfter; 0 means 30s.
+	// doubling per failure up to MaxRetryAfter; 0 means 30s.
 	RetryAfter time.Duration
+	// MaxRetryAfter caps the doubling; 0 means 10m, and it is never below
+	// RetryAfter. A test that waits for a timer's retry sets it, so the
+	// wait cannot outgrow the test's deadline however many tries failed
+	// first.
+	MaxRetryAfter time.Duration
 }
 
 // Checker watches this node's pods and routes each to its job.
@@ -99,7 +104,7 @@ type Checker struct {
 	adopter     *istioadopt.Adopter
 	ambient     *ambientpods.Enroller
 	// retries spaces a failing pod's tries: client-go's per-item
-	// exponential backoff, RetryAfter doubling up to maxRetryAfter.
+	// exponential backoff, RetryAfter doubling up to MaxRetryAfter.
 	retries workqueue.TypedRateLimiter[string]
 
 	mu sync.Mutex
@@ -133,6 +138,10 @@ func New(cfg Config) (*Checker, error) {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = defaultRetryAfter
 	}
+	if cfg.MaxRetryAfter <= 0 {
+		cfg.MaxRetryAfter = maxRetryAfter
+	}
+	cfg.MaxRetryAfter = max(cfg.MaxRetryAfter, cfg.RetryAfter)
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -155,7 +164,7 @@ func New(cfg Config) (*Checker, error) {
 		repair:      rep,
 		adopter:     adopter,
 		ambient:     &ambientpods.Enroller{Store: cfg.Store, HostProc: cfg.HostProc, Events: cfg.Events, Redirection: ann, Log: cfg.Log},
-		retries:     workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryAfter, maxRetryAfter),
+		retries:     workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryAfter, cfg.MaxRetryAfter),
 		failedAt:    map[string]failure{},
 		outcomes:    map[string]int{},
 		swept:       make(chan struct{}),

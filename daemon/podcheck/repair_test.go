@@ -156,14 +156,15 @@ func TestPassedThroughPodIsLeftAlone(t *testing.T) {
 }
 
 // A pod whose repair fails gets a warning once, is not retried in a loop,
-// and is retried once per later update.
+// and is retried once per later update. The retry timer is an hour here:
+// with its 30s default a slow run would see the timer's retry too.
 func TestFailedRepairRetriesOnlyOnUpdate(t *testing.T) {
 	a := podtest.Start(t)
 	_, admin := podtest.Kube(t)
 	ns := podtest.Namespace(t, admin)
 	// Running, but no process of it exists on this machine: no netns.
 	pod := podtest.SetRunning(t, admin, a.CreatePod(t, admin, ns, "ghost", true), nstest.TestIP(t))
-	r, checked := runRepair(t, a, repair.ModeApply)
+	r, checked := runRepairWith(t, a, func(c *Config) { c.Mode, c.RetryAfter = repair.ModeApply, time.Hour })
 
 	waitChecked(t, checked, ns+"/ghost")
 	ev := kubetest.WaitPodEvent(t, admin, pod, events.ReasonCaptureRepairFailed)

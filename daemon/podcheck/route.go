@@ -107,7 +107,13 @@ func (c *Checker) check(ctx context.Context, q workqueue.TypedRateLimitingInterf
 	f, failed := c.failedAt[key]
 	c.mu.Unlock()
 	if failed && f.version == pod.ResourceVersion && time.Now().Before(f.due) {
-		return // an event replaying the failed version: the retry comes later
+		// An event replaying the failed version, or the timer of an
+		// earlier failure: the retry comes at due. It is scheduled again
+		// here because the queue keeps only the earliest wait per key, so
+		// a failure on an update that came before the previous failure's
+		// timer had its own, later wait dropped for that timer's.
+		q.AddAfter(key, time.Until(f.due))
+		return
 	}
 	outcome, job, err := c.route(ctx, key, pod)
 	if err != nil {
