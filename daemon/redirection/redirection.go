@@ -67,10 +67,17 @@ const (
 
 // New returns an Annotator; Run retries its failed patches.
 func New(client kubernetes.Interface, log *slog.Logger) *Annotator {
+	return newAnnotator(client, log, retryMax)
+}
+
+// newAnnotator is New with the retry backoff capped at maxWait: a test
+// that waits for a retry caps it below its deadline, so a backoff grown
+// by early failures cannot outlast the wait.
+func newAnnotator(client kubernetes.Interface, log *slog.Logger, maxWait time.Duration) *Annotator {
 	if log == nil {
 		log = slog.Default()
 	}
-	rl := workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](retryMin, retryMax)
+	rl := workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](min(retryMin, maxWait), maxWait)
 	return &Annotator{client: client, log: log, want: map[types.UID]wanted{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "redirection"})}
 }

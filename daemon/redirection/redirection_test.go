@@ -95,14 +95,16 @@ func TestRedirectionPatchesPodStatus(t *testing.T) {
 }
 
 // A patch that fails (here: not yet allowed) is retried on a timer until
-// it sticks, not only when the pod changes.
+// it sticks, not only when the pod changes. The backoff is capped at a
+// second: the authorizer learns the grant when it does, and by then the
+// default backoff (doubling to 30s) may have grown past any deadline.
 func TestRedirectionRetriesFailedPatch(t *testing.T) {
 	a := podtest.Start(t)
 	_, admin := podtest.Kube(t)
 	ns := podtest.Namespace(t, admin)
 	pod := a.CreatePod(t, admin, ns, "amb", false)
 	client, grant := statusOnly(t, "redirection-retry-"+ns, false)
-	r := New(client, podtest.Log(t))
+	r := newAnnotator(client, podtest.Log(t), time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
