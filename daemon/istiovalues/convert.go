@@ -22,40 +22,93 @@ type Result struct {
 	Notes  []string
 }
 
-// Convert reads an istio-cni values file.
+// Convert reads an istio-cni values file, or an IstioOperator.
 func Convert(in []byte) (Result, error) {
 	var doc map[string]any
 	if err := yaml.Unmarshal(in, &doc); err != nil {
 		return Result{}, fmt.Errorf("read istio-cni values: %w", err)
 	}
-	cni, global := flatten(doc)
 	c := &converter{out: map[string]any{}}
-	for _, k := range slices.Sorted(maps.Keys(cni)) {
-		c.value(k, cni[k], cni)
+	if isIstioOperator(doc) {
+		var err error
+		if doc, err = c.istioOperator(doc); err != nil {
+			return Result{}, err
+		}
 	}
+	vals, err := layered(doc, true)
+	if err != nil {
+		return Result{}, err
+	}
+	noPlatform, err := layered(doc, false)
+	if err != nil {
+		return Result{}, err
+	}
+	g := asMap(doc["global"])
+	platform := str(doc["platform"], g["platform"])
+	if platform != "" {
+		c.set("platform", platform)
+	}
+	if p := str(doc["profile"], g["profile"]); p != "" {
+		c.note("profile: %s: what Istio's profile-%s.yaml sets for istio-cni is converted below", p, p)
+	}
+	if v := str(doc["compatibilityVersion"]); v != "" {
+		c.note("compatibilityVersion: %s: what Istio's compatibility profile sets for istio-cni is converted or noted below", v)
+	}
+	user := userKeys(doc)
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		v := vals[k]
+		switch {
+		case slices.Contains([]string{"global", "cni", "_internal_defaults_do_not_set", "profile", "platform", "compatibilityVersion"}, k):
+		case platform != "" && slices.Contains(presetKeys, k) && !same(v, noPlatform[k]):
+			// The platform profile's value, which sluice's platform preset
+			// sets too (TestMigrateRendersAsIstio).
+			if uv, ok := user[k]; ok && !same(uv, v) {
+				c.note("%s: %v is not converted: Istio's platform-%s profile overrides it with %v (a profile's cni: section wins over top-level values), and so does sluice's platform %s; set %s in sluice's values to use yours", k, uv, platform, v, platform, k)
+			}
+		case !user.has(k) && !known(k):
+			// another chart's value from one of Istio's profiles
+		default:
+			c.value(k, v, vals)
+		}
+	}
+	global := asMap(vals["global"])
 	for _, k := range slices.Sorted(maps.Keys(global)) {
-		c.global(k, global[k])
+		if k != "platform" && k != "profile" {
+			c.global(k, global[k])
+		}
 	}
 	return Result{Values: c.out, Notes: c.notes}, nil
 }
 
-// flatten merges the layouts istio-cni values come in, later ones winning:
-// the chart's defaults block, the chart's top level, a `cni:` section.
-func flatten(doc map[string]any) (cni, global map[string]any) {
-	cni, global = map[string]any{}, map[string]any{}
-	layers := []map[string]any{asMap(doc["_internal_defaults_do_not_set"]), doc, asMap(doc["cni"])}
-	for _, l := range layers {
+// presetKeys are the values sluice's platform presets set as Istio's
+// platform profiles do.
+var presetKeys = []string{"cniBinDir", "cniConfDir", "cniNetnsDir", "chained", "provider", "seLinuxOptions", "resourceQuotas"}
+
+// keySet is the top-level values the user's own file sets, each with the
+// value its last layout gives (the cni: section's).
+type keySet map[string]any
+
+func (k keySet) has(key string) bool { _, ok := k[key]; return ok }
+
+func userKeys(doc map[string]any) keySet {
+	out := keySet{}
+	for _, l := range []map[string]any{asMap(doc["_internal_defaults_do_not_set"]), doc, asMap(doc["cni"])} {
 		for k, v := range l {
-			switch k {
-			case "_internal_defaults_do_not_set", "cni":
-			case "global":
-				maps.Copy(global, asMap(v))
-			default:
-				cni[k] = v
+			if v != nil {
+				out[k] = v
 			}
 		}
 	}
-	return cni, global
+	return out
+}
+
+// known is an istio-cni value the conversion maps or names.
+func known(k string) bool {
+	switch k {
+	case "cniConfFileName", "hub", "pullPolicy", "variant", "logging", "ambient", "repair", "env":
+		return true
+	}
+	return slices.Contains(Same, k) || Dropped[k] != ""
 }
 
 type converter struct {

@@ -79,9 +79,38 @@ bogus: 1
 	if get(r.Values, "env.HOST_PROBE_SNAT_IP") != "169.254.7.127" || get(r.Values, "env.AMBIENT_TPROXY_REDIRECTION") != nil {
 		t.Errorf("env %v", get(r.Values, "env"))
 	}
-	for _, prefix := range []string{"hub:", "env.AMBIENT_TPROXY_REDIRECTION:", "ambient.ipv6:", "istioOwnedCNIConfig:", "bogus:"} {
+	for _, prefix := range []string{"hub:", "env.AMBIENT_TPROXY_REDIRECTION:", "istioOwnedCNIConfig:", "bogus:"} {
 		if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.HasPrefix(n, prefix) }) {
 			t.Errorf("no note for %s in %q", prefix, r.Notes)
 		}
+	}
+}
+
+// Istio's documented install, `--set profile=ambient --set
+// global.platform=k3s`, and the same as an IstioOperator, convert to
+// ambient on k3s; an unknown profile fails as it does in Istio's chart.
+func TestProfilesAndOperator(t *testing.T) {
+	for _, in := range []string{
+		"profile: ambient\nglobal: {platform: k3s}\n",
+		"global: {profile: ambient}\nplatform: k3s\n",
+		"apiVersion: install.istio.io/v1alpha1\nkind: IstioOperator\nspec: {profile: ambient, values: {global: {platform: k3s}}}\n",
+	} {
+		r := convert(t, in)
+		if get(r.Values, "ambient.enabled") != true || get(r.Values, "platform") != "k3s" {
+			t.Errorf("%q: %v", in, r.Values)
+		}
+		if slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "not an istio-cni value") }) {
+			t.Errorf("%q: %q", in, r.Notes)
+		}
+	}
+	for _, in := range []string{"profile: minimal\n", "global: {platform: eks}\n", "compatibilityVersion: \"0.1\"\n",
+		"kind: IstioOperator\nspec: {profile: nope}\n"} {
+		if _, err := Convert([]byte(in)); err == nil {
+			t.Errorf("%q converted", in)
+		}
+	}
+	r := convert(t, "kind: IstioOperator\nspec: {meshConfig: {}, components: {pilot: {enabled: true}}}\n")
+	if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "installs no istio-cni") }) {
+		t.Errorf("notes %q", r.Notes)
 	}
 }

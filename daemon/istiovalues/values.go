@@ -31,7 +31,6 @@ var Dropped = map[string]string{
 
 // droppedAmbient is ambient.* values with no sluice equivalent, and why.
 var droppedAmbient = map[string]string{
-	"ipv6":                        "ambient pods always get both families",
 	"reconcileIptablesOnStartup":  "the agent reconciles its journal with the kernel at start and every --resync-interval",
 	"shareHostNetworkNamespace":   "the agent always runs in the host network namespace",
 	"enableAmbientDetectionRetry": "the lookup always waits for the pod, then asks the API server",
@@ -49,10 +48,10 @@ var droppedGlobal = map[string]string{
 func (c *converter) value(k string, v any, all map[string]any) {
 	switch {
 	case slices.Contains(Same, k):
+		// Empty is the chart's own choice in both charts (cniBinDir: GKE's
+		// detected, as istio-cni's chart detects it).
 		if !empty(v) {
 			c.set(k, v)
-		} else if k == "cniBinDir" {
-			c.note("cniBinDir: empty (Istio's GKE profile detects /home/kubernetes/bin); set cniBinDir for your platform, e.g. /home/kubernetes/bin on GKE")
 		}
 	case k == "cniConfFileName":
 		c.confFileName(v, all)
@@ -138,6 +137,11 @@ func (c *converter) ambient(a map[string]any) {
 		case "enabled", "dnsCapture", "enablementSelectors":
 			if v != nil {
 				c.set("ambient."+k, v)
+			}
+		case "ipv6":
+			// true is what sluice does; the chart refuses false.
+			if v == false {
+				c.note("ambient.ipv6: false is not converted: sluice captures both families of every ambient pod (rules for a family the pod lacks match nothing)")
 			}
 		default:
 			if why, ok := droppedAmbient[k]; ok {

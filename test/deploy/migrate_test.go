@@ -2,10 +2,14 @@ package deploy
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 )
 
@@ -81,4 +85,178 @@ func nonComment(s string) []string {
 		}
 	}
 	return out
+}
+
+// renderFacts is what decides where a CNI agent's plugin lands and which
+// pods it captures, read from one render.
+type renderFacts struct {
+	BinDir, ConfDir, NetnsDir string
+	Chained, Ambient          string
+	SELinuxType               string
+	SCCGrant, NAD, Quota      bool
+}
+
+// TestMigrateRendersAsIstio converts the values files Istio documents
+// (`--set profile=ambient --set global.platform=<p>`, the top-level forms,
+// an IstioOperator) with migrate-values, renders the result with sluice's
+// chart, renders the same input with Istio's own istio-cni chart, and
+// compares the host paths, chaining, ambient switch, SELinux type, SCC
+// grant, Multus attachment and quota. GKE's are rendered against a
+// server that reports GKE, which Istio's chart needs to pick GKE's bin dir.
+func TestMigrateRendersAsIstio(t *testing.T) {
+	type tc struct{ name, istio, sluiceIn string }
+	var cases []tc
+	for _, p := range []string{"gke", "k3d", "k3s", "microk8s", "minikube", "openshift"} {
+		cases = append(cases,
+			tc{"ambient-global-platform-" + p, "profile: ambient\nglobal: {platform: " + p + "}\n", ""},
+			tc{"platform-" + p, "platform: " + p + "\n", ""},
+			tc{"global-profile-platform-" + p, "global: {profile: ambient, platform: " + p + "}\ncni: {cniNetnsDir: /run/netns}\n", ""})
+	}
+	cases = append(cases,
+		tc{"k3s-top-level-bin-dir", "platform: k3s\ncniBinDir: /opt/cni/bin\n", ""},
+		tc{"k3s-cni-bin-dir", "platform: k3s\ncni: {cniBinDir: /opt/cni/bin}\n", ""},
+		tc{"defaults-block", "_internal_defaults_do_not_set: {cniBinDir: /opt/cni/bin, chained: true, ambient: {enabled: false}}\nprofile: ambient\nplatform: microk8s\n", ""},
+		tc{"istio-operator", "profile: ambient\nglobal: {platform: k3s}\ncni: {cniConfDir: /etc/cni/k3s.d}\n", `apiVersion: install.istio.io/v1alpha1
+kind: IstioOperator
+spec:
+  profile: ambient
+  components: {cni: {enabled: true, namespace: istio-system}}
+  values:
+    global: {platform: k3s}
+    cni: {cniConfDir: /etc/cni/k3s.d}
+`},
+		tc{"istio-operator-openshift-ambient", "profile: ambient\nglobal: {platform: openshift}\n",
+			"apiVersion: install.istio.io/v1alpha1\nkind: IstioOperator\nspec: {profile: openshift-ambient}\n"},
+	)
+	chart := istioCNIChart(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			in := c.sluiceIn
+			if in == "" {
+				in = c.istio
+			}
+			file := valuesFile(t, valueSet{name: "in", values: in})
+			converted, err := command(repoRoot, nil, agentBin, "migrate-values", file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var server []string
+			if strings.Contains(c.name, "gke") {
+				server = []string{"--validate", "--kubeconfig", gkeAPIServer(t)}
+			}
+			out, err := command(repoRoot, nil, helmBin, append([]string{"template", "istio-cni", chart, "--namespace", "istio-system",
+				"--values", valuesFile(t, valueSet{name: "istio", values: c.istio})}, server...)...)
+			if err != nil {
+				t.Fatalf("Istio's chart: %v", err)
+			}
+			istio := istioFacts(t, out)
+			var sluice renderFacts
+			if server != nil {
+				out, err = command(repoRoot, nil, helmBin, append([]string{"template", "sluice", chartDir, "--namespace", "istio-system",
+					"--values", valuesFile(t, valueSet{name: "sluice", values: converted})}, server...)...)
+				if err != nil {
+					t.Fatalf("sluice's chart: %v", err)
+				}
+				sluice = sluiceFacts(t, out)
+			} else {
+				sluice = sluiceFacts(t, string(render(t, valueSet{name: "sluice", namespace: "istio-system", values: converted}).raw))
+			}
+			if sluice != istio {
+				t.Errorf("migrate-values' result renders\n  %+v\nIstio's chart renders\n  %+v\nconverted:\n%s", sluice, istio, converted)
+			}
+		})
+	}
+}
+
+func istioFacts(t *testing.T, out string) renderFacts {
+	t.Helper()
+	var f renderFacts
+	objs, err := decodeAll([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "NetworkAttachmentDefinition":
+			f.NAD = true
+		case "ResourceQuota":
+			f.Quota = true
+		case "ConfigMap":
+			data, _ := o.Object["data"].(map[string]any)
+			f.Chained, _ = data["CHAINED_CNI_PLUGIN"].(string)
+			f.Ambient, _ = data["AMBIENT_ENABLED"].(string)
+		case "ClusterRole":
+			f.SCCGrant = f.SCCGrant || strings.Contains(fmt.Sprint(o.Object["rules"]), "securitycontextconstraints")
+		case "DaemonSet":
+			ds := &appsv1.DaemonSet{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ds); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range ds.Spec.Template.Spec.Volumes {
+				if v.HostPath == nil {
+					continue
+				}
+				switch v.Name {
+				case "cni-bin-dir":
+					f.BinDir = v.HostPath.Path
+				case "cni-net-dir":
+					f.ConfDir = v.HostPath.Path
+				case "cni-netns-dir":
+					f.NetnsDir = v.HostPath.Path
+				}
+			}
+			if o := ds.Spec.Template.Spec.Containers[0].SecurityContext.SELinuxOptions; o != nil {
+				f.SELinuxType = o.Type
+			}
+		}
+	}
+	return f
+}
+
+func sluiceFacts(t *testing.T, out string) renderFacts {
+	t.Helper()
+	objs, err := decodeAll([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rendered{raw: []byte(out), objects: objs}
+	kinds := r.kinds(t)
+	ds := r.daemonSet(t)
+	c := ds.Spec.Template.Spec.Containers[0]
+	f := renderFacts{NAD: kinds["NetworkAttachmentDefinition"] != nil, Quota: kinds["ResourceQuota"] != nil,
+		SCCGrant: kinds["Role"] != nil && strings.Contains(fmt.Sprint(kinds["Role"].Object["rules"]), "securitycontextconstraints")}
+	f.Chained, _ = argValue(c, "--chained")
+	f.Ambient, _ = argValue(c, "--ambient")
+	f.BinDir, _ = hostPathFor(ds, "/host/cni/bin")
+	f.ConfDir, _ = hostPathFor(ds, "/host/cni/net.d")
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == "netns" && v.HostPath != nil {
+			f.NetnsDir = v.HostPath.Path
+		}
+	}
+	if o := c.SecurityContext.SELinuxOptions; o != nil {
+		f.SELinuxType = o.Type
+	}
+	return f
+}
+
+// migrate-values reads Istio's profiles from copies in
+// daemon/istiovalues/profiles: they are the pinned Istio's, every one.
+func TestMigrateProfilesAreIstios(t *testing.T) {
+	istio, _ := filepath.Glob(filepath.Join(istioCNIChart(t), "files", "profile-*.yaml"))
+	ours, _ := filepath.Glob(filepath.Join(repoRoot, "daemon/istiovalues/profiles", "profile-*.yaml"))
+	if len(istio) == 0 || len(istio) != len(ours) {
+		t.Errorf("Istio's chart has %d profiles, daemon/istiovalues/profiles %d", len(istio), len(ours))
+	}
+	for _, f := range istio {
+		want, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(repoRoot, "daemon/istiovalues/profiles", filepath.Base(f)))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("daemon/istiovalues/profiles/%s is not Istio's (copy it from %s): %v", filepath.Base(f), f, err)
+		}
+	}
 }
