@@ -56,12 +56,16 @@ func start(t *testing.T, mutate func(*Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Timeout bounds every answer the fake ztunnel (a test goroutine) owes
+	// the server, from its hello on: far beyond a loaded machine's stall,
+	// so only the tests that wait for it to pass (they set their own) see
+	// it pass.
 	cfg := Config{
 		Path:      h.path,
 		Snapshot:  h.snapshot,
 		Open:      opener.Open,
 		Logger:    testLogger(),
-		Timeout:   2 * time.Second,
+		Timeout:   30 * time.Second,
 		Keepalive: 20 * time.Millisecond,
 	}
 	if mutate != nil {
