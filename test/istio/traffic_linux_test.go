@@ -20,6 +20,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/internal/origdst"
 )
 
 // trafficCase says whether c's capture depends on the pod's IP families or
@@ -90,7 +91,9 @@ func newTrafficPod(t *testing.T, c sidecarCase) *trafficPod {
 	} else {
 		tp.listen(t, tp.pod, ":15006", "proxy-in")
 	}
+	tp.listen(t, tp.pod, ":15053", "proxy-dns")
 	tp.listen(t, tp.peer, ":8080", "peer")
+	tp.listen(t, tp.peer, ":53", "peer-dns")
 	return tp
 }
 
@@ -126,15 +129,57 @@ func (tp *trafficPod) listenWith(t *testing.T, ns *nstest.NS, lc net.ListenConfi
 			if err != nil {
 				return
 			}
+			dst := originalDst(c.(*net.TCPConn))
 			c.Close()
-			tp.landed <- label
+			tp.landed <- label + " for " + dst
 		}
 	}()
+}
+
+// originalDst is where the client meant to go, as a proxy learns it: what
+// conntrack recorded before a nat REDIRECT, else (TPROXY, or a connection
+// that was not rewritten and has no conntrack entry) the socket's own
+// local address.
+func originalDst(c *net.TCPConn) string {
+	if d, err := origdst.Get(c); err == nil {
+		return d.String()
+	}
+	return netip.MustParseAddrPort(c.LocalAddr().String()).String()
 }
 
 // dial says where a connection from ns to addr lands, or that it does not.
 func (tp *trafficPod) dial(ns *nstest.NS, network, addr string) string {
 	c, err := ns.Dial(network, addr, time.Second)
+	return tp.landing(c, err)
+}
+
+// proxyUID is the uid (and gid) of Istio's proxy by default, which every
+// backend exempts from outbound capture.
+const proxyUID = 1337
+
+// dialAs is dial from a socket that uid and gid own, as the proxy's are:
+// the owner match reads the socket's owner, which the kernel takes from
+// the creating thread's filesystem ids. Those are set on nstest's thread
+// alone (a raw per-thread syscall), which is discarded afterwards.
+func (tp *trafficPod) dialAs(ns *nstest.NS, uid int, addr string) string {
+	var c net.Conn
+	err := ns.Do(func() (err error) {
+		unix.SetfsgidRetGid(uid)
+		unix.SetfsuidRetUid(uid)
+		// -1 changes nothing and returns the current id.
+		g, _ := unix.SetfsgidRetGid(-1)
+		u, _ := unix.SetfsuidRetUid(-1)
+		if g != uid || u != uid {
+			return fmt.Errorf("filesystem ids %d/%d, want %d", u, g, uid)
+		}
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+		return err
+	})
+	return tp.landing(c, err)
+}
+
+// landing says where the connection c (dialled with err) landed.
+func (tp *trafficPod) landing(c net.Conn, err error) string {
 	if err != nil {
 		return "not connected"
 	}
@@ -147,17 +192,32 @@ func (tp *trafficPod) dial(ns *nstest.NS, network, addr string) string {
 	}
 }
 
-// outcomes dials every probe c's topology has and says where each landed.
+// outcomes dials every probe c's topology has and says where each landed:
+// per family of the pod, outbound to the peer, DNS over TCP to it, inbound
+// from it and to the pod's own address; loopback in both families (lo has
+// both whatever the pod's addresses); the same as the proxy's uid
+// (proxy-*: exempt outbound, its calls to the pod's own address go to the
+// inbound listener); inbound from the second interface and a guest's
+// outbound through it.
 func (tp *trafficPod) outcomes(c sidecarCase) map[string]string {
-	out := map[string]string{}
+	out := map[string]string{
+		"lo-v4":       tp.dial(tp.pod, "tcp4", "127.0.0.1:8080"),
+		"lo-v6":       tp.dial(tp.pod, "tcp6", "[::1]:8080"),
+		"proxy-lo-v4": tp.dialAs(tp.pod, proxyUID, "127.0.0.1:8080"),
+		"proxy-lo-v6": tp.dialAs(tp.pod, proxyUID, "[::1]:8080"),
+	}
 	for _, ip := range c.ips {
-		if ip.Is4() {
-			out["out-v4"] = tp.dial(tp.pod, "tcp4", "10.0.0.6:8080")
-			out["in-v4"] = tp.dial(tp.peer, "tcp4", "10.0.0.5:8080")
-		} else {
-			out["out-v6"] = tp.dial(tp.pod, "tcp6", "[fd00::6]:8080")
-			out["in-v6"] = tp.dial(tp.peer, "tcp6", "[fd00::5]:8080")
+		f, a := "v4", addrsV4
+		if ip.Is6() {
+			f, a = "v6", addrsV6
 		}
+		out["out-"+f] = tp.dial(tp.pod, "tcp", net.JoinHostPort(a.peer, "8080"))
+		out["out-dns-"+f] = tp.dial(tp.pod, "tcp", net.JoinHostPort(a.peer, "53"))
+		out["in-"+f] = tp.dial(tp.peer, "tcp", net.JoinHostPort(a.pod, "8080"))
+		out["self-"+f] = tp.dial(tp.pod, "tcp", net.JoinHostPort(a.pod, "8080"))
+		out["proxy-out-"+f] = tp.dialAs(tp.pod, proxyUID, net.JoinHostPort(a.peer, "8080"))
+		out["proxy-dns-"+f] = tp.dialAs(tp.pod, proxyUID, net.JoinHostPort(a.peer, "53"))
+		out["proxy-self-"+f] = tp.dialAs(tp.pod, proxyUID, net.JoinHostPort(a.pod, "8080"))
 	}
 	if tp.side != nil {
 		out["side-in"] = tp.dial(tp.side, "tcp4", "10.1.0.1:8080")
