@@ -3,6 +3,7 @@ module github.com/sluicemesh/sluice
 go 1.27.3
 
 require (
+	github.com/CycloneDX/cyclonedx-go v0.12.0
 	github.com/containerd/nri v0.12.5
 	github.com/containernetworking/cni v1.3.1
 	github.com/fsnotify/fsnotify v1.10.1
