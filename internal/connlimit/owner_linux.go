@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -21,6 +22,11 @@ import (
 // kernel's socket table (sock_diag), not from anything the peer says; a
 // peer in another namespace (a pod, another node) is not in that table and
 // is keyed by its address alone.
+//
+// The lookups share one sock_diag socket, opened on first use in the
+// namespace of the thread that first keys a connection (the listener's:
+// Listen's caller opens the listener there too), so an accept costs two
+// syscalls, not five.
 func ByIPAndLocalOwner(c net.Conn) string {
 	ip := ByIP(c)
 	peer, ok1 := c.RemoteAddr().(*net.TCPAddr)
@@ -28,18 +34,47 @@ func ByIPAndLocalOwner(c net.Conn) string {
 	if !ok1 || !ok2 {
 		return ip
 	}
-	uid, err := socketOwner(peer.AddrPort(), self.AddrPort())
+	uid, err := diag.owner(peer.AddrPort(), self.AddrPort())
 	if err != nil {
 		return ip
 	}
 	return ip + " uid " + strconv.FormatUint(uint64(uid), 10)
 }
 
+// diag is the process's sock_diag socket for ByIPAndLocalOwner.
+var diag diagConn
+
+type diagConn struct {
+	mu   sync.Mutex
+	conn *netlink.Conn
+}
+
+func (d *diagConn) owner(src, dst netip.AddrPort) (uint32, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn == nil {
+		conn, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, nil)
+		if err != nil {
+			return 0, err
+		}
+		d.conn = conn
+	}
+	uid, err := socketOwner(d.conn, src, dst)
+	var nerr *netlink.OpError
+	if err != nil && !errors.As(err, &nerr) {
+		// Not the kernel's answer about the socket: the netlink socket
+		// itself may be broken; the next lookup opens a new one.
+		d.conn.Close()
+		d.conn = nil
+	}
+	return uid, err
+}
+
 // socketOwner asks the kernel for the uid owning the TCP socket bound to
 // src and connected to dst, by an exact lookup (one hash probe, not a dump
 // of every socket: a dump per accepted connection made a flood of many
 // local connections starve the accept loop).
-func socketOwner(src, dst netip.AddrPort) (uint32, error) {
+func socketOwner(conn *netlink.Conn, src, dst netip.AddrPort) (uint32, error) {
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	family := uint8(unix.AF_INET6)
@@ -48,11 +83,6 @@ func socketOwner(src, dst netip.AddrPort) (uint32, error) {
 	} else if src.Addr().Is4() != dst.Addr().Is4() {
 		return 0, errors.New("mixed address families")
 	}
-	conn, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
 	msgs, err := conn.Execute(netlink.Message{
 		Header: netlink.Header{Type: sockDiagByFamily, Flags: netlink.Request},
 		Data:   diagRequest(family, src, dst),

@@ -28,7 +28,7 @@ func TestSocketOwnerMatchesSocketGet(t *testing.T) {
 		}
 		defer s.Close()
 		peer, self := s.RemoteAddr().(*net.TCPAddr), s.LocalAddr().(*net.TCPAddr)
-		got, err := socketOwner(peer.AddrPort(), self.AddrPort())
+		got, err := diag.owner(peer.AddrPort(), self.AddrPort())
 		if err != nil {
 			t.Fatalf("%s: socketOwner: %v", addr, err)
 		}
@@ -41,7 +41,7 @@ func TestSocketOwnerMatchesSocketGet(t *testing.T) {
 		}
 		gone := *peer
 		gone.Port = self.Port + 1 // no such connection
-		if uid, err := socketOwner(gone.AddrPort(), self.AddrPort()); err == nil {
+		if uid, err := diag.owner(gone.AddrPort(), self.AddrPort()); err == nil {
 			t.Fatalf("%s: socketOwner of no socket = %d, nil", addr, uid)
 		}
 	}
