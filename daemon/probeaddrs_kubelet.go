@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -65,7 +66,7 @@ func findKubelet(hostProc string, host nsID) (*kubeletProc, error) {
 		return nil, fmt.Errorf("find the kubelet: list processes in %s: %w", hostProc, err)
 	}
 	var found *kubeletProc
-	elsewhere := 0
+	elsewhere, unreadable := 0, 0
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
@@ -80,6 +81,9 @@ func findKubelet(hostProc string, host nsID) (*kubeletProc, error) {
 		case errors.Is(err, errOtherNetns):
 			elsewhere++
 			continue
+		case errors.Is(err, fs.ErrPermission):
+			unreadable++ // ns/net needs ptrace access: SYS_PTRACE
+			continue
 		case err != nil:
 			continue // exited, or not a kubelet after all
 		case found == nil:
@@ -93,7 +97,7 @@ func findKubelet(hostProc string, host nsID) (*kubeletProc, error) {
 		}
 	}
 	if found == nil {
-		return nil, fmt.Errorf("%w (under %s; %d kubelet processes in other netns)", errNoKubelet, hostProc, elsewhere)
+		return nil, fmt.Errorf("%w (under %s; %d kubelet processes in other netns, %d not readable)", errNoKubelet, hostProc, elsewhere, unreadable)
 	}
 	return found, nil
 }

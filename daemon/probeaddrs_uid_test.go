@@ -123,7 +123,7 @@ func TestFindKubelet(t *testing.T) {
 	p.add(10, "kubelet", []string{"/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml"}, 1000, false) // another netns: a nested cluster's
 	p.add(11, "kubelet", []string{"/opt/app", "--serve"}, 1001, true)                                        // named so, but not one
 	p.add(12, "sshd", []string{"/usr/sbin/kubelet"}, 1002, true)                                             // not named so
-	if _, err := findKubelet(p.dir, p.host()); err == nil || !strings.Contains(err.Error(), "1 kubelet processes in other netns") {
+	if _, err := findKubelet(p.dir, p.host()); err == nil || !strings.Contains(err.Error(), "1 kubelet processes in other netns, 0 not readable") {
 		t.Fatalf("err %v, want none found, naming the one in another netns", err)
 	}
 	p.add(20, "kubelet", []string{"/usr/bin/kubelet", "--v=2"}, 4242, true)
@@ -141,6 +141,24 @@ func TestFindKubelet(t *testing.T) {
 	p.add(31, "kubelite", []string{"/snap/microk8s/current/kubelite", "--kubelet-args-file=/x"}, 0, true)
 	if _, err = findKubelet(p.dir, p.host()); err == nil || !strings.Contains(err.Error(), "uid 4242") {
 		t.Fatalf("kubelets of two uids: err %v, want them named", err)
+	}
+}
+
+// A kubelet the agent may not read (no SYS_PTRACE for ns/net) is named in
+// the error, not taken for absent; as root every file is readable.
+func TestFindKubeletNamesUnreadable(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root reads a mode 0 directory")
+	}
+	p := newFakeProc(t)
+	p.add(20, "kubelet", []string{"/usr/bin/kubelet"}, 0, true)
+	dir := filepath.Join(p.dir, "20", "ns")
+	if err := os.Chmod(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(dir, 0o755) })
+	if _, err := findKubelet(p.dir, p.host()); err == nil || !strings.Contains(err.Error(), "1 not readable") {
+		t.Fatalf("err %v, want the unreadable kubelet counted", err)
 	}
 }
 
