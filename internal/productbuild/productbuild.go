@@ -8,6 +8,15 @@
 //
 // hack/build takes the platform as -goos/-goarch: GOOS/GOARCH in the
 // environment would cross-compile the command itself under go run.
+//
+// The build is reproducible: the same source and version give the same
+// bytes wherever and whenever they are built, in the checkout or in
+// Docker's context (which holds no .git). Nothing of the machine gets in:
+// paths are trimmed, VCS stamping is off (-buildvcs=false; the version
+// is stamped instead), and the caller's GOFLAGS, GOAMD64, GOARM64 and
+// GOFIPS140, which go would build into the binary, are replaced by the
+// product's own (TestTwoBuildsAreByteIdentical). GOEXPERIMENT has no
+// neutral value to pin; one set shows in the binary's build info and SBOM.
 package productbuild
 
 import (
@@ -65,12 +74,20 @@ func LDFlags(version string) string {
 // out: a file for one package, a directory ending in "/" for several.
 func Args(opt Options, out string, pkgs ...string) []string {
 	tags := strings.Join(append([]string{Tags}, opt.ExtraTags...), ",")
-	return append([]string{"build", "-tags", tags, "-trimpath", "-ldflags", LDFlags(opt.Version), "-o", out}, pkgs...)
+	return append([]string{"build", "-tags", tags, "-trimpath", "-buildvcs=false", "-ldflags", LDFlags(opt.Version), "-o", out}, pkgs...)
 }
 
-// Env is the go command's environment for a product build.
+// pinned is the environment every product build gets whatever the
+// caller's: settings go compiles into the binary (and records in its
+// build info) take the toolchain's defaults, and GOFLAGS, which could add
+// -race, -cover or -buildvcs, holds only go build's default -mod. Each is
+// non-empty: go reads an empty variable from its env file (go env -w).
+var pinned = []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly", "GOAMD64=v1", "GOARM64=v8.0", "GOFIPS140=off"}
+
+// Env is the go command's environment for a product build (the last of
+// duplicate variables wins, as exec.Cmd resolves them).
 func Env(opt Options) []string {
-	env := append(os.Environ(), "CGO_ENABLED=0")
+	env := append(os.Environ(), pinned...)
 	if opt.GOOS != "" {
 		env = append(env, "GOOS="+opt.GOOS)
 	}
