@@ -14,6 +14,7 @@ set -euo pipefail
 #   etcd          the test kube-apiserver's store
 #   containerd... the container runtime of the e2e and node tests
 #   git           make's VERSION, govulncheck and helm builds
+#   qemu-aarch64  the arm64 image's binaries run under qemu-user in tests
 tools=(
 	protoc:protobuf-compiler
 	nft:nftables
@@ -28,6 +29,7 @@ tools=(
 	containerd-shim-runc-v2:containerd
 	runc:runc
 	git:git
+	qemu-aarch64:qemu-user
 )
 
 # check fills missing with the packages of the tools not on PATH.
