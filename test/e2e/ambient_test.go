@@ -222,9 +222,9 @@ func TestSIGTERMDrainsInFlightADD(t *testing.T) {
 }
 
 // An ambient ADD that meets no ztunnel waits for one (the default
-// --ztunnel-connect-wait): the ztunnel that connects meanwhile is sent the
-// pod in its snapshot, then its Add, and the runtime's ADD succeeds with
-// the pod captured. Before, the ADD failed at once and the kubelet tried
+// --ztunnel-connect-wait) before it takes any lock: the ztunnel that
+// connects meanwhile gets an empty snapshot, then the ADD's Add, and the
+// runtime's ADD succeeds with the pod captured. Before, the ADD failed at once and the kubelet tried
 // again only after its backoff. With no ztunnel by the wait's end the ADD
 // fails, rolled back, naming the wait.
 func TestAmbientAddWaitsForZtunnel(t *testing.T) {
@@ -247,22 +247,22 @@ func TestAmbientAddWaitsForZtunnel(t *testing.T) {
 	rc := rt("amb1", pod)
 	added := make(chan error, 1)
 	go func() { _, err := c.Add(rc); added <- err }()
-	// The record is listed before ztunnel is asked: the ADD is in, waiting.
+	// The ADD waits before it takes any lock or changes anything: the pod
+	// is not listed and its netns holds no table while it waits.
 	n.agent.Wait(t, 5*time.Second, func() bool {
-		return slices.ContainsFunc(n.Workloads(t), func(w *sluicev1.Workload) bool { return w.ContainerId == "amb1" })
-	}, "the ADD's record listed")
+		return n.agent.Logs.Count("the ADD waits for one", "uid-amb") > 0
+	}, "the ADD waiting for ztunnel")
 	select {
 	case err := <-added:
 		t.Fatalf("ADD returned %v with no ztunnel connected, want it to wait", err)
 	default:
 	}
-	z := connectZDS(t, zsock)
-	req, ino := z.next()
-	if req.GetAdd().GetUid() != "uid-amb" || ino != netnsInode(t, pod) {
-		t.Fatalf("snapshot's first message %v (netns %d), want Add uid-amb with the pod's netns %d", req, ino, netnsInode(t, pod))
+	if slices.ContainsFunc(n.Workloads(t), func(w *sluicev1.Workload) bool { return w.ContainerId == "amb1" }) {
+		t.Fatal("the waiting ADD's record is listed: it holds its attachment while it waits")
 	}
+	z := connectZDS(t, zsock)
 	if req, _ := z.next(); req.GetSnapshotSent() == nil {
-		t.Fatalf("after the waiting pod: %v, want the end of the snapshot", req)
+		t.Fatalf("snapshot: %v, want an empty one (the waiting pod is not enrolled yet)", req)
 	}
 	if req, ino := z.next(); req.GetAdd().GetUid() != "uid-amb" || ino != netnsInode(t, pod) {
 		t.Fatalf("after the snapshot: %v (netns %d), want the ADD's own Add of uid-amb", req, ino)

@@ -14,9 +14,9 @@ import (
 
 // An ambient pod created while no ztunnel runs on the node waits for the
 // real ztunnel in its ADD (--ztunnel-connect-wait) and starts once
-// ztunnel is back, with no failed sandbox: the ztunnel that connected got
-// it in its snapshot, then the ADD's own Add, which it takes as done, and
-// its dials reach b over HBONE. Before, the ADD failed at once and the pod
+// ztunnel is back, with no failed sandbox: the ADD waits before it takes
+// any lock, then hands the pod to the ztunnel that connected, and its
+// dials reach b over HBONE. Before, the ADD failed at once and the pod
 // waited for the kubelet's sandbox backoff.
 func TestAmbientPodWaitsForZtunnel(t *testing.T) {
 	requireZtunnel(t)
