@@ -64,6 +64,9 @@ type cliFlags struct {
 // runCommand runs one command and returns its exit code: 0 done, 1 the
 // agent could not be asked or is not ready, 2 a usage error.
 func runCommand(name string, args []string, getenv func(string) string, out, errOut io.Writer) int {
+	if name == "sysdump" {
+		return runSysdump(args, getenv, out, errOut)
+	}
 	cmd := commands[name]
 	c := clients{}
 	opts, rest, err := parseCommand(name, cmd, &c, args, getenv, errOut)
@@ -297,7 +300,7 @@ func isCommand(args []string) bool {
 		return false
 	}
 	_, ok := commands[args[0]]
-	return ok
+	return ok || args[0] == "sysdump" // cli_sysdump.go: writes an archive, not a view
 }
 
 // commandNames lists the commands for --help, sorted.

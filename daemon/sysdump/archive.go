@@ -72,9 +72,12 @@ func tarSize(n int64) int64 { return 512 + (n+511)/512*512 }
 // Add writes one file, redacted, its content cut at the per-file cap (the
 // head kept: for a log, the caller passes the tail it wants). A file that
 // would pass the total cap is left out and listed.
-func (a *Archive) Add(name string, data []byte) {
+func (a *Archive) Add(name string, data []byte) { a.AddCut(name, data, false) }
+
+// AddCut is Add for content its reader already cut at a cap.
+func (a *Archive) AddCut(name string, data []byte, cut bool) {
 	name = cleanName(name)
-	e := Entry{Name: name}
+	e := Entry{Name: name, Truncated: cut}
 	if int64(len(data)) > a.lim.File {
 		data, e.Truncated = data[:a.lim.File], true
 	}

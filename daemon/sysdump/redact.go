@@ -11,7 +11,7 @@ const Redacted = "[redacted]"
 
 // secretWords name a value that is a secret, wherever they appear in a key:
 // SLUICE_FOO_TOKEN, client-key-data, "password", Authorization.
-const secretWords = `token|secret|passw(?:or)?d|pwd|credential|key|authorization|bearer|cookie|session`
+const secretWords = `token|secret|passw(?:or)?d|pwd|credential|key|authorization|bearer|session`
 
 var (
 	secretNameRE = regexp.MustCompile(`(?i)(?:` + secretWords + `)`)
@@ -21,9 +21,12 @@ var (
 	// since "password: two words" is one value.
 	keyValueRE = regexp.MustCompile(`(?i)(["']?[A-Za-z0-9_.\-]*(?:` + secretWords + `)[A-Za-z0-9_.\-]*["']?[ \t]*)([:=])([ \t]*)("(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s"'{\[][^\n]*)`)
 	// Credentials that need no key to be recognised.
-	bearerRE   = regexp.MustCompile(`(?i)\b(bearer|basic)([ \t]+)[A-Za-z0-9\-._~+/]+=*`)
-	pemRE      = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`)
-	jwtRE      = regexp.MustCompile(`eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*`)
+	bearerRE = regexp.MustCompile(`(?i)\b(bearer|basic)([ \t]+)[A-Za-z0-9\-._~+/]+=*`)
+	pemRE    = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`)
+	jwtRE    = regexp.MustCompile(`eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*`)
+	// An HTTP cookie header, whole; a key named cookie alone is not a
+	// secret (the journal's netnsCookie is an inode's id).
+	cookieRE   = regexp.MustCompile(`(?im)^([ \t]*(?:set-)?cookie:[ \t]*)\S.*$`)
 	userinfoRE = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+@`)
 )
 
@@ -45,6 +48,7 @@ func Redact(data []byte) ([]byte, int) {
 	count(pemRE, []byte("-----"+Redacted+" PRIVATE KEY-----"))
 	count(jwtRE, []byte(Redacted))
 	count(userinfoRE, []byte("${1}"+Redacted+"@"))
+	count(cookieRE, []byte("${1}"+Redacted))
 	count(bearerRE, []byte("${1}${2}"+Redacted))
 	var out bytes.Buffer
 	last := 0

@@ -26,6 +26,7 @@ func TestRedactRemovesSecrets(t *testing.T) {
 		{"-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n", "MIIEpAIBAAKCAQEA"},
 		{"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIcut", "MHcCAQEEIcut"}, // cut by a size cap
 		{"'session_cookie': 'yum-cookie'", "yum-cookie"},
+		{"Cookie: id=yum-header; theme=x\n", "yum-header"},
 	} {
 		out, n := Redact([]byte(tc.in))
 		if strings.Contains(string(out), tc.secret) || n == 0 {
@@ -41,7 +42,7 @@ func TestRedactKeepsTheRest(t *testing.T) {
 		"table inet sluice {\n\tchain output {\n\t\tmeta skuid 1337 return\n\t\ttcp dport != 15008 redirect to :15001\n\t}\n}\n",
 		"sluice_cni_requests_total{code=\"OK\",verb=\"Add\"} 3\n",
 		"--kubeconfig=in-cluster\t(command line)\n--state-dir=/var/run/sluice/state\t(default)\n",
-		`{"containerID":"cafe","ifName":"eth0","netns":"/proc/1/ns/net","mode":"sidecar"}`,
+		`{"containerID":"cafe","ifName":"eth0","netns":"/proc/1/ns/net","netnsCookie":4097,"mode":"sidecar"}`,
 		"level=INFO msg=\"pod enrolled\" pod=shop/cart mode=sidecar\n",
 	} {
 		if out, n := Redact([]byte(in)); string(out) != in || n != 0 {
