@@ -97,12 +97,21 @@ proto:
 manifests:
 	hack/helm/manifests.sh
 
-# OCI archives in bin/image, no Docker: the product image from the binaries
-# above, and the node tests' test-app and pause images. Reproducible: the
-# same source gives the same digests. `make image-docker` builds the
-# Dockerfile's (same filesystem) for people with Docker.
+# OCI archives in bin/image, no Docker: the product image for amd64 and
+# arm64 (an OCI image index; each platform's binaries in bin/<os>-<arch>/,
+# their SBOMs in bin/sbom/), and the node tests' test-app and pause images.
+# Reproducible: the same source gives the same digests. `make image-docker`
+# builds the Dockerfile's (same filesystem) for people with Docker.
 image: build
 	$(GO) run ./hack/image -bin $(BIN) -version $(VERSION) -o $(BIN)/image
+
+# What a release publishes, in bin/: make image's, and the chart packaged
+# with its values schema (bin/sluice-<version>.tgz) and as an OCI artifact
+# (an OCI layout in bin/chart/). The digests it prints are what a release
+# signs (docs/install.md, Supply chain).
+.PHONY: dist
+dist:
+	$(GO) run ./hack/image -bin $(BIN) -version $(VERSION) -o $(BIN)/image -chart deploy/helm/sluice
 
 image-docker:
 	docker build -t sluice:$(VERSION) --build-arg VERSION=$(VERSION) .

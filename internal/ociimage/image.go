@@ -2,7 +2,11 @@
 // a single layer of static binaries on nothing (as the Dockerfile's
 // scratch stage), fixed timestamps and owners, so the same binaries always
 // give the same digest. WriteOCI writes an image as an OCI archive (an
-// image layout in a tar) that `ctr images import` and `docker load` read.
+// image layout in a tar) that `ctr images import` and `docker load` read;
+// WriteOCIIndex writes the product's multi-platform image (an image index
+// over one image per architecture) the same way, and WriteChart the Helm
+// chart as the OCI artifact helm pulls. Every digest they return is one a
+// release signs: nothing in them depends on when or where they were made.
 // Build support and test support: `make image` (hack/image) writes the
 // product's, the node and mesh suites load theirs, and the suites that run
 // pod sandboxes load the pause image.
@@ -33,11 +37,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// File is one regular file of a layer: its absolute path in the image and
-// its content. Every file is mode 0755, owned by root.
+// File is one regular file of a layer: its absolute path in the image, its
+// content and mode (0: 0755). Every file is owned by root.
 type File struct {
 	Path    string
 	Content []byte
+	Mode    int64
 }
 
 // Config is what the image's config says beyond its files.
@@ -47,14 +52,17 @@ type Config struct {
 	// User runs the entrypoint as "uid:gid" (empty: root), for charts
 	// that set runAsNonRoot without a runAsUser.
 	User string
+	// Arch is the architecture the image declares, the one its binaries
+	// were built for (empty: this machine's).
+	Arch string
 }
 
 // epoch is every timestamp in the image: none of them depends on when or
 // where it was built.
 var epoch = time.Unix(0, 0).UTC()
 
-// Build returns a one-layer OCI image holding files, for linux on the
-// machine's own architecture (the one the binaries were built for).
+// Build returns a one-layer OCI image holding files, for linux on
+// cfg.Arch.
 func Build(files []File, cfg Config) (v1.Image, error) {
 	layerTar, err := layer(files)
 	if err != nil {
@@ -78,7 +86,10 @@ func Build(files []File, cfg Config) (v1.Image, error) {
 	}
 	cf = cf.DeepCopy()
 	cf.OS = "linux"
-	cf.Architecture = runtime.GOARCH
+	cf.Architecture = cfg.Arch
+	if cf.Architecture == "" {
+		cf.Architecture = runtime.GOARCH
+	}
 	cf.Created = v1.Time{Time: epoch}
 	cf.Config.Entrypoint = cfg.Entrypoint
 	cf.Config.Labels = cfg.Labels
@@ -95,13 +106,13 @@ func Build(files []File, cfg Config) (v1.Image, error) {
 // files, sorted, so the bytes depend only on the files.
 func layer(files []File) ([]byte, error) {
 	dirs := map[string]bool{}
-	byPath := map[string][]byte{}
+	byPath := map[string]File{}
 	for _, f := range files {
 		p := strings.TrimPrefix(path.Clean(f.Path), "/")
 		if p == "" || p == "." || strings.HasPrefix(p, "..") {
 			return nil, fmt.Errorf("image file path %q is not below /", f.Path)
 		}
-		byPath[p] = f.Content
+		byPath[p] = f
 		for d := path.Dir(p); d != "."; d = path.Dir(d) {
 			dirs[d+"/"] = true
 		}
@@ -118,9 +129,13 @@ func layer(files []File) ([]byte, error) {
 	tw := tar.NewWriter(&buf)
 	for _, n := range names {
 		hdr := &tar.Header{Name: n, Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}
-		content, isFile := byPath[n]
+		f, isFile := byPath[n]
+		content := f.Content
 		if isFile {
 			hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(content))
+			if f.Mode != 0 {
+				hdr.Mode = f.Mode
+			}
 		} else {
 			hdr.Typeflag = tar.TypeDir
 		}

@@ -3,55 +3,164 @@ package ociimage
 import (
 	"archive/tar"
 	"bytes"
-	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
-	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/sluicemesh/sluice/internal/sbom"
 )
 
-// Building the product image twice from source, binaries and all, gives
-// the same archive byte for byte: no timestamp, path or order leaks in.
-func TestBuildIsReproducible(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
+// An index over one image per platform, written twice into two
+// directories, is the same archive byte for byte: no timestamp, path or
+// order leaks in. index.json names the ref and points at the image index,
+// which lists each image under the platform its config declares, and
+// every blob is in the archive. (hack/image's TestDistIsReproducible
+// does the same from source, binaries and all.)
+func TestIndexIsReproducible(t *testing.T) {
 	var archives [2][]byte
+	var digests [2]string
 	for i := range archives {
-		plugin, err := GoBinary(ctx, PluginPackage, "repro")
+		var imgs []v1.Image
+		for _, arch := range []string{"amd64", "arm64"} {
+			img, err := Build([]File{{Path: "/bin/" + arch, Content: []byte(arch)}}, Config{Arch: arch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			imgs = append(imgs, img)
+		}
+		idx, err := Index(imgs...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		agent, err := GoBinary(ctx, AgentPackage, "repro")
+		path := filepath.Join(t.TempDir(), "sluice.tar")
+		d, err := WriteOCIIndex(path, SluiceRepo+":repro", idx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		img, err := Sluice(plugin, agent, "repro")
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, "sluice.tar")
-		if _, err := WriteOCI(path, SluiceRepo+":repro", img); err != nil {
-			t.Fatal(err)
-		}
+		digests[i] = d.String()
 		if archives[i], err = os.ReadFile(path); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if !bytes.Equal(archives[0], archives[1]) {
-		t.Fatal("two builds of the same source gave different archives")
+	if !bytes.Equal(archives[0], archives[1]) || digests[0] != digests[1] {
+		t.Fatalf("two writes of the same images gave different archives (%s, %s)", digests[0], digests[1])
 	}
-}
-
-// The layer holds the two binaries and their parent directories, root
-// owned, executable, at the epoch: what the Dockerfile's scratch stage
-// holds.
-func TestSluiceLayer(t *testing.T) {
-	img, err := Sluice([]byte("plugin"), []byte("agent"), "v")
+	files := archiveFiles(t, archives[0])
+	var index v1.IndexManifest
+	if err := json.Unmarshal(files["index.json"], &index); err != nil || len(index.Manifests) != 1 {
+		t.Fatalf("index.json: %v: %s", err, files["index.json"])
+	}
+	top := index.Manifests[0]
+	if top.MediaType != types.OCIImageIndex || top.Digest.String() != digests[0] || top.Annotations["io.containerd.image.name"] != SluiceRepo+":repro" {
+		t.Errorf("index.json points at %s %s %v; want the image index %s named %s:repro", top.MediaType, top.Digest, top.Annotations, digests[0], SluiceRepo)
+	}
+	var inner v1.IndexManifest
+	if err := json.Unmarshal(files["blobs/sha256/"+top.Digest.Hex], &inner); err != nil {
+		t.Fatalf("the image index blob: %v", err)
+	}
+	var platforms []string
+	for _, m := range inner.Manifests {
+		if m.Platform == nil {
+			t.Fatalf("manifest %s has no platform", m.Digest)
+		}
+		var mf v1.Manifest
+		if err := json.Unmarshal(files["blobs/sha256/"+m.Digest.Hex], &mf); err != nil {
+			t.Fatalf("manifest %s: %v", m.Digest, err)
+		}
+		var cf v1.ConfigFile
+		if err := json.Unmarshal(files["blobs/sha256/"+mf.Config.Digest.Hex], &cf); err != nil {
+			t.Fatalf("config of %s: %v", m.Digest, err)
+		}
+		if cf.OS != m.Platform.OS || cf.Architecture != m.Platform.Architecture {
+			t.Errorf("the index says %s, the image's config %s/%s", m.Platform, cf.OS, cf.Architecture)
+		}
+		for _, l := range mf.Layers {
+			if _, ok := files["blobs/sha256/"+l.Digest.Hex]; !ok {
+				t.Errorf("layer %s of %s is not in the archive", l.Digest, m.Platform)
+			}
+		}
+		platforms = append(platforms, m.Platform.String())
+	}
+	if strings.Join(platforms, " ") != "linux/amd64 linux/arm64" {
+		t.Errorf("platforms %q, want linux/amd64 and linux/arm64", platforms)
+	}
+	one, err := Build(nil, Config{Arch: "arm64"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := Index(one, one); err == nil {
+		t.Error("an index with two images for linux/arm64")
+	}
+}
+
+// The layer holds the two binaries, their SBOMs and their parent
+// directories, root owned, at the epoch, binaries executable: what the
+// Dockerfile's scratch stage holds. Each SBOM is its binary's.
+func TestSluiceLayer(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(self) // a Go binary, with build info
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin, agent := append([]byte{}, bin...), append(bin, 0) // two distinct files
+	img, err := Sluice(plugin, agent, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := layerListing(t, img)
+	want := []string{
+		"sbom/ d 755", "sbom/sluice-agent.cdx.json f 644", "sbom/sluice.cdx.json f 644",
+		"usr/ d 755", "usr/local/ d 755", "usr/local/bin/ d 755",
+		"usr/local/bin/sluice f 755", "usr/local/bin/sluice-agent f 755",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("layer =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for path, content := range map[string][]byte{"/usr/local/bin/sluice": plugin, "/usr/local/bin/sluice-agent": agent} {
+		if b, err := FileOf(img, path); err != nil || !bytes.Equal(b, content) {
+			t.Errorf("%s is not the binary given (%v)", path, err)
+		}
+	}
+	for _, name := range []string{"sluice", "sluice-agent"} {
+		b, err := FileOf(img, SBOMDir+"/"+sbom.FileName(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := sbom.Generate(name, "v", bytes.NewReader(bin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, want) {
+			t.Errorf("%s's SBOM in the image is not its binary's", name)
+		}
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep := cf.Config.Entrypoint; len(ep) != 1 || ep[0] != "/usr/local/bin/sluice-agent" {
+		t.Errorf("entrypoint = %q, want the agent", ep)
+	}
+	if cf.Architecture != runtime.GOARCH {
+		t.Errorf("architecture %s, want %s, the binaries'", cf.Architecture, runtime.GOARCH)
+	}
+}
+
+// layerListing is the image's one layer as "<name> <d|f> <mode>", checking
+// that every entry is root's and at the epoch.
+func layerListing(t *testing.T, img v1.Image) []string {
+	t.Helper()
 	layers, err := img.Layers()
 	if err != nil || len(layers) != 1 {
 		t.Fatalf("layers = %d, %v; want exactly one", len(layers), err)
@@ -61,7 +170,6 @@ func TestSluiceLayer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	want := []string{"usr/ d", "usr/local/ d", "usr/local/bin/ d", "usr/local/bin/sluice f plugin", "usr/local/bin/sluice-agent f agent"}
 	var got []string
 	tr := tar.NewReader(rc)
 	for {
@@ -72,33 +180,35 @@ func TestSluiceLayer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Mode != 0o755 || h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(epoch) {
-			t.Errorf("%s: mode %o uid %d gid %d mtime %v; want 0755, root, the epoch", h.Name, h.Mode, h.Uid, h.Gid, h.ModTime)
+		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(epoch) {
+			t.Errorf("%s: uid %d gid %d mtime %v; want root and the epoch", h.Name, h.Uid, h.Gid, h.ModTime)
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
-			got = append(got, h.Name+" d")
+			got = append(got, fmt.Sprintf("%s d %o", h.Name, h.Mode))
 		case tar.TypeReg:
-			b, _ := io.ReadAll(tr)
-			got = append(got, h.Name+" f "+string(b))
+			got = append(got, fmt.Sprintf("%s f %o", h.Name, h.Mode))
 		default:
 			t.Errorf("%s: unexpected type %c", h.Name, h.Typeflag)
 		}
 	}
-	if len(got) != len(want) {
-		t.Fatalf("layer = %q, want %q", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("layer entry %d = %q, want %q", i, got[i], want[i])
+	return got
+}
+
+// archiveFiles are an OCI archive's entries by name.
+func archiveFiles(t *testing.T, archive []byte) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(archive))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
 		}
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ep := cf.Config.Entrypoint; len(ep) != 1 || ep[0] != "/usr/local/bin/sluice-agent" {
-		t.Errorf("entrypoint = %q, want the agent", ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name], _ = io.ReadAll(tr)
 	}
 }
 

@@ -22,10 +22,68 @@ func WriteOCI(path, ref string, img v1.Image) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("image ref %q: %w", ref, err)
 	}
-	entries, digest, err := ociEntries(tag, img)
+	top, blobs, err := imageBlobs(img)
 	if err != nil {
 		return v1.Hash{}, err
 	}
+	return writeArchive(path, tag, top, blobs)
+}
+
+// WriteOCIIndex writes a multi-platform image as an OCI archive at path:
+// index.json names ref and points at idx, whose blob comes first, then
+// each platform's manifest, config and layers. It returns idx's digest,
+// the one a registry serves the image under for every platform.
+func WriteOCIIndex(path, ref string, idx v1.ImageIndex) (v1.Hash, error) {
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("image ref %q: %w", ref, err)
+	}
+	raw, err := idx.RawManifest()
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("image index: %w", err)
+	}
+	top, err := describe(idx, raw)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("image index: %w", err)
+	}
+	blobs := []entry{{blob(top.Digest), raw}}
+	seen := map[string]bool{blob(top.Digest): true}
+	for _, d := range im.Manifests {
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return v1.Hash{}, fmt.Errorf("image index: %s: %w", d.Digest, err)
+		}
+		_, bs, err := imageBlobs(img)
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		for _, b := range bs {
+			if !seen[b.name] {
+				seen[b.name] = true
+				blobs = append(blobs, b)
+			}
+		}
+	}
+	return writeArchive(path, tag, top, blobs)
+}
+
+// writeArchive writes the archive: the layout marker, index.json naming
+// tag and pointing at top, then the blobs in their order.
+func writeArchive(path string, tag name.Tag, top v1.Descriptor, blobs []entry) (v1.Hash, error) {
+	index, err := indexJSON(top, map[string]string{
+		// containerd's import names the image by the first, Docker's
+		// load by the second.
+		"io.containerd.image.name":          tag.Name(),
+		"org.opencontainers.image.ref.name": tag.Name(),
+	})
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	entries := append([]entry{{"oci-layout", []byte(ociLayout)}, {"index.json", index}}, blobs...)
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
@@ -54,80 +112,84 @@ func WriteOCI(path, ref string, img v1.Image) (v1.Hash, error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return v1.Hash{}, fmt.Errorf("write OCI archive: %w", err)
 	}
-	return digest, nil
+	return top.Digest, nil
 }
+
+const ociLayout = `{"imageLayoutVersion":"1.0.0"}`
 
 type entry struct {
 	name string
 	body []byte
 }
 
-// ociEntries are the archive's files: the layout marker, the index, then
-// the manifest, config and layer blobs.
-func ociEntries(tag name.Tag, img v1.Image) ([]entry, v1.Hash, error) {
-	manifest, err := img.RawManifest()
+// manifest is what an image and an index share for describing
+// themselves.
+type manifest interface {
+	Digest() (v1.Hash, error)
+	MediaType() (types.MediaType, error)
+}
+
+// describe is the descriptor of m, whose raw manifest is raw.
+func describe(m manifest, raw []byte) (v1.Descriptor, error) {
+	digest, err := m.Digest()
 	if err != nil {
-		return nil, v1.Hash{}, fmt.Errorf("image manifest: %w", err)
+		return v1.Descriptor{}, fmt.Errorf("manifest digest: %w", err)
 	}
-	digest, err := img.Digest()
+	mt, err := m.MediaType()
 	if err != nil {
-		return nil, v1.Hash{}, fmt.Errorf("image digest: %w", err)
+		return v1.Descriptor{}, fmt.Errorf("manifest media type: %w", err)
 	}
-	mt, err := img.MediaType()
+	return v1.Descriptor{MediaType: mt, Digest: digest, Size: int64(len(raw))}, nil
+}
+
+// imageBlobs are an image's descriptor and its blobs: the manifest, the
+// config and the layers.
+func imageBlobs(img v1.Image) (v1.Descriptor, []entry, error) {
+	raw, err := img.RawManifest()
 	if err != nil {
-		return nil, v1.Hash{}, fmt.Errorf("image media type: %w", err)
+		return v1.Descriptor{}, nil, fmt.Errorf("image manifest: %w", err)
+	}
+	top, err := describe(img, raw)
+	if err != nil {
+		return v1.Descriptor{}, nil, err
 	}
 	config, err := img.RawConfigFile()
 	if err != nil {
-		return nil, v1.Hash{}, fmt.Errorf("image config: %w", err)
+		return v1.Descriptor{}, nil, fmt.Errorf("image config: %w", err)
 	}
 	cfgName, err := img.ConfigName()
 	if err != nil {
-		return nil, v1.Hash{}, fmt.Errorf("image config digest: %w", err)
+		return v1.Descriptor{}, nil, fmt.Errorf("image config digest: %w", err)
 	}
-	index, err := indexJSON(tag, mt, digest, len(manifest))
-	if err != nil {
-		return nil, v1.Hash{}, err
-	}
-	entries := []entry{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{"index.json", index},
-		{blob(digest), manifest},
-		{blob(cfgName), config},
-	}
+	entries := []entry{{blob(top.Digest), raw}, {blob(cfgName), config}}
 	layers, err := img.Layers()
 	if err != nil {
-		return nil, v1.Hash{}, fmt.Errorf("image layers: %w", err)
+		return v1.Descriptor{}, nil, fmt.Errorf("image layers: %w", err)
 	}
 	for _, l := range layers {
 		d, err := l.Digest()
 		if err != nil {
-			return nil, v1.Hash{}, fmt.Errorf("layer digest: %w", err)
+			return v1.Descriptor{}, nil, fmt.Errorf("layer digest: %w", err)
 		}
 		body, err := readAll(l)
 		if err != nil {
-			return nil, v1.Hash{}, err
+			return v1.Descriptor{}, nil, err
 		}
 		entries = append(entries, entry{blob(d), body})
 	}
-	return entries, digest, nil
+	return top, entries, nil
 }
 
-// indexJSON is the archive's index.json: the one manifest, named by ref.
-func indexJSON(tag name.Tag, mt types.MediaType, digest v1.Hash, size int) ([]byte, error) {
+// indexJSON is a layout's index.json: the one manifest top, annotated.
+func indexJSON(top v1.Descriptor, annotations map[string]string) ([]byte, error) {
 	index, err := json.Marshal(map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     "application/vnd.oci.image.index.v1+json",
 		"manifests": []map[string]any{{
-			"mediaType": mt,
-			"digest":    digest.String(),
-			"size":      size,
-			"annotations": map[string]string{
-				// containerd's import names the image by the first,
-				// Docker's load by the second.
-				"io.containerd.image.name":          tag.Name(),
-				"org.opencontainers.image.ref.name": tag.Name(),
-			},
+			"mediaType":   top.MediaType,
+			"digest":      top.Digest.String(),
+			"size":        top.Size,
+			"annotations": annotations,
 		}},
 	})
 	if err != nil {
