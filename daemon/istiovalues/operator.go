@@ -28,16 +28,7 @@ var operatorProfiles = map[string][2]string{
 func (c *converter) istioOperator(doc map[string]any) (map[string]any, error) {
 	spec := asMap(doc["spec"])
 	vals := deepCopy(asMap(spec["values"]))
-	g := asMap(vals["global"])
-	if g == nil {
-		g = map[string]any{}
-		vals["global"] = g
-	}
-	setIfUnset := func(m map[string]any, k string, v any) {
-		if _, ok := m[k]; !ok && !empty(v) {
-			m[k] = v
-		}
-	}
+	g := child(vals, "global")
 	p, _ := spec["profile"].(string)
 	if p != "" {
 		set, ok := operatorProfiles[p]
@@ -53,18 +44,36 @@ func (c *converter) istioOperator(doc map[string]any) (map[string]any, error) {
 	setIfUnset(vals, "revision", spec["revision"])
 	setIfUnset(vals, "compatibilityVersion", spec["compatibilityVersion"])
 	components := asMap(spec["components"])
-	cni := asMap(components["cni"])
+	c.operatorCNI(asMap(components["cni"]), p, child(vals, "cni"))
+	c.noteOthers(spec, components)
+	return vals, nil
+}
+
+// child is m[k] as a map, made when missing.
+func child(m map[string]any, k string) map[string]any {
+	v := asMap(m[k])
+	if v == nil {
+		v = map[string]any{}
+		m[k] = v
+	}
+	return v
+}
+
+func setIfUnset(m map[string]any, k string, v any) {
+	if _, ok := m[k]; !ok && !empty(v) {
+		m[k] = v
+	}
+}
+
+// operatorCNI converts spec.components.cni into the cni values: its image
+// and what istioctl patches over the chart's pod.
+func (c *converter) operatorCNI(cni map[string]any, profile string, cniVals map[string]any) {
 	enabled, _ := cni["enabled"].(bool)
-	if !enabled && p != "ambient" && p != "openshift" && p != "openshift-ambient" {
+	if !enabled && profile != "ambient" && profile != "openshift" && profile != "openshift-ambient" {
 		c.note("spec.components.cni.enabled: not true: this IstioOperator installs no istio-cni")
 	}
 	if ns, _ := cni["namespace"].(string); ns != "" {
 		c.note("spec.components.cni.namespace: %s: install sluice's chart there (helm install -n %s)", ns, ns)
-	}
-	cniVals := asMap(vals["cni"])
-	if cniVals == nil {
-		cniVals = map[string]any{}
-		vals["cni"] = cniVals
 	}
 	for _, k := range []string{"hub", "tag"} {
 		if !empty(cni[k]) {
@@ -79,23 +88,27 @@ func (c *converter) istioOperator(doc map[string]any) (map[string]any, error) {
 		case "nodeSelector", "priorityClassName":
 			c.set(k, k8s[k])
 		case "env":
-			env := asMap(cniVals["env"])
-			if env == nil {
-				env = map[string]any{}
-			}
-			list, _ := k8s[k].([]any)
-			for _, e := range list {
-				if m := asMap(e); m["name"] != nil && m["valueFrom"] == nil {
-					env[strings.TrimSpace(str(m["name"]))] = m["value"]
-				} else {
-					c.note("spec.components.cni.k8s.env: %v is not converted: set it in extraEnv", e)
-				}
-			}
-			cniVals["env"] = env
+			c.operatorEnv(k8s[k], child(cniVals, "env"))
 		default:
 			c.note("spec.components.cni.k8s.%s: not converted: sluice's chart has no such value (docs/install.md, Values)", k)
 		}
 	}
+}
+
+// operatorEnv converts k8s.env's name/value pairs; valueFrom ones are noted.
+func (c *converter) operatorEnv(list any, env map[string]any) {
+	items, _ := list.([]any)
+	for _, e := range items {
+		if m := asMap(e); m["name"] != nil && m["valueFrom"] == nil {
+			env[strings.TrimSpace(str(m["name"]))] = m["value"]
+		} else {
+			c.note("spec.components.cni.k8s.env: %v is not converted: set it in extraEnv", e)
+		}
+	}
+}
+
+// noteOthers names the parts of the IstioOperator that are not istio-cni's.
+func (c *converter) noteOthers(spec, components map[string]any) {
 	var other []string
 	for _, k := range slices.Sorted(maps.Keys(spec)) {
 		switch k {
@@ -112,5 +125,4 @@ func (c *converter) istioOperator(doc map[string]any) (map[string]any, error) {
 	if len(other) > 0 {
 		c.note("%s: not istio-cni's; ignored", strings.Join(other, ", "))
 	}
-	return vals, nil
 }
