@@ -135,10 +135,12 @@ lint:
 # The suites that run a two-node test cluster run one at a time, after the
 # rest: a pod churn of two a second loads the kernel's netns path enough to
 # starve a neighbour's deadlines, and each has its own cluster to start.
-CLUSTER_SUITES := ./test/node ./test/lifecycle ./test/peer ./test/mesh
+# The simulated fleet (an API server filled with hundreds of nodes and
+# thousands of pods, five agents) joins them for the same reason.
+CLUSTER_SUITES := ./test/node ./test/lifecycle ./test/peer ./test/mesh ./test/fleet
 
 test: prereqs build plugins multus kube containerd istiod verify
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -x -e '.*/test/node' -e '.*/test/lifecycle' -e '.*/test/peer' -e '.*/test/mesh')
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -x -e '.*/test/node' -e '.*/test/lifecycle' -e '.*/test/peer' -e '.*/test/mesh' -e '.*/test/fleet')
 	$(GO) test -count=1 -p 1 -timeout 30m $(CLUSTER_SUITES)
 	cd test/istio && $(GO) test -timeout 15m ./...
 	$(MAKE) -s unit-nonroot
