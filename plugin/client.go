@@ -50,9 +50,18 @@ const agentPoll = 100 * time.Millisecond
 func (a *agent) callWaiting(ctx context.Context, method string, req wireRequest, resp wireResponse) error {
 	t := time.NewTimer(agentPoll)
 	defer t.Stop()
-	for {
+	for waited := false; ; waited = true {
 		err := a.call(ctx, method, req, resp)
-		if err == nil || !grpccall.NotListening(err) {
+		switch {
+		case err == nil:
+			return nil
+		case grpccall.NotListening(err):
+		case waited && pastDeadline(ctx) && !answered(err):
+			// A try begun just before the deadline failed on it (a dial's
+			// i/o timeout, or no answer): the agent was waited for until
+			// the deadline, and that is the error.
+			return &waitedError{err}
+		default:
 			return err
 		}
 		t.Reset(agentPoll)
@@ -61,7 +70,26 @@ func (a *agent) callWaiting(ctx context.Context, method string, req wireRequest,
 			return &waitedError{err}
 		case <-t.C:
 		}
+		// The deadline and the poll can come together, and select picks
+		// either: a try begun past the deadline could only fail on it.
+		if pastDeadline(ctx) {
+			return &waitedError{err}
+		}
 	}
+}
+
+// pastDeadline reads the clock: ctx.Err() is set a moment after the
+// deadline passes (later still on a loaded machine), and a dial in that
+// moment already fails with an i/o timeout.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
+}
+
+// answered says whether the agent answered the call (with an error).
+func answered(err error) bool {
+	var st *grpccall.Status
+	return errors.As(err, &st) && st.Answered
 }
 
 // waitedError is a call that found no agent listening until its deadline.
