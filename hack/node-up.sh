@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# node-up.sh: starts the test node cluster (internal/nodetest: etcd,
+# node-up.sh: starts the test node cluster (test/harness/nodetest: etcd,
 # kube-apiserver, controller-manager, scheduler on this machine; containerd,
 # kubelet and kube-proxy in a node with its own network and mount
 # namespaces) and leaves it running. Prints the kubeconfig's path.

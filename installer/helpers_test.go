@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicemesh/sluice/installer/conflist"
-	"github.com/sluicemesh/sluice/internal/syncbuf"
+	"github.com/sluicemesh/sluice/test/harness/syncbuf"
 )
 
 // repairBudget is how fast the installer must notice and repair a change.

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
 )
 
 const (

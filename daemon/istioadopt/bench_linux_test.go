@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/sluicemesh/sluice/daemon/istioadopt"
-	"github.com/sluicemesh/sluice/daemon/istioadopt/istiotest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/istiotest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // What the check costs the repairer per pod: a netns with no Istio capture

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/sluicemesh/sluice/daemon/istioadopt"
-	"github.com/sluicemesh/sluice/daemon/istioadopt/istiotest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/istiotest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // Each of Istio's captures, programmed with Istio's own rule text and

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sluicemesh/sluice/daemon/podtest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 func TestMain(m *testing.M) {

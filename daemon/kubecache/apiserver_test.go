@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sluicemesh/sluice/internal/kubetest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 const (

@@ -16,8 +16,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
-	"github.com/sluicemesh/sluice/internal/syncbuf"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/syncbuf"
 )
 
 // The cache's own logic (what it keeps of an object, the replay to a late

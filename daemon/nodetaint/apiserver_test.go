@@ -34,7 +34,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
-	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
 )
 
 // manifests is the chart rendered with its defaults: the ServiceAccount,

@@ -12,12 +12,12 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/istioadopt"
-	"github.com/sluicemesh/sluice/daemon/istioadopt/istiotest"
 	"github.com/sluicemesh/sluice/daemon/late"
-	"github.com/sluicemesh/sluice/daemon/podtest"
 	"github.com/sluicemesh/sluice/daemon/repair"
-	"github.com/sluicemesh/sluice/internal/kubetest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/istiotest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 // A sidecar pod istio-cni captured is not uncaptured: without

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/daemon/podtest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
-// The tests here drive the Checker against internal/kubetest's API server
+// The tests here drive the Checker against test/harness/kubetest's API server
 // (podtest): a pod's event in, a job's action and Event out, as the agent's
 // user bound to its shipped ClusterRole.
 

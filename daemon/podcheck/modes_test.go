@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/sluicemesh/sluice/daemon/events"
-	"github.com/sluicemesh/sluice/daemon/podtest"
 	"github.com/sluicemesh/sluice/daemon/repair"
-	"github.com/sluicemesh/sluice/internal/kubetest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 // delete mode goes through the Eviction API: a PodDisruptionBudget that

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 func TestFindPodNetnsByCgroup(t *testing.T) {

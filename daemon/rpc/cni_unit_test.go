@@ -18,7 +18,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
 	"github.com/sluicemesh/sluice/daemon/workloads"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // The verbs' branches over a real Store on redirecttest's kernel: no root,

@@ -18,8 +18,8 @@ import (
 	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/daemon/redirection"
 	"github.com/sluicemesh/sluice/daemon/workloads"
-	"github.com/sluicemesh/sluice/internal/kubetest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // An ambient ADD whose ambient.istio.io/redirection patch the API server

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // A /proc/<pid>/ns/net enrolment outlives its process when the netns does:

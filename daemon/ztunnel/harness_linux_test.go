@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicemesh/sluice/daemon/podns"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // harness runs a Server on a socket of its own, with real namespaces opened

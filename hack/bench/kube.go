@@ -19,7 +19,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
-	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
 )
 
 const (
@@ -27,7 +27,7 @@ const (
 	benchNamespace = "bench"
 )
 
-// cluster is a real etcd and kube-apiserver (internal/kubetest) holding
+// cluster is a real etcd and kube-apiserver (test/harness/kubetest) holding
 // the pods the Kubernetes-mode rows ADD: sluice-agent watches them through
 // its informers, istio-cni GETs them per ADD, as each does on a node.
 type cluster struct {

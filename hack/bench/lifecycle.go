@@ -13,7 +13,7 @@ import (
 // chained and with sluice's NRI trigger; and the node suites' scenario
 // counts for sluice and istio-cni side by side. test/peer's
 // BenchmarkPodStart measures pod start as a subprocess, so its cluster
-// (internal/nodetest, Istio's istio-cni chart, sluice's chart) is the one
+// (test/harness/nodetest, Istio's istio-cni chart, sluice's chart) is the one
 // the node suites use.
 type lifecycleResult struct {
 	none, istio, sluice, nri series
@@ -145,7 +145,7 @@ func writePodStart(m *md, r *lifecycleResult) {
 	}
 	m.p("")
 	m.p("`test/peer`'s `BenchmarkPodStart`, run by the harness (`go test -bench PodStart -benchtime %dx ./test/peer`", len(r.none.d))
-	m.p("with `%s` naming a file for every pod's numbers): one test node (`internal/nodetest`:", podStartSamplesEnv)
+	m.p("with `%s` naming a file for every pod's numbers): one test node (`test/harness/nodetest`:", podStartSamplesEnv)
 	m.p("kubelet, containerd 2.x with NRI on and no validator, a bridge conflist at 1.1.0). The same sidecar pod")
 	m.p("(the injector's annotation and an istio-proxy, no istio-validation, which fails with no mesh CNI) is")
 	m.p("created, polled every 20 ms until Ready, deleted and gone before the next; first with no mesh CNI, then")

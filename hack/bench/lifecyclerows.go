@@ -1,8 +1,8 @@
 package main
 
-import "github.com/sluicemesh/sluice/internal/lifecycletest"
+import "github.com/sluicemesh/sluice/test/harness/lifecycletest"
 
-// The node suites' counts, as internal/lifecycletest records them.
+// The node suites' counts, as test/harness/lifecycletest records them.
 type (
 	lifecycleRows  = lifecycletest.Results
 	lifecycleCount = lifecycletest.Count

@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/lifecycletest"
+	"github.com/sluicemesh/sluice/test/harness/lifecycletest"
 )
 
 type config struct {

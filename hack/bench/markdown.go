@@ -131,7 +131,7 @@ func writeMachine(m *md, c config, r *results) {
 	m.p("(`hack/bench/istio-cni/build.sh`, cached like the Kubernetes binaries). Every network namespace is a")
 	m.p("bind mount in a temp dir; the agent runs inside a netns of its own (`--install=false`); the CNI side")
 	m.p("runs through libcni from the harness process, as a runtime would. Kubernetes mode runs a real etcd")
-	m.p("and kube-apiserver (`internal/kubetest`) holding injected sidecar pods bound to the bench node;")
+	m.p("and kube-apiserver (`test/harness/kubetest`) holding injected sidecar pods bound to the bench node;")
 	m.p("sluice-agent watches them (`--kubeconfig`), istio-cni reads its kubeconfig from `cni_agent_run_dir`.")
 	m.p("Each node netns (where an agent runs) carries the empty base chains kube-proxy's nftables mode keeps")
 	m.p("on every Kubernetes node, so netfilter's hooks are in use as on a node (section 3 says why that matters).")

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/lifecycletest"
+	"github.com/sluicemesh/sluice/test/harness/lifecycletest"
 )
 
 // The node suites that record the scenario counts, in the order they run:
@@ -188,7 +188,7 @@ func writeScenarios(m *md, r *scenarioResult) {
 	m.p("The node suites, run by the harness one after the other with `%s` naming one file and a pod", lifecycleResultsEnv)
 	m.p("created every %v across the two nodes (`-lifecycle-churn`, `$%s`):", r.churn, lifecycletest.ChurnIntervalEnv)
 	m.p("`go test -v ./test/lifecycle` (sluice) and `go test -v ./test/peer` (istio-cni); the counts are defined")
-	m.p("in `internal/lifecycletest`. Extra start is a phase's create → running over the same churn just")
+	m.p("in `test/harness/lifecycletest`. Extra start is a phase's create → running over the same churn just")
 	m.p("before it with no outage or rollout; for a reboot, which has no baseline, it is the reboot's start →")
 	m.p("running again. A pod that failed for good or was evicted is counted in its column and, in the")
 	m.p("delays, as never started (`never`), after every pod that started: leaving it out would let a CNI")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Kubernetes' server commands from k8s.io/kubernetes through the Go
-# module proxy, for tests that need a real control plane (internal/kubetest)
-# or a real node (internal/nodetest). No git clone and no release download:
+# module proxy, for tests that need a real control plane (test/harness/kubetest)
+# or a real node (test/harness/nodetest). No git clone and no release download:
 # the module proxy is the one source we rely on.
 #
 # k8s.io/kubernetes is not meant to be a dependency: its go.mod points every

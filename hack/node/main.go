@@ -1,4 +1,4 @@
-// Command node runs the test node cluster (internal/nodetest) for a person
+// Command node runs the test node cluster (test/harness/nodetest) for a person
 // until it is told to stop: hack/node-up.sh starts it in the background and
 // hack/node-down.sh stops it.
 //
@@ -19,7 +19,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // fn runs in the namespace given, and the calling goroutine's namespace

@@ -18,7 +18,7 @@
 // is queued; rtnetlink's requests can sleep on RTNL and must not hold a P.
 //
 // It is kept only while a benchmark says it pays: BenchmarkUpstreamRoute
-// here and BenchmarkUpstream* in daemon/redirect/kernel/nftnl hold it to
+// here and BenchmarkUpstream* in daemon/redirect/kernel/internal/nftnl hold it to
 // mdlayher/netlink, google/nftables and vishvananda/netlink on the same
 // work (figures: docs/history/performance.md, "netlink sockets against the
 // upstream libraries"). It can go when a google/nftables release carries

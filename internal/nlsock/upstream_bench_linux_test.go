@@ -7,7 +7,7 @@ import (
 	vnl "github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // BenchmarkUpstreamRoute holds nlsock's rtnetlink use to

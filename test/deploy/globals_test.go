@@ -10,7 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
 )
 
 // Istio's globals, as an umbrella chart beside Istio's passes them, are

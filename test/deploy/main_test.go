@@ -16,8 +16,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/kubetest"
 	"github.com/sluicemesh/sluice/internal/productbuild"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
 )
 
 var (

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
 )
 
 // NOTES name the image that runs, not the chart's appVersion: under

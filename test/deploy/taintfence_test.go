@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/daemon/nodetaint"
-	"github.com/sluicemesh/sluice/internal/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
 )
 
 // vapAPI is what helm's capabilities list when a cluster serves

@@ -19,9 +19,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sluicemesh/sluice/internal/agenttest"
-	"github.com/sluicemesh/sluice/internal/nstest"
 	"github.com/sluicemesh/sluice/internal/ociimage"
+	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // crictlVersion is served by the Go module proxy (v1.35.0 is not).

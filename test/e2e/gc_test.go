@@ -10,7 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // CNI 1.1 GC through libcni removes every attachment the runtime no longer

@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
-	"github.com/sluicemesh/sluice/internal/agenttest"
-	"github.com/sluicemesh/sluice/internal/nstest"
 	"github.com/sluicemesh/sluice/internal/productbuild"
+	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // binDir holds freshly built sluice, sluice-agent and the reference plugins.

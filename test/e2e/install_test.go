@@ -10,7 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // bridgeOnly is the primary CNI's own conflist, before sluice.

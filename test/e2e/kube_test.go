@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
-	"github.com/sluicemesh/sluice/internal/kubetest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 const (

@@ -16,7 +16,7 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // The kubelet's probes of an ambient pod, and only the kubelet's, are

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
 	"github.com/sluicemesh/sluice/internal/origdst"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // proxy stands in for Envoy: it listens in the pod netns and reports each

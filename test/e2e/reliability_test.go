@@ -20,7 +20,7 @@ import (
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // loopbackChain is the cheapest real chain: the reference loopback plugin

@@ -12,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sluicemesh/sluice/daemon/istioadopt/istiotest"
-	"github.com/sluicemesh/sluice/internal/kubetest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/istiotest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // istioPod is a running pod istio-cni captured: Istio's own rule text in

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/agenttest"
 )
 
 // The support bundle from a real agent with two pods enrolled and the

@@ -18,9 +18,9 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"golang.org/x/sys/unix"
 
-	"github.com/sluicemesh/sluice/internal/agenttest"
-	"github.com/sluicemesh/sluice/internal/nstest"
 	"github.com/sluicemesh/sluice/internal/productbuild"
+	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // binDir holds the freshly built binaries, readable by any uid (the

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // sleeper is a process sleeping in a netns: what keeps a pod's netns alive.

@@ -13,7 +13,7 @@ import (
 	"istio.io/istio/cni/pkg/trafficmanager"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // Istio's nftables backend (global.nativeNftables) is a second

@@ -19,8 +19,8 @@ import (
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
-	"github.com/sluicemesh/sluice/internal/nstest"
 	"github.com/sluicemesh/sluice/internal/origdst"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // trafficCase says whether c's capture depends on the pod's IP families or

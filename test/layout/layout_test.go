@@ -1,6 +1,10 @@
 // Package layout holds the tree's layering: hack/ is commands and scripts
-// people run, so no importable code (the product, or internal/'s build and
-// test support) may import it; code both need lives under internal/.
+// people run, so no importable code (the product, internal/'s shared and
+// build code) may import it; code both need lives under internal/. The
+// test harness lives under test/harness/, and nothing the shipped binaries
+// link comes from test/ (TestShippedBinariesImportNoHarness). The nf_tables
+// encoder sits under daemon/redirect/kernel/internal/, so the compiler lets
+// only the kernel package use it.
 package layout
 
 import (

@@ -3,7 +3,7 @@ package lifecycle
 import (
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/lifecycletest"
+	"github.com/sluicemesh/sluice/test/harness/lifecycletest"
 )
 
 // The first node reboots with sidecar and ambient pods running: kubelet,

@@ -3,7 +3,7 @@ package lifecycle
 import (
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/lifecycletest"
+	"github.com/sluicemesh/sluice/test/harness/lifecycletest"
 )
 
 // While pods of every kind start and stop on both nodes, the first node's

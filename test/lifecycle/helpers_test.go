@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sluicemesh/sluice/internal/lifecycletest"
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/lifecycletest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 // The release the tests install, in the namespace Istio's CNI agent uses.

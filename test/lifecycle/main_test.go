@@ -1,6 +1,6 @@
 // Package lifecycle runs sluice through a node's life on the hermetic
-// two-node test cluster (internal/nodetest), with the scenarios of
-// internal/lifecycletest that test/peer runs on istio-cni: a rolling
+// two-node test cluster (test/harness/nodetest), with the scenarios of
+// test/harness/lifecycletest that test/peer runs on istio-cni: a rolling
 // upgrade and rollback of the chart while pods come and go on both nodes,
 // and a reboot of a node with pods running. Each test asserts that no mesh
 // pod's app ever runs uncaptured, as seen on the wire: a pod's own first
@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 var (

@@ -3,7 +3,7 @@ package lifecycle
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sluicemesh/sluice/internal/lifecycletest"
+	"github.com/sluicemesh/sluice/test/harness/lifecycletest"
 )
 
 // podOfKind is a pod of a lifecycletest kind: nodetest's sidecar pod (the

@@ -1,5 +1,5 @@
 // Package mesh runs sluice under the real, unmodified Istio ambient mesh
-// on the hermetic test node (internal/nodetest): istiod built from the
+// on the hermetic test node (test/harness/nodetest): istiod built from the
 // Istio module test/istio pins, ztunnel built from its own source
 // (`make ztunnel ZTUNNEL_SRC=...`), both installed with Istio's own
 // charts, and sluice with its own chart, ambient on. Pods are started by
@@ -17,8 +17,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/meshtest"
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/meshtest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 var (

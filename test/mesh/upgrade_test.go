@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/nodetest"
 	"github.com/sluicemesh/sluice/internal/ociimage"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 // upgradeSluice builds sluice's image again under a new tag, loads it into

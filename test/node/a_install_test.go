@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluicemesh/sluice/daemon/nodetaint"
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 // installed is set once the chart is in; later tests that need the agent

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sluicemesh/sluice/daemon/nodetaint"
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 // Where the runtime never calls CNI STATUS (containerd 1.x, a conflist

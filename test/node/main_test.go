@@ -1,6 +1,6 @@
 // Package node runs sluice the way an operator does: `helm install` of
 // deploy/helm/sluice with an image built from this tree (no Docker, no
-// registry) into a real two-node Kubernetes (internal/nodetest), and
+// registry) into a real two-node Kubernetes (test/harness/nodetest), and
 // pods created through the API that the kubelet starts through CRI,
 // containerd and the CNI chain into the sluice plugin.
 //
@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sluicemesh/sluice/daemon/nodetaint"
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 var (

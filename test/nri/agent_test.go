@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
-	"github.com/sluicemesh/sluice/internal/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/agenttest"
 )
 
 // agentSocket is the agent's gRPC socket in the node.

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/agenttest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // containerdConfig is a version 3 config for containerd 2.x. Every path is

@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/agenttest"
-	"github.com/sluicemesh/sluice/internal/kubetest"
-	"github.com/sluicemesh/sluice/internal/nodetest"
 	"github.com/sluicemesh/sluice/internal/ociimage"
 	"github.com/sluicemesh/sluice/internal/productbuild"
+	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 const pauseRef = ociimage.PauseRef

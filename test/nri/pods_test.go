@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
 	"github.com/sluicemesh/sluice/internal/origdst"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // podConfig writes a crictl pod config for namespace/name with a uid made

@@ -12,8 +12,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/sluicemesh/sluice/internal/agenttest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // A pod netns owned by a user namespace other than the initial one (what

@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sluicemesh/sluice/internal/lifecycletest"
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/lifecycletest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 // The same outage test/node's TestAgentOutage gives sluice (a failed

@@ -6,10 +6,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sluicemesh/sluice/internal/lifecycletest"
+	"github.com/sluicemesh/sluice/test/harness/lifecycletest"
 )
 
-// istioMesh is istio-cni as internal/lifecycletest's scenarios drive it:
+// istioMesh is istio-cni as test/harness/lifecycletest's scenarios drive it:
 // sidecar and plain pods (ambient needs istiod and ztunnel, which
 // test/mesh runs with sluice; here istio-cni runs in sidecar mode, where
 // its plugin programs each injected pod's netns itself and istio-validation

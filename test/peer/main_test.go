@@ -1,12 +1,12 @@
 // Package peer runs istio-cni, Istio's own CNI node agent and plugin,
 // built from the Istio module test/istio pins and installed with Istio's
 // own istio-cni chart, on the same test cluster test/node runs sluice on
-// (internal/nodetest): so what the node's life does to pods can be
+// (test/harness/nodetest): so what the node's life does to pods can be
 // measured against the real peer with the same pods, node and runtime.
 //
 // One two-node cluster serves the package; each test has its own
 // namespace. The tests run in file order: install, a sidecar pod, an
-// agent outage, then internal/lifecycletest's rolling upgrade under churn
+// agent outage, then test/harness/lifecycletest's rolling upgrade under churn
 // and reboot, the scenarios test/lifecycle runs on sluice.
 package peer
 
@@ -14,7 +14,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 var (

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"

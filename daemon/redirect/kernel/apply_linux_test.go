@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
 )

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // serveNodeDNSv6 is the node's resolver on its IPv6 service address. An

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // tryDial is dialFrom that hands back the failure instead of ending the

@@ -7,7 +7,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/daemon/redirect/kernel/nftnl"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel/internal/nftnl"
 )
 
 // EnsureHostTable creates or repairs table inet sluice-host in ns (the

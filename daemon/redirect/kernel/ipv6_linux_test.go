@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 func loHas6(t *testing.T, ns *nstest.NS) (present bool, line string) {

@@ -5,7 +5,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // oursListed is every ip rule and route of ours (proto 115) in ns, both

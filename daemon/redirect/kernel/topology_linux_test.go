@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
 	"github.com/sluicemesh/sluice/internal/origdst"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/daemon/redirect/kernel/nftnl"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel/internal/nftnl"
 	"github.com/sluicemesh/sluice/internal/nlsock"
 )
 

@@ -39,7 +39,7 @@ const (
 
 // Match is one condition of a rule. The concrete types below are the whole
 // vocabulary; render.go turns each into nft text, and package nftnl
-// (redirect/kernel/nftnl, exprs_linux.go) into netlink expressions.
+// (redirect/kernel/internal/nftnl, exprs_linux.go) into netlink expressions.
 type Match interface{ isMatch() }
 
 type (

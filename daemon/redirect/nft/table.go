@@ -2,7 +2,7 @@
 // rules built from a fixed vocabulary of matches, statements and verdicts,
 // and their rendering as `nft` text. It is pure (no netlink, no syscalls:
 // redirect's deps_test.go): package redirect decides what goes into a
-// table, this one what a table is, and redirect/kernel/nftnl how it
+// table, this one what a table is, and redirect/kernel/internal/nftnl how it
 // reaches the kernel.
 package nft
 

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/sluicemesh/sluice/internal/meshtest"
+	"github.com/sluicemesh/sluice/test/harness/meshtest"
 )
 
 func main() {

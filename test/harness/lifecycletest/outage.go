@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 // OutageHold is how long Outage keeps a node's agent away. It is longer

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
-	"github.com/sluicemesh/sluice/internal/syncbuf"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/syncbuf"
 )
 
 // Agent is a started daemon (sluice-agent, or a runtime the agent serves)

@@ -3,7 +3,7 @@ package nftnl
 import (
 	"testing"
 
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // TestVerifySinceGeneration: Apply reports the generation its commit

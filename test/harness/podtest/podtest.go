@@ -1,6 +1,6 @@
 // Package podtest is test support for the packages that act on this
 // node's running pods (podcheck, repair, istioadopt, redirection,
-// ambientpods): the agent's parts against internal/kubetest's API server,
+// ambientpods): the agent's parts against test/harness/kubetest's API server,
 // run as the agent's user bound to its shipped ClusterRole, pods created
 // and set running as a kubelet would, and pod sandboxes as a runtime
 // leaves them.
@@ -28,8 +28,8 @@ import (
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
 	"github.com/sluicemesh/sluice/daemon/workloads"
-	"github.com/sluicemesh/sluice/internal/kubetest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sluicemesh/sluice/internal/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 // Pod kinds the scenarios mix.

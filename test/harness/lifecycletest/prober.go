@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/internal/nodetest"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // The prober's own network, linked to the node as another node's pod

@@ -10,13 +10,13 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/redirect/nft"
 	"github.com/sluicemesh/sluice/internal/nlsock"
-	"github.com/sluicemesh/sluice/internal/nstest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // The benchmarks below hold nlsock (internal/nlsock) to the upstream
 // libraries it stands in for, on the same table in a real netns (root):
 //
-//	go test -run '^$' -bench 'Upstream' -benchtime 2000x -count 6 ./daemon/redirect/kernel/nftnl
+//	go test -run '^$' -bench 'Upstream' -benchtime 2000x -count 6 ./daemon/redirect/kernel/internal/nftnl
 //
 //   - product: Apply as the agent runs it (GET, cached batch, one ACK, nlsock).
 //   - nlsock: the batch marshalled afresh, sent with one ACK on an nlsock socket.

@@ -1,5 +1,5 @@
 // Package lifecycletest holds the node-lifecycle scenarios
-// for any mesh CNI on the test cluster (internal/nodetest): an agent
+// for any mesh CNI on the test cluster (test/harness/nodetest): an agent
 // outage, a rolling upgrade and a rollback under pod churn, and a node
 // reboot with a prober dialling the pods throughout. A Mesh says how the CNI is installed,
 // upgraded and rolled back and which pods it captures; test/lifecycle runs
