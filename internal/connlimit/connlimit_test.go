@@ -114,23 +114,34 @@ func TestPerPeer(t *testing.T) {
 // owns its socket as well as its address: the kubelet's probes and a local
 // user's connections come from the same node address.
 func TestByIPAndLocalOwner(t *testing.T) {
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := accepted(t, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer raw.Close()
-	c, err := net.Dial("tcp", raw.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := raw.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	want := "127.0.0.1 uid " + strconv.Itoa(os.Geteuid())
 	if got := ByIPAndLocalOwner(s); got != want {
 		t.Fatalf("key = %q, want %q", got, want)
 	}
+}
+
+// accepted dials a listener on addr from this process and returns the
+// server's side of the connection; all of it closes when t ends.
+func accepted(t *testing.T, addr string) (net.Conn, error) {
+	t.Helper()
+	raw, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { raw.Close() })
+	c, err := net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := raw.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, nil
 }

@@ -12,21 +12,11 @@ import (
 // that is not in this namespace's table.
 func TestSocketOwnerMatchesSocketGet(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
-		raw, err := net.Listen("tcp", addr)
+		s, err := accepted(t, addr)
 		if err != nil {
-			t.Skipf("%s: %v", addr, err)
+			t.Logf("%s: %v: not compared", addr, err) // a host without IPv6 loopback
+			continue
 		}
-		defer raw.Close()
-		c, err := net.Dial("tcp", raw.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		s, err := raw.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
 		peer, self := s.RemoteAddr().(*net.TCPAddr), s.LocalAddr().(*net.TCPAddr)
 		got, err := diag.owner(peer.AddrPort(), self.AddrPort())
 		if err != nil {
