@@ -40,8 +40,10 @@ func TestMain(m *testing.M) {
 func TestCacheHoldsNodePodsAndNamespaces(t *testing.T) {
 	e := shared.Get(t)
 	admin := kubernetes.NewForConfigOrDie(e.AdminConfig())
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cache-test"}}
-	if _, err := admin.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+	// A generated name: the shared API server outlives one run (-count=N).
+	ns, err := admin.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cache-test-"}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	here := createPod(t, admin, ns.Name, "here", node)
