@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // manifests is the chart rendered with its defaults: the ServiceAccount,
@@ -237,17 +238,6 @@ func nodeOf(t *testing.T, admin kubernetes.Interface, name string) *corev1.Node 
 	return n
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 30s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // With the shipped policy and binding in force, the agent's own token
 // takes the startup taint off its own node, and only that.
 func TestFenceHoldsTaintRemoved(t *testing.T) {
@@ -314,7 +304,7 @@ func TestFenceAbsentTaintKept(t *testing.T) {
 	const kept = "kept the node's startup taint: its admission policy is not in force"
 	// Three checks, each admitted: the taint stays and the agent keeps
 	// checking on its schedule.
-	waitFor(t, "three fence checks logged", func() bool { return logs.count(kept) >= 3 })
+	nstest.Eventually(t, 30*time.Second, func() bool { return logs.count(kept) >= 3 }, "three fence checks logged")
 	if !r.Unfenced() {
 		t.Error("Unfenced() = false with the binding deleted")
 	}
@@ -374,7 +364,7 @@ func TestOtherNodesTaintNeverRemoved(t *testing.T) {
 	defer cancel()
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
-	waitFor(t, "three refused tries logged", func() bool { return logs.count("remove the node's startup taint") >= 3 })
+	nstest.Eventually(t, 30*time.Second, func() bool { return logs.count("remove the node's startup taint") >= 3 }, "three refused tries logged")
 	cancel()
 	<-done
 	if n := nodeOf(t, admin, victim); n.ResourceVersion != before.ResourceVersion {
