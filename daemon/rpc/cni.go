@@ -111,13 +111,9 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	}
 	ambient := d.Spec.Mode == redirect.ModeAmbient
 	_, had := s.Workloads.Get(a)
-	enrollCtx := ctx
-	if ambient {
-		// An ambient pod that meets a ztunnel restart waits for it within
-		// the deadline, rather than fail into the kubelet's backoff.
-		enrollCtx = ztunnel.WaitForConnection(ctx)
-	}
-	if err = s.Workloads.Enroll(enrollCtx, rec); err != nil {
+	// An ambient pod that meets a ztunnel restart waits for it within the
+	// deadline, rather than fail into the kubelet's backoff.
+	if err = s.Workloads.EnrollWaitingForZtunnel(ctx, rec); err != nil {
 		s.captureFailed(pod, req, err)
 		// As Istio marks a pod ztunnel refused, but only when nothing of
 		// the pod stays captured: a refused re-ADD rolls back to the

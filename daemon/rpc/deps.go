@@ -15,7 +15,9 @@ import (
 
 // Workloads is what CNI asks of the enrolled-workload store.
 type Workloads interface {
-	Enroll(ctx context.Context, r workloads.Record) error
+	// EnrollWaitingForZtunnel is the ADD's: an ambient pod that finds no
+	// ztunnel waits for one, before any lock.
+	EnrollWaitingForZtunnel(ctx context.Context, r workloads.Record) error
 	Get(a workloads.Attachment) (workloads.Record, bool)
 	PodEnrolled(podUID string) bool
 	Release(ctx context.Context, a workloads.Attachment, netnsPath string) error

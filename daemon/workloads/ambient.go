@@ -67,13 +67,16 @@ func (s *Store) handOver(ctx context.Context, r *Record) error {
 	return nil
 }
 
-// enrollAmbient is Enroll of an ambient pod. It waits for a ztunnel
-// before any lock: the wait may take seconds, and a DEL or an ADD of any
-// container on r's stripe needs the attachment lock. It tries a second
-// time when the first hand-over met a ztunnel connection that had died
-// unnoticed (no ztunnel connected after all): that try was rolled back,
-// and a restarted ztunnel is on its way.
-func (s *Store) enrollAmbient(ctx context.Context, r Record) error {
+// enrollAmbient is Enroll of an ambient pod. With wait, it waits for a
+// ztunnel before any lock: the wait may take seconds, and a DEL or an ADD
+// of any container on r's stripe needs the attachment lock. It then tries
+// a second time when the first hand-over met a ztunnel connection that had
+// died unnoticed (no ztunnel connected after all): that try was rolled
+// back, and a restarted ztunnel is on its way.
+func (s *Store) enrollAmbient(ctx context.Context, r Record, wait bool) error {
+	if !wait {
+		return s.enroll(ctx, r)
+	}
 	var err error
 	for try := 0; try < 2; try++ {
 		if err = s.awaitZtunnel(ctx, &r); err != nil {

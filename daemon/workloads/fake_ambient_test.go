@@ -214,7 +214,7 @@ func TestUnitZtunnelWaitHoldsNoPodLock(t *testing.T) {
 	}
 	u.ns.Add("/netns/a")
 	added := make(chan error, 1)
-	go func() { added <- u.store.Enroll(context.Background(), ambientUnitRecord("a", other, "10.0.0.1/24")) }()
+	go func() { added <- u.store.EnrollWaitingForZtunnel(context.Background(), ambientUnitRecord("a", other, "10.0.0.1/24")) }()
 	<-zt.waiting
 	released := make(chan error, 1)
 	go func() { released <- u.store.Release(context.Background(), rb.Attachment, "") }()
@@ -258,7 +258,7 @@ func TestUnitZtunnelWaitHoldsNoAttachmentLock(t *testing.T) {
 	}
 	u.ns.Add("/netns/a")
 	added := make(chan error, 1)
-	go func() { added <- u.store.Enroll(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24")) }()
+	go func() { added <- u.store.EnrollWaitingForZtunnel(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24")) }()
 	<-zt.waiting
 	done := make(chan error, 2)
 	go func() { done <- u.store.Release(context.Background(), rd.Attachment, "") }()
@@ -309,7 +309,7 @@ func TestUnitDeadZtunnelConnectionGoesBackToWaiting(t *testing.T) {
 	zt := &deadOnceZtunnel{fakeZtunnel: &fakeZtunnel{}}
 	u := newAmbientUnitWith(t, zt)
 	ino := u.ns.Add("/netns/a")
-	if err := u.store.Enroll(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24")); err != nil {
+	if err := u.store.EnrollWaitingForZtunnel(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24")); err != nil {
 		t.Fatalf("ADD after a dead connection: %v", err)
 	}
 	if zt.adds != 2 || zt.waits != 2 {
@@ -317,5 +317,22 @@ func TestUnitDeadZtunnelConnectionGoesBackToWaiting(t *testing.T) {
 	}
 	if !u.hasTable(ino) || !u.hostHas("10.0.0.1") {
 		t.Fatal("the pod is not captured after the second hand-over")
+	}
+}
+
+// Only the ADD's enrolment waits for ztunnel: a background one (late
+// enrolment, repair) never asks for a connection, so it cannot hold one of
+// the waiting slots, and a dead connection fails it for its work queue to
+// retry.
+func TestUnitBackgroundEnrolmentDoesNotWait(t *testing.T) {
+	zt := &deadOnceZtunnel{fakeZtunnel: &fakeZtunnel{}}
+	u := newAmbientUnitWith(t, zt)
+	ino := u.ns.Add("/netns/a")
+	err := u.store.Enroll(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24"))
+	if !errors.Is(err, ErrZtunnel) || zt.waits != 0 || zt.adds != 1 {
+		t.Fatalf("background enrolment on a dead connection: %v after %d waits and %d Adds, want ErrZtunnel after 0 and 1", err, zt.waits, zt.adds)
+	}
+	if u.hasTable(ino) {
+		t.Fatal("the failed background enrolment left its table")
 	}
 }

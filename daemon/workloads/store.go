@@ -152,9 +152,23 @@ func (s *Store) lockNetns(ino uint64) func() {
 // into another netns moves the attachment, and the netns it leaves loses
 // the table unless another attachment still owns it there. A failure
 // leaves the netns and the journal as they were before the call.
+//
+// An ambient r that finds no ztunnel connected fails at once with
+// ErrZtunnel: background enrolments retry through their work queues.
 func (s *Store) Enroll(ctx context.Context, r Record) error {
 	if isAmbient(&r) {
-		return s.enrollAmbient(ctx, r)
+		return s.enrollAmbient(ctx, r, false)
+	}
+	return s.enroll(ctx, r)
+}
+
+// EnrollWaitingForZtunnel is Enroll for a CNI ADD: an ambient r that finds
+// no ztunnel connected waits for one (the ztunnel server's ConnectWait,
+// within ctx) before it takes any lock, rather than fail into the
+// kubelet's backoff.
+func (s *Store) EnrollWaitingForZtunnel(ctx context.Context, r Record) error {
+	if isAmbient(&r) {
+		return s.enrollAmbient(ctx, r, true)
 	}
 	return s.enroll(ctx, r)
 }

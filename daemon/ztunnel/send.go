@@ -42,28 +42,18 @@ func (s *Server) Add(ctx context.Context, w Workload) error {
 // ztunnel.
 const MaxWaiting = 16
 
-// waitKey marks a context whose AwaitConnection may wait for a ztunnel.
-type waitKey struct{}
-
-// WaitForConnection marks ctx so that AwaitConnection under it, finding no
-// ztunnel connected, waits up to ConnectWait for one, and the Add after it
-// does not fail at once. The CNI ADD path sets it: a ztunnel restart takes
-// seconds, and a failed ADD is retried by the kubelet only after its
-// backoff (10 s and more). Background enrolments do not: their work queues
-// retry on their own and must not hold the waiting slots.
-func WaitForConnection(ctx context.Context) context.Context {
-	return context.WithValue(ctx, waitKey{}, true)
-}
-
 // AwaitConnection returns once a ztunnel is connected, for the Add of w
-// that follows. Under WaitForConnection, with none connected, it waits
-// for a ztunnel's hello while a waiting slot is free, within ctx and
-// ConnectWait, and fails with ErrNotConnected when none comes; otherwise
-// it returns nil at once and leaves the verdict to Add. Call it before
-// taking any lock that a DEL needs: it may wait seconds.
+// that follows. With none connected it waits for a ztunnel's hello while
+// a waiting slot is free, within ctx and ConnectWait, and fails with
+// ErrNotConnected when none comes. Only the CNI ADD path calls it
+// (workloads.Store.EnrollWaitingForZtunnel): a ztunnel restart takes
+// seconds, and a failed ADD is retried by the kubelet only after its
+// backoff (10 s and more); background enrolments retry through their work
+// queues and must not hold the waiting slots. Call it before taking any
+// lock that a DEL needs: it may wait seconds.
 func (s *Server) AwaitConnection(ctx context.Context, w Workload) error {
 	c, joined := s.newest()
-	if c != nil || ctx.Value(waitKey{}) == nil || s.cfg.ConnectWait < 0 {
+	if c != nil || s.cfg.ConnectWait < 0 {
 		return nil
 	}
 	select {

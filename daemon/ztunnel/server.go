@@ -25,7 +25,7 @@
 // snapshot. On exit the agent waits (at most 5 s) for the server to
 // unlink its socket.
 //
-// A CNI ADD that finds no ztunnel waits for one (WaitForConnection), up
+// A CNI ADD that finds no ztunnel waits for one (AwaitConnection), up
 // to --ztunnel-connect-wait and at most 16 at once (more fail at once),
 // before it takes any lock, the attachment's or the pod's; background
 // enrolments retry through their work queues instead. The ack is awaited
@@ -97,8 +97,7 @@ type Config struct {
 	// Keepalive is how often an idle connection is checked for a ztunnel
 	// that has gone away. Default 5s.
 	Keepalive time.Duration
-	// ConnectWait is how long AwaitConnection under WaitForConnection
-	// waits for a ztunnel when none is connected. Default Timeout;
+	// ConnectWait is how long AwaitConnection waits for a ztunnel when none is connected. Default Timeout;
 	// negative, no wait.
 	ConnectWait time.Duration
 }
