@@ -214,7 +214,9 @@ func TestUnitZtunnelWaitHoldsNoPodLock(t *testing.T) {
 	}
 	u.ns.Add("/netns/a")
 	added := make(chan error, 1)
-	go func() { added <- u.store.EnrollWaitingForZtunnel(context.Background(), ambientUnitRecord("a", other, "10.0.0.1/24")) }()
+	go func() {
+		added <- u.store.EnrollWaitingForZtunnel(context.Background(), ambientUnitRecord("a", other, "10.0.0.1/24"))
+	}()
 	<-zt.waiting
 	released := make(chan error, 1)
 	go func() { released <- u.store.Release(context.Background(), rb.Attachment, "") }()
@@ -258,7 +260,9 @@ func TestUnitZtunnelWaitHoldsNoAttachmentLock(t *testing.T) {
 	}
 	u.ns.Add("/netns/a")
 	added := make(chan error, 1)
-	go func() { added <- u.store.EnrollWaitingForZtunnel(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24")) }()
+	go func() {
+		added <- u.store.EnrollWaitingForZtunnel(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24"))
+	}()
 	<-zt.waiting
 	done := make(chan error, 2)
 	go func() { done <- u.store.Release(context.Background(), rd.Attachment, "") }()
