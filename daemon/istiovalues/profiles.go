@@ -1,31 +1,153 @@
 package istiovalues
 
 import (
-	"embed"
 	"fmt"
 	"maps"
 	"reflect"
 	"slices"
 	"strings"
-
-	"sigs.k8s.io/yaml"
 )
 
-// profiles are the istio-cni chart's profile files, copied from the Istio
-// release test/istio pins (test/deploy fails when they differ): Istio's
-// chart reads `profile`, `compatibilityVersion` and `platform` (or their
-// `global.` forms) through them, so the conversion must too.
-//
-//go:embed profiles/profile-*.yaml
-var profiles embed.FS
+// istioProfiles is what each of the istio-cni chart's profile files
+// (`files/profile-<name>.yaml` in the Istio release test/istio pins) sets
+// that istio-cni's chart reads: its `cni:` and `global:` sections and its
+// top-level istio-cni values. Istio's chart reads `profile`,
+// `compatibilityVersion` and `platform` (or their `global.` forms) through
+// those files, so the conversion must too. These are facts read from
+// Istio's files, held to them by test/deploy's TestMigrateProfilesAreIstios
+// (a new Istio release that changes one fails it).
+var istioProfiles = map[string]map[string]any{
+	"ambient": map[string]any{
+		"cni": map[string]any{
+			"ambient": map[string]any{
+				"enabled": true,
+			},
+		},
+		"global": map[string]any{
+			"variant": "distroless",
+		},
+	},
+	"compatibility-version-1.25": map[string]any{
+		"ambient": map[string]any{
+			"shareHostNetworkNamespace": true,
+		},
+		"cni": map[string]any{
+			"ambient": map[string]any{
+				"reconcileIptablesOnStartup": false,
+			},
+		},
+	},
+	"compatibility-version-1.26": map[string]any{
+		"cni": map[string]any{
+			"ambient": map[string]any{
+				"reconcileIptablesOnStartup": false,
+			},
+		},
+	},
+	"compatibility-version-1.27": map[string]any{
+		"cni": map[string]any{
+			"ambient": map[string]any{
+				"reconcileIptablesOnStartup": false,
+			},
+		},
+	},
+	"compatibility-version-1.28": map[string]any{
+		"cni": map[string]any{
+			"ambient": map[string]any{
+				"reconcileIptablesOnStartup": false,
+			},
+		},
+	},
+	"compatibility-version-1.29": map[string]any{},
+	"compatibility-version-1.30": map[string]any{},
+	"demo": map[string]any{
+		"cni": map[string]any{
+			"resources": map[string]any{
+				"requests": map[string]any{
+					"cpu":    "10m",
+					"memory": "40Mi",
+				},
+			},
+		},
+		"global": map[string]any{
+			"proxy": map[string]any{
+				"resources": map[string]any{
+					"requests": map[string]any{
+						"cpu":    "10m",
+						"memory": "40Mi",
+					},
+				},
+			},
+			"waypoint": map[string]any{
+				"resources": map[string]any{
+					"requests": map[string]any{
+						"cpu":    "10m",
+						"memory": "40Mi",
+					},
+				},
+			},
+		},
+	},
+	"platform-gke": map[string]any{
+		"cni": map[string]any{
+			"cniBinDir": "",
+			"resourceQuotas": map[string]any{
+				"enabled": true,
+			},
+		},
+		"resourceQuotas": map[string]any{
+			"enabled": true,
+		},
+	},
+	"platform-k3d": map[string]any{
+		"cni": map[string]any{
+			"cniBinDir":  "/bin",
+			"cniConfDir": "/var/lib/rancher/k3s/agent/etc/cni/net.d",
+		},
+	},
+	"platform-k3s": map[string]any{
+		"cni": map[string]any{
+			"cniBinDir":  "/var/lib/rancher/k3s/data/cni",
+			"cniConfDir": "/var/lib/rancher/k3s/agent/etc/cni/net.d",
+		},
+	},
+	"platform-microk8s": map[string]any{
+		"cni": map[string]any{
+			"cniBinDir":  "/var/snap/microk8s/current/opt/cni/bin",
+			"cniConfDir": "/var/snap/microk8s/current/args/cni-network",
+		},
+	},
+	"platform-minikube": map[string]any{
+		"cni": map[string]any{
+			"cniNetnsDir": "/var/run/docker/netns",
+		},
+	},
+	"platform-openshift": map[string]any{
+		"cni": map[string]any{
+			"chained":         false,
+			"cniBinDir":       "/var/lib/cni/bin",
+			"cniConfDir":      "/etc/cni/multus/net.d",
+			"cniConfFileName": "istio-cni.conf",
+			"provider":        "multus",
+		},
+		"seLinuxOptions": map[string]any{
+			"type": "spc_t",
+		},
+	},
+	"preview": map[string]any{},
+	"remote": map[string]any{
+		"global": map[string]any{
+			"omitSidecarInjectorConfigMap": true,
+		},
+	},
+	"stable": map[string]any{},
+}
 
 func profile(kind, name string) (map[string]any, error) {
-	b, err := profiles.ReadFile("profiles/profile-" + kind + name + ".yaml")
-	if err != nil {
+	p, ok := istioProfiles[kind+name]
+	if !ok {
 		var names []string
-		entries, _ := profiles.ReadDir("profiles")
-		for _, e := range entries {
-			n := strings.TrimSuffix(strings.TrimPrefix(e.Name(), "profile-"), ".yaml")
+		for _, n := range slices.Sorted(maps.Keys(istioProfiles)) {
 			if rest, ok := strings.CutPrefix(n, kind); ok && (kind != "" || !strings.Contains(n, "-")) {
 				names = append(names, rest)
 			}
@@ -33,11 +155,7 @@ func profile(kind, name string) (map[string]any, error) {
 		what := map[string]string{"": "profile", "platform-": "platform", "compatibility-version-": "compatibilityVersion"}[kind]
 		return nil, fmt.Errorf("%s %q: Istio's istio-cni chart has %s, and fails on any other", what, name, strings.Join(names, ", "))
 	}
-	var m map[string]any
-	if err := yaml.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("read Istio's profile %s%s: %w", kind, name, err)
-	}
-	return m, nil
+	return deepCopy(p), nil
 }
 
 // layered is what Istio's istio-cni chart renders from a values file
@@ -113,3 +231,14 @@ func deepCopy(m map[string]any) map[string]any {
 }
 
 func same(a, b any) bool { return reflect.DeepEqual(a, b) }
+
+// ProfileFacts is a copy of istioProfiles by file name ("ambient",
+// "platform-k3s", "compatibility-version-1.28"), for the test that holds
+// them to Istio's files.
+func ProfileFacts() map[string]map[string]any {
+	out := make(map[string]map[string]any, len(istioProfiles))
+	for k, v := range istioProfiles {
+		out[k] = deepCopy(v)
+	}
+	return out
+}

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluicemesh/sluice/daemon/istiovalues"
 )
 
 // istioCNIChart is istio-cni's chart in the Istio module test/istio pins.
@@ -241,22 +244,40 @@ func sluiceFacts(t *testing.T, out string) renderFacts {
 	return f
 }
 
-// migrate-values reads Istio's profiles from copies in
-// daemon/istiovalues/profiles: they are the pinned Istio's, every one.
+// The profile facts migrate-values converts through (istiovalues'
+// istioProfiles) are what Istio's own istio-cni chart files say: for every
+// profile file of the pinned release, its cni: and global: sections and its
+// top-level istio-cni values, no more and no less.
 func TestMigrateProfilesAreIstios(t *testing.T) {
-	istio, _ := filepath.Glob(filepath.Join(istioCNIChart(t), "files", "profile-*.yaml"))
-	ours, _ := filepath.Glob(filepath.Join(repoRoot, "daemon/istiovalues/profiles", "profile-*.yaml"))
-	if len(istio) == 0 || len(istio) != len(ours) {
-		t.Errorf("Istio's chart has %d profiles, daemon/istiovalues/profiles %d", len(istio), len(ours))
+	chart := istioCNIChart(t)
+	var values map[string]any
+	if b, err := os.ReadFile(filepath.Join(chart, "values.yaml")); err != nil || yaml.Unmarshal(b, &values) != nil {
+		t.Fatalf("Istio's istio-cni values.yaml: %v", err)
 	}
-	for _, f := range istio {
-		want, err := os.ReadFile(f)
+	defaults, _ := values["_internal_defaults_do_not_set"].(map[string]any)
+	files, _ := filepath.Glob(filepath.Join(chart, "files", "profile-*.yaml"))
+	ours := istiovalues.ProfileFacts()
+	if len(files) == 0 || len(files) != len(ours) {
+		t.Errorf("Istio's chart has %d profile files, istiovalues knows %d", len(files), len(ours))
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := os.ReadFile(filepath.Join(repoRoot, "daemon/istiovalues/profiles", filepath.Base(f)))
-		if err != nil || string(got) != string(want) {
-			t.Errorf("daemon/istiovalues/profiles/%s is not Istio's (copy it from %s): %v", filepath.Base(f), f, err)
+		var prof map[string]any
+		if err := yaml.Unmarshal(b, &prof); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		want := map[string]any{}
+		for k, v := range prof {
+			if _, cniValue := defaults[k]; k == "cni" || k == "global" || cniValue {
+				want[k] = v
+			}
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "profile-"), ".yaml")
+		if got := ours[name]; !reflect.DeepEqual(got, want) {
+			t.Errorf("profile %s: istiovalues has %v, Istio's file %s says %v", name, got, f, want)
 		}
 	}
 }
