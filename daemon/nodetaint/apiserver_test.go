@@ -179,6 +179,11 @@ func agentNode(t *testing.T, e *kubetest.Env, admin kubernetes.Interface, sa *co
 	return name, agent
 }
 
+// lastAnswer prints the error a poll saw last, when the poll gives up.
+type lastAnswer func() error
+
+func (f lastAnswer) String() string { return fmt.Sprint(f()) }
+
 // waitProbe waits until the API server's answer to a dry run of the
 // probe by the agent is admitted (want true) or refused by a
 // ValidatingAdmissionPolicy: the policy machinery reads bindings from an
@@ -186,18 +191,12 @@ func agentNode(t *testing.T, e *kubetest.Env, admin kubernetes.Interface, sa *co
 func waitProbe(t *testing.T, agent kubernetes.Interface, node string, admitted bool) {
 	t.Helper()
 	patch := []byte(`{"metadata":{"labels":{"` + ProbeLabel + `":"wait"}}}`)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := agent.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, patch,
+	var err error
+	nstest.Eventually(t, 30*time.Second, func() bool {
+		_, err = agent.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, patch,
 			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		if admitted && err == nil || !admitted && err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a dry-run label by the agent: %v after 30s, want admitted=%v", err, admitted)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return admitted && err == nil || !admitted && err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
+	}, "a dry-run label by the agent, want admitted=%v; the last answer: %v", admitted, lastAnswer(func() error { return err }))
 }
 
 // logBuffer collects the Remover's log lines.
