@@ -51,7 +51,9 @@ func kindOf(e os.DirEntry) journalKind {
 		return tempFile
 	case isRecordName(name):
 		return recordFile
-	case strings.HasSuffix(name, corruptExt) && isRecordName(strings.TrimSuffix(name, corruptExt)):
+	case strings.HasSuffix(name, journalExt+corruptExt):
+		// Agents before the marker moved any unparseable .json aside,
+		// whatever its name: an upgraded agent must still claim its dir.
 		return corruptFile
 	}
 	return notJournal

@@ -99,7 +99,9 @@ func keys(m map[string]string) []string {
 func TestUnitJournalOnlyDirIsClaimed(t *testing.T) {
 	u := newUnit(t)
 	old := t.TempDir()
-	files(t, old, map[string]string{"c1:eth0.json": goodRecord, "c0:eth0.json.corrupt": "{", ".tmp-123": "half"})
+	// An earlier agent moved any .json it could not parse aside, a
+	// record's name or not: "notes.json.corrupt" is its doing too.
+	files(t, old, map[string]string{"c1:eth0.json": goodRecord, "c0:eth0.json.corrupt": "{", "notes.json.corrupt": "{", ".tmp-123": "half"})
 	s, err := Open(Config{Dir: old, Opener: u.ns, Kernel: u.kernel})
 	if err != nil {
 		t.Fatalf("Open on an earlier agent's state dir: %v", err)
