@@ -133,19 +133,7 @@ func (l lazy) String() string { return l() }
 // came from.
 func serveSource(t *testing.T, pod *nstest.NS, port string) {
 	t.Helper()
-	lc := make(chan net.Listener, 1)
-	pod.Go(t, func() {
-		l, err := net.Listen("tcp", "[::]:"+port)
-		if err != nil {
-			t.Errorf("app listen in %s: %v", pod.Name, err)
-		}
-		lc <- l
-	})
-	l := <-lc
-	if l == nil {
-		t.FailNow()
-	}
-	t.Cleanup(func() { l.Close() })
+	l := listenIn(t, pod, port, "app")
 	go func() {
 		for {
 			c, err := l.Accept()

@@ -16,14 +16,15 @@ type proxy struct {
 	conns chan netip.AddrPort
 }
 
-func startProxy(t *testing.T, pod *nstest.NS, port string) *proxy {
+// listenIn listens on port, every address of both families, inside pod,
+// until the test ends; what names the listener in a failure.
+func listenIn(t *testing.T, pod *nstest.NS, port, what string) net.Listener {
 	t.Helper()
-	p := &proxy{conns: make(chan netip.AddrPort, 16)}
 	lc := make(chan net.Listener, 1)
 	pod.Go(t, func() {
 		l, err := net.Listen("tcp", "[::]:"+port)
 		if err != nil {
-			t.Errorf("proxy listen in %s: %v", pod.Name, err)
+			t.Errorf("%s listen in %s: %v", what, pod.Name, err)
 		}
 		lc <- l
 	})
@@ -32,6 +33,13 @@ func startProxy(t *testing.T, pod *nstest.NS, port string) *proxy {
 		t.FailNow()
 	}
 	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func startProxy(t *testing.T, pod *nstest.NS, port string) *proxy {
+	t.Helper()
+	p := &proxy{conns: make(chan netip.AddrPort, 16)}
+	l := listenIn(t, pod, port, "proxy")
 	go func() {
 		for {
 			c, err := l.Accept()
