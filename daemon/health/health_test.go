@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/internal/connlimit"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
@@ -145,11 +146,12 @@ func TestHungCheckerFailsReadinessAndLiveness(t *testing.T) {
 }
 
 // Past the connection bound, a connection waits for a slot: the health
-// port's connections are bounded.
+// port's connections are bounded. (The test runs as root, so its
+// connections are the kubelet's kind: no First slot here, to see the bound.)
 func TestHealthPortIsBounded(t *testing.T) {
 	saved := limits
 	defer func() { limits = saved }()
-	limits.maxConns = 2
+	limits.bounds = connlimit.Bounds{Serving: 2, Waiting: 8, PerPeer: 8}
 	c := &Checks{}
 	c.Add("x", func() (bool, string) { return true, "" })
 	c.last.Store(c.check(time.Hour))
@@ -244,7 +246,7 @@ func TestLeakyClientsDoNotHoldThePort(t *testing.T) {
 	go srv.Serve(l)
 	defer srv.Close()
 	url := fmt.Sprintf("http://%s/healthz", l.Addr())
-	for range 2 * limits.maxConns {
+	for range 2 * limits.bounds.Serving {
 		leaky := &http.Client{Transport: &http.Transport{}} // never closes its idle connection
 		resp, err := leaky.Get(url)
 		if err != nil {
@@ -256,7 +258,7 @@ func TestLeakyClientsDoNotHoldThePort(t *testing.T) {
 	probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := probe.Get(url)
 	if err != nil {
-		t.Fatalf("probe after %d leaky clients: %v", 2*limits.maxConns, err)
+		t.Fatalf("probe after %d leaky clients: %v", 2*limits.bounds.Serving, err)
 	}
 	resp.Body.Close()
 }

@@ -35,19 +35,23 @@ func Handler(c *Checks, metrics http.Handler) http.Handler {
 
 // Limits of the health server. It listens on the node's network (the agent
 // is hostNetwork), so anyone who can reach the port can open connections:
-// at most maxConns are open at once (more wait in the kernel's backlog),
-// at most perPeer of them from one peer (more are closed at once, so one
-// pod cannot hold the kubelet's probes off), and each is bounded in header
-// size and in how long it may be slow. A probe or a scrape needs one short
-// request. A peer is a remote address, and for a process on the node
-// itself the address and its socket's owner (connlimit.ByIPAndLocalOwner):
-// the kubelet probes from the node's own address, as any local user and
-// any hostNetwork pod can, so the kubelet's root-owned probes have a bucket
-// no unprivileged local process can fill.
+// at most serving are served at once, and up to waiting more wait their
+// turn in arrival order (more are closed at once); at most perPeer are open
+// from one peer (more are closed at once, so one pod cannot take every
+// slot); each is bounded in header size and in how long it may be slow. A
+// probe or a scrape needs one short request. A peer is a remote address,
+// and for a process on the node itself the address and its socket's owner
+// (connlimit.ByIPAndLocalOwner): the kubelet probes from the node's own
+// address, as any local user and any hostNetwork pod can, so the kubelet's
+// root-owned probes have a bucket no unprivileged local process can fill,
+// and are served at once on first slots of their own instead of waiting
+// behind a flood.
 var limits = struct {
-	readHeader, read, write, idle     time.Duration
-	maxHeaderBytes, maxConns, perPeer int
-}{2 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 8 << 10, 64, 8}
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes                int
+	bounds                        connlimit.Bounds
+}{2 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 8 << 10,
+	connlimit.Bounds{Serving: 64, First: 16, Waiting: 1024, PerPeer: 8}}
 
 // NewServer is the HTTP server for Handler, bounded by limits. It serves
 // one request a connection: an idle keep-alive connection would hold one of
@@ -61,12 +65,11 @@ func NewServer(h http.Handler) *http.Server {
 	return srv
 }
 
-// Listen opens the health port, bounded to limits.maxConns connections and
-// limits.perPeer from one peer.
+// Listen opens the health port, bounded by limits.bounds.
 func Listen(addr string) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("health listener %s: %w", addr, err)
 	}
-	return connlimit.Listener(connlimit.PerPeer(l, limits.perPeer, connlimit.ByIPAndLocalOwner), limits.maxConns), nil
+	return connlimit.Fair(l, limits.bounds, connlimit.ByIPAndLocalOwner), nil
 }

@@ -1,8 +1,10 @@
-// Package connlimit bounds the connections a listener has open at once:
-// Accept waits while the bound is reached, so more callers wait in the
-// kernel's backlog under their own deadlines instead of each costing the
-// process a goroutine and buffers. Every listener the agent owns is bounded
-// by it (the agent socket, the ZDS socket, the health port).
+// Package connlimit bounds the connections a listener has open at once.
+// Listener's Accept waits while the bound is reached, so more callers wait
+// in the kernel's backlog under their own deadlines instead of each costing
+// the process a goroutine and buffers (the agent socket, the ZDS socket:
+// their callers are few and local). Fair accepts at once and serves a
+// trusted peer ahead of a queue (the health port, open to the node's
+// network).
 package connlimit
 
 import (

@@ -12,33 +12,34 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ByIPAndLocalOwner keys a connection by its remote address and, when the
-// peer is a process of this network namespace, by the uid that owns the
-// peer's socket too. A listener on the node's network (the health port of
-// a hostNetwork agent) sees the kubelet's probes, every local process and
-// every hostNetwork pod come from the same node address: keyed by address
-// alone, a local unprivileged user holding a few slow connections took the
-// kubelet's bucket and failed every probe. The owner comes from the
-// kernel's socket table (sock_diag), not from anything the peer says; a
-// peer in another namespace (a pod, another node) is not in that table and
-// is keyed by its address alone.
+// ByIPAndLocalOwner classifies a connection by its remote address and, when
+// the peer is a process of this network namespace, by the uid that owns the
+// peer's socket too; a root-owned local peer (the kubelet) is served first.
+// A listener on the node's network (the health port of a hostNetwork agent)
+// sees the kubelet's probes, every local process and every hostNetwork pod
+// come from the same node address: keyed by address alone, a local
+// unprivileged user holding a few slow connections took the kubelet's
+// bucket and failed every probe. The owner comes from the kernel's socket
+// table (sock_diag), not from anything the peer says; a peer in another
+// namespace (a pod, another node) is not in that table and is keyed by its
+// address alone.
 //
 // The lookups share one sock_diag socket, opened on first use in the
 // namespace of the thread that first keys a connection (the listener's:
 // Listen's caller opens the listener there too), so an accept costs two
 // syscalls, not five.
-func ByIPAndLocalOwner(c net.Conn) string {
-	ip := ByIP(c)
+func ByIPAndLocalOwner(c net.Conn) Peer {
+	ip := remoteIP(c)
 	peer, ok1 := c.RemoteAddr().(*net.TCPAddr)
 	self, ok2 := c.LocalAddr().(*net.TCPAddr)
 	if !ok1 || !ok2 {
-		return ip
+		return Peer{Bucket: ip}
 	}
 	uid, err := diag.owner(peer.AddrPort(), self.AddrPort())
 	if err != nil {
-		return ip
+		return Peer{Bucket: ip}
 	}
-	return ip + " uid " + strconv.FormatUint(uint64(uid), 10)
+	return Peer{Bucket: ip + " uid " + strconv.FormatUint(uint64(uid), 10), First: uid == 0}
 }
 
 // diag is the process's sock_diag socket for ByIPAndLocalOwner.

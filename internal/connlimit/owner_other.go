@@ -5,4 +5,4 @@ package connlimit
 import "net"
 
 // ByIPAndLocalOwner is ByIP where the kernel's socket table cannot be read.
-func ByIPAndLocalOwner(c net.Conn) string { return ByIP(c) }
+func ByIPAndLocalOwner(c net.Conn) Peer { return ByIP(c) }
