@@ -35,7 +35,7 @@ func TestEnrolledPodIsAnHBONEWorkload(t *testing.T) {
 		}
 	}
 
-	istiodPod := readyPod(t, istioNS, "app=istiod", time.Minute)
+	istiodPod := readyPod(t, istioNS, "app=istiod", "", time.Minute)
 	want := map[string]string{mesh + "/a": "HBONE", mesh + "/out": "", plainNS + "/plain": ""}
 	eventually(t, time.Minute, "istiod to publish the three pods", func() error {
 		got, err := istiodWorkloads(istiodPod)
@@ -47,7 +47,7 @@ func TestEnrolledPodIsAnHBONEWorkload(t *testing.T) {
 	if noZtunnel != nil {
 		return
 	}
-	zt := readyPod(t, istioNS, "app=ztunnel", time.Minute)
+	zt := readyPod(t, istioNS, "app=ztunnel", cluster.NodeName, time.Minute)
 	eventually(t, time.Minute, "ztunnel to hold the three pods", func() error {
 		got, err := ztunnelWorkloads(zt)
 		if err != nil {

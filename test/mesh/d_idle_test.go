@@ -24,7 +24,7 @@ func TestIdleMeshKeepsOneZDSConnection(t *testing.T) {
 	settled(t)
 	mesh := namespace(t, map[string]string{labelDataplane: "ambient"})
 	start(t, mesh, appPod("idle", "", "127.0.0.1:1", nil))
-	agent := readyPod(t, releaseNS, "app="+agentApp, time.Minute)
+	agent := readyPod(t, releaseNS, "app="+agentApp, cluster.NodeName, time.Minute)
 	eventually(t, time.Minute, "ztunnel to hold the idle pod", func() error {
 		got, err := ztunnelWorkloads(zt)
 		if err != nil {

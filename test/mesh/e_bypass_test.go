@@ -106,7 +106,7 @@ func noZtunnelWindow(t *testing.T, mesh, plainNS, aIP string, killed, back time.
 func replaceZtunnel(t *testing.T) {
 	t.Helper()
 	cs := client(t)
-	old := readyPod(t, istioNS, "app=ztunnel", time.Minute)
+	old := readyPod(t, istioNS, "app=ztunnel", cluster.NodeName, time.Minute)
 	if err := cs.CoreV1().Pods(istioNS).Delete(t.Context(), old.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete ztunnel pod: %v", err)
 	}
@@ -116,7 +116,7 @@ func replaceZtunnel(t *testing.T) {
 		}
 		return nil
 	})
-	readyPod(t, istioNS, "app=ztunnel", 2*time.Minute)
+	readyPod(t, istioNS, "app=ztunnel", cluster.NodeName, 2*time.Minute)
 	waitZtunnelConnected(t)
 }
 
@@ -128,8 +128,8 @@ func replaceZtunnel(t *testing.T) {
 // finds the dead connection).
 func crashZtunnel(t *testing.T) (killed, back time.Time) {
 	t.Helper()
-	zt := readyPod(t, istioNS, "app=ztunnel", time.Minute)
-	agent := readyPod(t, releaseNS, "app="+agentApp, time.Minute)
+	zt := readyPod(t, istioNS, "app=ztunnel", cluster.NodeName, time.Minute)
+	agent := readyPod(t, releaseNS, "app="+agentApp, cluster.NodeName, time.Minute)
 	pids, err := containerPIDs(zt)
 	if err != nil {
 		t.Fatal(err)
@@ -175,12 +175,12 @@ func agentLogTime(line string) (time.Time, bool) {
 // to be Ready with ztunnel connected again.
 func restartAgent(t *testing.T) {
 	t.Helper()
-	old := readyPod(t, releaseNS, "app="+agentApp, time.Minute)
+	old := readyPod(t, releaseNS, "app="+agentApp, cluster.NodeName, time.Minute)
 	if err := client(t).CoreV1().Pods(releaseNS).Delete(context.Background(), old.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete agent pod: %v", err)
 	}
 	eventually(t, 2*time.Minute, "a new Ready agent", func() error {
-		p, err := onePod(t, releaseNS, "app="+agentApp)
+		p, err := onePod(t, releaseNS, "app="+agentApp, cluster.NodeName)
 		if err != nil {
 			return err
 		}

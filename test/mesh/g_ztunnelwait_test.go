@@ -28,7 +28,7 @@ func TestAmbientPodWaitsForZtunnel(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(mesh).Create(t.Context(), appPod("c", "", b.Status.PodIP+":8080", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod c: %v", err)
 	}
-	agent := readyPod(t, releaseNS, "app="+agentApp, time.Minute)
+	agent := readyPod(t, releaseNS, "app="+agentApp, cluster.NodeName, time.Minute)
 	waiting := `msg="no ztunnel connected: the ADD waits for one"`
 	eventually(t, time.Minute, "c's ADD waiting for ztunnel", func() error {
 		if !agentLogged(t, agent.Name, waiting, "pod="+mesh+"/c ") {
@@ -51,7 +51,7 @@ func TestAmbientPodWaitsForZtunnel(t *testing.T) {
 		}
 	}
 	waitReplies(t, mesh, "c", 3)
-	readyPod(t, istioNS, "app=ztunnel", 2*time.Minute)
+	readyPod(t, istioNS, "app=ztunnel", cluster.NodeName, 2*time.Minute)
 	waitZtunnelConnected(t)
 }
 
@@ -95,7 +95,7 @@ func ztunnelAway(t *testing.T) (back func()) {
 			t.Errorf("patch the ztunnel DaemonSet: %v", err)
 		}
 	}
-	old := readyPod(t, istioNS, "app=ztunnel", time.Minute)
+	old := readyPod(t, istioNS, "app=ztunnel", cluster.NodeName, time.Minute)
 	patch("true")
 	zero := int64(0)
 	_ = cs.CoreV1().Pods(istioNS).Delete(t.Context(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})

@@ -54,9 +54,16 @@ func logs(t testing.TB, ns, pod, container string) string {
 	return cluster.Logs(ns, pod, container)
 }
 
-// onePod is the one pod, not being deleted, that selector picks in ns.
-func onePod(t testing.TB, ns, selector string) (*corev1.Pod, error) {
-	l, err := client(t).CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
+// onePod is the one pod, not being deleted, that selector picks in ns, on
+// node ("": on any node). ztunnel and the agent run one per node: the
+// tests read the first node's, where their pods run unless a test puts
+// one on another (onNode).
+func onePod(t testing.TB, ns, selector, node string) (*corev1.Pod, error) {
+	opts := metav1.ListOptions{LabelSelector: selector}
+	if node != "" {
+		opts.FieldSelector = "spec.nodeName=" + node
+	}
+	l, err := client(t).CoreV1().Pods(ns).List(t.Context(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -67,18 +74,19 @@ func onePod(t testing.TB, ns, selector string) (*corev1.Pod, error) {
 		}
 	}
 	if len(found) != 1 {
-		return nil, fmt.Errorf("%d pods match %s in %s", len(found), selector, ns)
+		return nil, fmt.Errorf("%d pods match %s in %s on node %q", len(found), selector, ns, node)
 	}
 	return &found[0], nil
 }
 
-// readyPod waits for exactly one Ready pod matching selector in ns.
-func readyPod(t testing.TB, ns, selector string, timeout time.Duration) *corev1.Pod {
+// readyPod waits for exactly one Ready pod matching selector in ns on
+// node ("": any).
+func readyPod(t testing.TB, ns, selector, node string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var p *corev1.Pod
 	eventually(t, timeout, "one Ready pod "+selector+" in "+ns, func() error {
 		var err error
-		if p, err = onePod(t, ns, selector); err != nil {
+		if p, err = onePod(t, ns, selector, node); err != nil {
 			return err
 		}
 		if !nodetest.PodReady(p) {

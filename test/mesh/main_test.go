@@ -1,5 +1,5 @@
 // Package mesh runs sluice under the real, unmodified Istio ambient mesh
-// on the hermetic test node (test/harness/nodetest): istiod built from the
+// on the hermetic two-node test cluster (test/harness/nodetest): istiod built from the
 // Istio module test/istio pins, ztunnel built from its own source
 // (`make ztunnel ZTUNNEL_SRC=...`), both installed with Istio's own
 // charts, and sluice with its own chart, ambient on. Pods are started by
@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	nodetest.Suite{
 		Name:   "test/mesh",
 		Images: buildImages,
+		// Two nodes, ztunnel and the agent on each: pods talk across
+		// them (h_nodes_test.go); the other tests keep to the first.
+		Options: nodetest.Options{Nodes: 2},
 		Started: func(ctx context.Context, c *nodetest.Cluster, _ nodetest.Options) error {
 			cluster = c
 			return installMesh(ctx)

@@ -14,7 +14,7 @@ import (
 
 // appPod serves "app" on 8080 (logging "app served <peer>") and dials
 // dial every half second (logging "app dial <dial>: <reply or error>"),
-// as the pod's service account.
+// as the pod's service account, on the first node (onNode moves it).
 func appPod(name, serviceAccount, dial string, labels map[string]string) *corev1.Pod {
 	zero := int64(0)
 	l := map[string]string{"app": name}
@@ -24,6 +24,7 @@ func appPod(name, serviceAccount, dial string, labels map[string]string) *corev1
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l},
 		Spec: corev1.PodSpec{
+			NodeSelector:       map[string]string{hostnameLabel: cluster.NodeName},
 			ServiceAccountName: serviceAccount,
 			Containers: []corev1.Container{{
 				Name: "app", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
@@ -32,6 +33,16 @@ func appPod(name, serviceAccount, dial string, labels map[string]string) *corev1
 			TerminationGracePeriodSeconds: &zero,
 		},
 	}
+}
+
+// hostnameLabel names a node in a pod's nodeSelector (the scheduler still
+// places the pod, minding taints, as it does any pod).
+const hostnameLabel = "kubernetes.io/hostname"
+
+// onNode puts p on node.
+func onNode(p *corev1.Pod, node string) *corev1.Pod {
+	p.Spec.NodeSelector = map[string]string{hostnameLabel: node}
+	return p
 }
 
 // start creates the pod and waits until it runs.

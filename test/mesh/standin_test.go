@@ -25,14 +25,16 @@ func installStandIn(ctx context.Context) error {
 	if _, err := cs.AppsV1().DaemonSets(istioNS).Create(ctx, standInDaemonSet(), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the ztunnel stand-in: %w", err)
 	}
-	return waitFor(ctx, 2*time.Minute, "the ztunnel stand-in connected to the agent", func() error {
+	return waitFor(ctx, 2*time.Minute, "the ztunnel stand-in connected to the agent on every node", func() error {
 		l, err := cs.CoreV1().Pods(istioNS).List(ctx, metav1.ListOptions{LabelSelector: "app=ztunnel"})
-		if err != nil || len(l.Items) != 1 {
-			return fmt.Errorf("ztunnel pods: %v", err)
+		if err != nil || len(l.Items) != len(cluster.Nodes()) {
+			return fmt.Errorf("ztunnel pods: %d, %v", len(l.Items), err)
 		}
-		b, err := cs.CoreV1().Pods(istioNS).GetLogs(l.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil || !strings.Contains(string(b), "ztunnel connected") {
-			return fmt.Errorf("%s: %s (%v)", l.Items[0].Name, nodetest.PodState(&l.Items[0]), err)
+		for _, p := range l.Items {
+			b, err := cs.CoreV1().Pods(istioNS).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil || !strings.Contains(string(b), "ztunnel connected") {
+				return fmt.Errorf("%s: %s (%v)", p.Name, nodetest.PodState(&p), err)
+			}
 		}
 		return nil
 	})

@@ -34,15 +34,17 @@ func upgradeSluice(t *testing.T) {
 	if _, err := ociimage.WriteOCI(archive, ociimage.SluiceRepo+":"+tag, img); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.ImportImage(t.Context(), archive); err != nil {
-		t.Fatal(err)
+	for _, n := range cluster.Nodes() {
+		if err := n.ImportImage(t.Context(), archive); err != nil {
+			t.Fatal(err)
+		}
 	}
 	args := append([]string{"upgrade", "sluice", "deploy/helm/sluice", "-n", releaseNS}, sluiceValues("image.tag="+tag)...)
 	if out, err := helmRun(t.Context(), append(args, "--wait", "--timeout", "3m")...); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	eventually(t, 2*time.Minute, "the upgraded agent serving", func() error {
-		p, err := onePod(t, releaseNS, "app="+agentApp)
+		p, err := onePod(t, releaseNS, "app="+agentApp, cluster.NodeName)
 		if err != nil {
 			return err
 		}

@@ -18,7 +18,7 @@ func requireZtunnel(t *testing.T) *corev1.Pod {
 	if noZtunnel != nil {
 		t.Skipf("%v: build it once with `make ztunnel ZTUNNEL_SRC=<a checkout of istio/ztunnel>`", noZtunnel)
 	}
-	return readyPod(t, istioNS, "app=ztunnel", 2*time.Minute)
+	return readyPod(t, istioNS, "app=ztunnel", cluster.NodeName, 2*time.Minute)
 }
 
 // ztunnelCount sums ztunnel's metric name over the samples whose labels

@@ -148,9 +148,11 @@ disabled_plugins = [
 `
 
 // primaryConflist is the node's primary CNI: the reference bridge with
-// host-local IPAM, as a kubeadm node with the bridge CNI would have. Pod
-// traffic leaving the node is masqueraded to the node IP, so the control
-// plane answers pods without a route back to the pod CIDR.
+// host-local IPAM, as a kubeadm node with the bridge CNI would have. The
+// bridge masquerades nothing: the node's own rule (link) masquerades what
+// leaves the cluster's pod range, so the control plane answers pods
+// without a route back to the pod CIDR, and pods on different nodes see
+// each other's addresses, as under flannel or Calico.
 const primaryConflist = `{
   "cniVersion": %[1]q,
   "name": "nodetest",
@@ -159,7 +161,7 @@ const primaryConflist = `{
       "type": "bridge",
       "bridge": "cni0",
       "isGateway": true,
-      "ipMasq": true,
+      "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",

@@ -196,6 +196,14 @@ func (c *Cluster) InNode(argv ...string) []string {
 	return append([]string{"nsenter", "--target", pid, "--net", "--mount", "--", "sh", "-c", wrap, "sh"}, argv...)
 }
 
+// podMasquerade is the node's rule for pod traffic, as a primary CNI
+// such as flannel lays it: what leaves the cluster's pod range (for the
+// control plane, the machine) takes the node's address; traffic between
+// pods, on this node or another, keeps the pods' own addresses.
+const podMasquerade = "add table ip nodetest; " +
+	"add chain ip nodetest postrouting { type nat hook postrouting priority srcnat; policy accept; }; " +
+	"add rule ip nodetest postrouting ip saddr " + clusterCIDR + " ip daddr != " + clusterCIDR + " masquerade"
+
 // NetnsPath is the node's network namespace.
 func (c *Cluster) NetnsPath() string {
 	return "/proc/" + strconv.Itoa(c.holderPID) + "/ns/net"
@@ -207,7 +215,8 @@ func (c *Cluster) NodeRoot() string {
 }
 
 // link creates the veth pair between the machine and the node: a /30 with
-// the control plane on the machine's end.
+// the control plane on the machine's end. The node masquerades pod traffic
+// leaving the cluster's pod range to its own address (podMasquerade).
 func (c *Cluster) link() error {
 	pid := strconv.Itoa(c.holderPID)
 	steps := [][]string{
@@ -219,6 +228,7 @@ func (c *Cluster) link() error {
 		// Service IPs are translated by kube-proxy on the node; the route
 		// only gets them that far. Nothing else leaves the node.
 		{"nsenter", "--target", pid, "--net", "ip", "route", "add", serviceCIDR, "via", c.HostIP},
+		{"nsenter", "--target", pid, "--net", "nft", podMasquerade},
 	}
 	if c.apiIP != c.HostIP {
 		// Another node's: the API server listens on the first node's link;

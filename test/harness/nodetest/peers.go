@@ -69,9 +69,9 @@ func (c *Cluster) startPeers(ctx context.Context, images []string) error {
 
 // peerLink joins the first node and peer i with a veth pair in
 // 198.19.0.0/16 (only ever inside the nodes' own namespaces) and routes
-// each one's pod range to the other. Pod traffic between nodes is
-// masqueraded to the link address by the bridge plugin, as it leaves the
-// pod range.
+// each one's pod range to the other: a stand-in for the primary CNI's
+// routes between nodes (host-gw routing, as flannel's host-gw or Calico's
+// BGP mode lay them). Pod traffic between nodes keeps its addresses.
 func (c *Cluster) peerLink(i int, p *Cluster) error {
 	first, peer := strconv.Itoa(c.holderPID), strconv.Itoa(p.holderPID)
 	mine, theirs := fmt.Sprintf("198.19.%d.1", i), fmt.Sprintf("198.19.%d.2", i)

@@ -1,9 +1,13 @@
 // Command testapp is the one binary of the node tests' test-app image. It
-// plays three parts, chosen by its first argument:
+// plays these parts, chosen by its first argument:
 //
 //	testapp proxy PORT...    a stand-in for istio-proxy: on each port, every
 //	                         connection is answered and logged with its
 //	                         original destination
+//	testapp forward-proxy OUT IN
+//	                         a stand-in for a sidecar passing traffic on in
+//	                         plain text: OUT to the original destination,
+//	                         IN to the app on localhost
 //	testapp app PORT DIAL    an application: serves PORT (answering "app")
 //	                         and keeps dialling DIAL, logging each reply
 //	testapp ztunnel SOCKET   a stand-in for ztunnel: takes pods over ZDS and
@@ -28,6 +32,8 @@ func main() {
 	switch args := os.Args[2:]; os.Args[1] {
 	case "proxy":
 		err = runProxy(args)
+	case "forward-proxy":
+		err = runForwardProxy(args)
 	case "app":
 		err = runApp(args)
 	case "ztunnel":
