@@ -15,7 +15,7 @@ func TestSmoke(t *testing.T) {
 		t.Skip("needs root: creates network namespaces and runs sluice-agent")
 	}
 	out := filepath.Join(t.TempDir(), "benchmarks.md")
-	c := config{smoke: true, out: out, rules: 3, pods: 12, e2ePods: 4, small: 4, probes: 3, churn: 8, rounds: 2, execs: 5, kubePods: 2, nriPods: 1, resync: time.Second}
+	c := config{smoke: true, out: out, rules: 3, pods: 12, e2ePods: 4, small: 4, probes: 3, churn: 8, rounds: 2, execs: 5, kubePods: 2, burst: 6, nriPods: 1, resync: time.Second}
 	res, err := run(c)
 	if err != nil {
 		t.Fatal(err)
@@ -33,9 +33,13 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("storm errors: %d, first %v; %d attachments left after the DELs", r.errors, r.firstErr, r.leftover)
 		}
 	}
+	all = append(all, k.burst.loopback.s, k.burst.sluice.s)
+	if k.burst.sluice.failed != 0 || k.burst.agentHWMKiB <= 0 {
+		t.Errorf("burst: %d sluice ADDs failed (first %v), agent peak RSS %d KiB", k.burst.sluice.failed, k.burst.sluice.firstErr, k.burst.agentHWMKiB)
+	}
 	switch {
 	case k.istioErr == nil:
-		all = append(all, k.istioIPT, k.istioNFT)
+		all = append(all, k.istioIPT, k.istioNFT, k.burst.istioIPT.s, k.burst.istioNFT.s)
 	case strings.Contains(k.istioErr.Error(), "exit status 3"):
 		// Not built on this machine yet, and -smoke does not build it.
 		t.Logf("istio-cni not measured: %v", k.istioErr)
@@ -69,7 +73,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Machine", "## Results against the goals", "benchmarks/rules.svg", "## Details", "### 5. Where an ADD's time goes", "### 7. NRI: what capture adds to runp"} {
+	for _, want := range []string{"## Machine", "## Results against the goals", "benchmarks/rules.svg", "## Details", "### 5. Where an ADD's time goes", "### 3b. A rebooted node's burst", "### 7. NRI: what capture adds to runp"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -82,6 +82,7 @@ func writeGoals(m *md, c config, r *results) {
 	share := 100 * sc.resyncCPU.Seconds() / sc.resyncInterval.Seconds()
 	row(fmt.Sprintf("resync of %d pods ≤ 10 %% of one core over the interval", sc.pods),
 		fmt.Sprintf("%.1f %% (%s CPU in %s)", share, ms(sc.resyncCPU), sc.resyncInterval), share <= 10)
+	writeBurstGoals(m, k.burst)
 	writeNRIGoals(m, r.nri)
 	writeLifecycleGoals(m, r.lifecycle)
 	m.p("")
@@ -129,6 +130,7 @@ func writeDetails(m *md, c config, r *results) {
 	m.p("")
 	m.p("![ADD latency](benchmarks/add.svg)")
 	m.p("")
+	writeBurst(m, k.burst)
 	writeStorms(m, c, st)
 	writeProfile(m, pr, fp)
 	m.table(fmt.Sprintf("6. Scale: %d enrolled pods", sc.pods), sc.addSmall, sc.addLarge, sc.loSmall, sc.loLarge, sc.delAll)

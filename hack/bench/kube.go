@@ -137,6 +137,7 @@ type kubeResult struct {
 	loopback, sluice, istioIPT, istioNFT series
 	standalone                           series // a standalone agent, interleaved with the rest
 	istioErr                             error  // istio-cni could not be built or run
+	burst                                *burstResult
 }
 
 func (n *node) kubeMode(c *cluster, ic *istioCNI, alone *node, count int) (*kubeResult, error) {
@@ -244,7 +245,7 @@ func rcPod(id, nsPath string, p podRef) *libcni.RuntimeConf {
 // benchKube starts the API server and an agent watching it, builds
 // istio-cni (cached) and runs the Kubernetes-mode rows. istio-cni that
 // cannot be built leaves its rows empty and says why in the report.
-func benchKube(nd *nsDir, tmp, stateRoot string, b bins, count int, smoke bool, cl *cleanups) (*kubeResult, error) {
+func benchKube(nd *nsDir, tmp, stateRoot string, b bins, count, burstCount int, smoke bool, cl *cleanups) (*kubeResult, error) {
 	dir := filepath.Join(tmp, "node-kube")
 	c, err := startCluster(filepath.Join(tmp, "cluster"))
 	if err != nil {
@@ -299,6 +300,9 @@ func benchKube(nd *nsDir, tmp, stateRoot string, b bins, count int, smoke bool, 
 	res, err := n.kubeMode(c, ic, alone, count)
 	if err != nil {
 		return nil, err
+	}
+	if res.burst, err = n.burst(c, ic, burstCount); err != nil {
+		return nil, fmt.Errorf("burst: %w", err)
 	}
 	res.istioErr = istioErr
 	return res, nil

@@ -45,11 +45,14 @@ type config struct {
 	rounds   int    // storms of each plugin, per load
 	execs    int    // execs per binary for the footprint
 	kubePods int    // API-server pods ADDed by each plugin in Kubernetes mode
+	burst    int    // API-server pods ADDed all at once by each plugin (a rebooted node)
 	nriPods  int    // pods per capture mode through containerd's runp
 	lifePods int    // pods per mode in the node lifecycle section
 	// lifeScenarios runs the node suites for section 8's counts;
 	// lifeOnly runs section 8 alone and writes only it (see runLifecycleOnly).
 	lifeScenarios, lifeOnly bool
+	// burstOnly runs section 3b alone and writes only it (runBurstOnly).
+	burstOnly bool
 	// lifeChurn is the node suites' churn pace across the cluster.
 	lifeChurn time.Duration
 	resync    time.Duration
@@ -66,11 +69,13 @@ func main() {
 	flag.IntVar(&c.rounds, "storm-rounds", 12, "storms of each plugin, quiet and with the hog, pooled")
 	flag.IntVar(&c.execs, "execs", 200, "execs per binary in the footprint run")
 	flag.IntVar(&c.kubePods, "kube-pods", 40, "API-server pods each plugin ADDs in the Kubernetes-mode comparison")
+	flag.IntVar(&c.burst, "burst", 250, "API-server pods each plugin ADDs all at once, a rebooted node's burst (Kubernetes mode)")
 	flag.IntVar(&c.nriPods, "nri-pods", 60, "pods per mode (no capture, chained CNI, NRI) through containerd's runp")
 	flag.IntVar(&c.lifePods, "lifecycle-pods", 20, "pods per mode (no mesh CNI, istio-cni, sluice chained, sluice NRI) started on the test node")
 	flag.BoolVar(&c.lifeScenarios, "lifecycle-scenarios", true, "run the node suites (test/lifecycle, test/peer) for section 8's scenario counts")
 	flag.DurationVar(&c.lifeChurn, "lifecycle-churn", lifecycletest.FullChurnInterval, "the node suites' pace: a pod every this long across the two nodes (the default is one a second per node, which needs the 2-core machine to itself)")
 	flag.BoolVar(&c.lifeOnly, "lifecycle-only", false, "run only section 8 and write its goal rows and section to -out (default stdout), to paste into docs/benchmarks.md")
+	flag.BoolVar(&c.burstOnly, "burst-only", false, "run only section 3b (a rebooted node's burst) and write its goal rows and section to -out (default stdout), to paste into docs/benchmarks.md")
 	flag.DurationVar(&c.resync, "resync", time.Minute, "the agent's --resync-interval in the scale run (its default), measured once")
 	flag.Parse()
 	if c.lifeChurn <= 0 {
@@ -81,6 +86,7 @@ func main() {
 	c.small, c.probes = 10, 50
 	if c.smoke {
 		c.rules, c.pods, c.e2ePods, c.small, c.probes, c.churn, c.rounds, c.execs, c.kubePods, c.nriPods, c.resync = 3, 12, 4, 4, 3, 8, 2, 5, 2, 1, time.Second
+		c.burst = 6
 	}
 	if os.Geteuid() == 0 && os.Getenv(privateMountsEnv) == "" {
 		os.Exit(inPrivateMounts())
@@ -211,6 +217,9 @@ func run(c config) (*results, error) {
 		return nil, err
 	}
 	cl.add(nd.cleanupAll)
+	if c.burstOnly {
+		return runBurstOnly(c, tmp, nd, res, &cl)
+	}
 	// The agent's journal lives on tmpfs by default (/var/run/sluice/state):
 	// /dev/shm stands in for a node's /run.
 	shm, err := os.MkdirTemp("/dev/shm", "sluice-bench-state-")
@@ -271,7 +280,7 @@ func run(c config) (*results, error) {
 	n.stopAgent()
 
 	step("Kubernetes mode: sluice, loopback and istio-cni on API-server pods")
-	if res.kube, err = benchKube(nd, tmp, shm, b, c.kubePods, c.smoke, &cl); err != nil {
+	if res.kube, err = benchKube(nd, tmp, shm, b, c.kubePods, c.burst, c.smoke, &cl); err != nil {
 		return nil, err
 	}
 
@@ -346,6 +355,43 @@ func runLifecycleOnly(c config, tmp string, res *results, cl *cleanups) (*result
 	m.p("")
 	writeLifecycle(m, res.lifecycle)
 	if res.out == "" {
+		res.out = "/dev/stdout"
+	}
+	return res, os.WriteFile(res.out, []byte(m.b.String()), 0o644)
+}
+
+// runBurstOnly is section 3b alone: the Kubernetes-mode node, its agent,
+// istio-cni and the burst, written as runLifecycleOnly writes section 8.
+func runBurstOnly(c config, tmp string, nd *nsDir, res *results, cl *cleanups) (*results, error) {
+	shm, err := os.MkdirTemp("/dev/shm", "sluice-bench-state-")
+	if err != nil {
+		return nil, err
+	}
+	cl.add(func() { os.RemoveAll(shm) })
+	binDir := filepath.Join(tmp, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return nil, err
+	}
+	b, err := buildAll(binDir)
+	if err != nil {
+		return nil, err
+	}
+	if res.kube, err = benchKube(nd, tmp, shm, b, 0, c.burst, c.smoke, cl); err != nil {
+		return nil, err
+	}
+	if res.kube.istioErr != nil {
+		fmt.Fprintln(os.Stderr, "bench: istio-cni not measured:", res.kube.istioErr)
+	}
+	res.took = time.Since(res.started)
+	m := &md{}
+	m.p("<!-- go run ./hack/bench -burst-only, %s, took %s -->", res.started.UTC().Format("2006-01-02 15:04 MST"), res.took.Round(time.Second))
+	m.p("| goal | measured | |")
+	m.p("|---|---|---|")
+	writeBurstGoals(m, res.kube.burst)
+	m.p("")
+	writeBurst(m, res.kube.burst)
+	// Never the full report's file: this is a section to paste in.
+	if res.out = c.out; res.out == "" {
 		res.out = "/dev/stdout"
 	}
 	return res, os.WriteFile(res.out, []byte(m.b.String()), 0o644)
