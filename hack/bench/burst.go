@@ -185,7 +185,8 @@ func writeBurst(m *md, b *burstResult) {
 	m.p("")
 	m.p("As a node's pods come back after a reboot: %d sidecar pods bound to the node in the API server, known to", b.count)
 	m.p("the agent's informer, each in a fresh netns with an interface; every plugin's %d ADDs start at once", b.count)
-	m.p("(one goroutine each through libcni), the plugins one after another on a settled machine. The agent's")
+	m.p("(one goroutine each through libcni), the plugins one after another on a settled machine (loopback first,")
+	m.p("then sluice, then istio-cni). The agent's")
 	m.p("RSS after its burst: %.1f MiB (peak %.1f MiB).", float64(b.agentRSSKiB)/1024, float64(b.agentHWMKiB)/1024)
 	m.p("")
 }
