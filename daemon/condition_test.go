@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -12,8 +13,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/sluicemesh/sluice/daemon/health"
 	"github.com/sluicemesh/sluice/daemon/nodecondition"
@@ -101,6 +106,14 @@ func TestEveryCheckHasAReason(t *testing.T) {
 func TestConditionPartStopsThenSaysStopping(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	c := fake.NewClientset(node)
+	// The API server refuses the fence's dry run as the chart's policy does.
+	c.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if len(a.(k8stesting.PatchActionImpl).GetPatchOptions().DryRun) == 0 {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "n1",
+			errors.New("ValidatingAdmissionPolicy 'p' with binding 'p' denied request: "+nodecondition.FenceDenial))
+	})
 	checks := &health.Checks{}
 	checks.Add("grpc", func() (bool, string) { return true, "" })
 	ctx, cancel := context.WithCancel(context.Background())

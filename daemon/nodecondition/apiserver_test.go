@@ -7,6 +7,7 @@ package nodecondition
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -312,5 +314,77 @@ func TestConditionFollowsWithinASecond(t *testing.T) {
 		if lag > time.Second {
 			t.Errorf("entry %v: the node showed %s %v after the check answered, want within 1 s", step.entry, step.status, lag)
 		}
+	}
+}
+
+// waitFence waits until a dry-run label through the agent's status is
+// admitted (want false) or refused by the policy (want true): the policy
+// machinery reads bindings from an informer.
+func waitFence(t *testing.T, agent kubernetes.Interface, node string, inForce bool) {
+	t.Helper()
+	p := &Publisher{Client: agent, Node: node}
+	var err error
+	nstest.Eventually(t, 30*time.Second, func() bool {
+		err = p.checkFence(t.Context())
+		return inForce && err == nil || !inForce && errors.Is(err, errUnfenced)
+	}, "the fence in force = %v; the last answer: %v", inForce, lastAnswer(func() error { return err }))
+}
+
+// With the policy's binding deleted the agent's nodes/status grant reaches
+// every node's status: the publisher writes nothing, not even
+// AgentStopping, and writes once the binding is back.
+func TestFenceAbsentConditionNotWritten(t *testing.T) {
+	e := shared.Get(t)
+	admin := kubernetes.NewForConfigOrDie(e.AdminConfig())
+	s := install(t, admin)
+	node := newNode(t, admin)
+	agent := e.AgentOn(t, admin, s.SA, node)
+	binding := s.Binding("-node-condition")
+	if binding == nil {
+		t.Fatalf("%s has no node-condition policy binding", manifests)
+	}
+	bindings := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	if err := bindings.Delete(t.Context(), binding.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if restored {
+			return
+		}
+		restored = true
+		b := binding.DeepCopy()
+		b.ResourceVersion = ""
+		if _, err := bindings.Create(context.Background(), b, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("restore the binding: %v", err)
+		}
+		waitFence(t, agent, node, true)
+	}
+	t.Cleanup(restore)
+	waitFence(t, agent, node, false)
+
+	p := publisher(agent, node, nil, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	before, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.patch(ctx, shown{}, State{OK: true, Reason: ReasonReady}); !errors.Is(err, errUnfenced) {
+		t.Errorf("a write with the fence absent: %v, want %v", err, errUnfenced)
+	}
+	if err := p.Stopping(ctx, "SIGTERM"); !errors.Is(err, errUnfenced) {
+		t.Errorf("AgentStopping with the fence absent: %v, want %v", err, errUnfenced)
+	}
+	if after, _ := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the node changed with the fence absent: %+v", after.Status.Conditions)
+	}
+
+	restore()
+	if _, err := p.patch(ctx, shown{}, State{OK: true, Reason: ReasonReady, Message: "ready"}); err != nil {
+		t.Fatalf("a write with the fence back: %v", err)
+	}
+	if c := condition(t, admin, node, shippedType); c == nil || c.Status != corev1.ConditionTrue {
+		t.Errorf("condition with the fence back: %+v", c)
 	}
 }

@@ -11,7 +11,8 @@
 // condition shows its age.
 //
 // It writes its one condition type and nothing else: never the Node's
-// Ready condition, never a taint. An agent outage can therefore not make
+// Ready condition, never a taint; and only once a dry run has shown the
+// chart's admission policy, which holds it to that, in force (fence.go). An agent outage can therefore not make
 // the node NotReady or bring a NoExecute taint; whatever a rule does with
 // the condition is the platform's choice. A graceful stop sets it False
 // (AgentStopping) before the agent drains; a crash cannot, so a reader
@@ -23,6 +24,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +76,10 @@ type Publisher struct {
 	// Timeout bounds each patch.
 	Timeout time.Duration
 	Log     *slog.Logger
+
+	// fenced is set once a dry run showed the chart's policy in force
+	// (fence.go); checked once, before the first write.
+	fenced atomic.Bool
 }
 
 // shown is what the API server holds as far as the publisher knows.
@@ -140,6 +146,12 @@ func (p *Publisher) Stopping(ctx context.Context, message string) error {
 func (p *Publisher) patch(ctx context.Context, cur shown, want State) (shown, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
 	defer cancel()
+	if !p.fenced.Load() {
+		if err := p.checkFence(ctx); err != nil {
+			return cur, err
+		}
+		p.fenced.Store(true)
+	}
 	if !cur.known {
 		var err error
 		if cur, err = p.read(ctx); err != nil {

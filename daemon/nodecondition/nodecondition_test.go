@@ -5,14 +5,17 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -64,6 +67,20 @@ func newPublisher(c *fake.Clientset, v *verdicts) *Publisher {
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
+// fencedClient is a fake clientset whose API server refuses the fence's
+// dry run as the chart's admission policy does.
+func fencedClient(objs ...runtime.Object) *fake.Clientset {
+	c := fake.NewClientset(objs...)
+	c.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if len(a.(k8stesting.PatchActionImpl).GetPatchOptions().DryRun) == 0 {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "node-a",
+			errors.New("ValidatingAdmissionPolicy 'sluice-agent-node-condition' with binding 'sluice-agent-node-condition' denied request: "+FenceDenial))
+	})
+	return c
+}
+
 func nodeWith(conds ...corev1.NodeCondition) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{Conditions: conds}}
 }
@@ -92,10 +109,11 @@ func conditions(t *testing.T, c *fake.Clientset) (ours, ready *corev1.NodeCondit
 	return ours, ready
 }
 
+// patches counts the writes, not the fence's dry runs.
 func patches(c *fake.Clientset) int {
 	n := 0
 	for _, a := range c.Actions() {
-		if a.GetVerb() == "patch" {
+		if a.GetVerb() == "patch" && len(a.(k8stesting.PatchActionImpl).GetPatchOptions().DryRun) == 0 {
 			n++
 		}
 	}
@@ -120,7 +138,7 @@ func waitFor(t *testing.T, c *fake.Clientset, status corev1.ConditionStatus, rea
 func TestFollowsTheVerdict(t *testing.T) {
 	prev := corev1.NodeCondition{Type: condType, Status: corev1.ConditionFalse, Reason: ReasonStopping,
 		LastHeartbeatTime: metav1.Unix(2000, 0), LastTransitionTime: metav1.Unix(2000, 0)}
-	c := fake.NewClientset(nodeWith(kubeletReady, prev))
+	c := fencedClient(nodeWith(kubeletReady, prev))
 	v := newVerdicts(State{Reason: "PluginNotInstalled", Message: "installer: conflist entry missing"})
 	run(t, newPublisher(c, v))
 
@@ -151,7 +169,7 @@ func TestFollowsTheVerdict(t *testing.T) {
 // Verdicts that change nothing patch nothing: the API server hears of a
 // change, not of every second's verdict.
 func TestUnchangedVerdictsPatchNothing(t *testing.T) {
-	c := fake.NewClientset(nodeWith(kubeletReady))
+	c := fencedClient(nodeWith(kubeletReady))
 	ok := State{OK: true, Reason: ReasonReady, Message: "ready"}
 	v := newVerdicts(ok)
 	run(t, newPublisher(c, v))
@@ -169,7 +187,7 @@ func TestUnchangedVerdictsPatchNothing(t *testing.T) {
 // Refresh patches an unchanged condition again: its heartbeat moves, its
 // transition does not, and a condition someone else changed heals.
 func TestRefreshHealsAndBeats(t *testing.T) {
-	c := fake.NewClientset(nodeWith(kubeletReady))
+	c := fencedClient(nodeWith(kubeletReady))
 	v := newVerdicts(State{OK: true, Reason: ReasonReady, Message: "ready"})
 	p := newPublisher(c, v)
 	p.Refresh = 100 * time.Millisecond
@@ -200,7 +218,7 @@ func TestRefreshHealsAndBeats(t *testing.T) {
 func TestRestartKeepsTransitionTime(t *testing.T) {
 	old := corev1.NodeCondition{Type: condType, Status: corev1.ConditionTrue, Reason: ReasonReady,
 		LastHeartbeatTime: metav1.Unix(2000, 0), LastTransitionTime: metav1.Unix(2000, 0)}
-	c := fake.NewClientset(nodeWith(kubeletReady, old))
+	c := fencedClient(nodeWith(kubeletReady, old))
 	v := newVerdicts(State{OK: true, Reason: ReasonReady, Message: "ready"})
 	run(t, newPublisher(c, v))
 	var got *corev1.NodeCondition
@@ -216,7 +234,7 @@ func TestRestartKeepsTransitionTime(t *testing.T) {
 // A refusing API server is asked at most once per backoff, however many
 // verdicts arrive; the change lands once it answers again.
 func TestRetryIsBounded(t *testing.T) {
-	c := fake.NewClientset(nodeWith(kubeletReady))
+	c := fencedClient(nodeWith(kubeletReady))
 	var refuse atomic.Bool
 	var tries atomic.Int64
 	refuse.Store(true)
@@ -256,7 +274,7 @@ func TestRetryIsBounded(t *testing.T) {
 
 // Stopping writes False with AgentStopping.
 func TestStopping(t *testing.T) {
-	c := fake.NewClientset(nodeWith(kubeletReady))
+	c := fencedClient(nodeWith(kubeletReady))
 	p := newPublisher(c, newVerdicts(State{OK: true}))
 	if err := p.Stopping(context.Background(), "SIGTERM"); err != nil {
 		t.Fatal(err)
@@ -268,4 +286,36 @@ func TestStopping(t *testing.T) {
 	if ready == nil || *ready != kubeletReady {
 		t.Errorf("the kubelet's Ready condition changed: %+v", ready)
 	}
+}
+
+// Without the policy in force (the fence's dry run admitted), nothing is
+// written: the publisher keeps asking on its backoff, and writes once the
+// dry run is refused again.
+func TestUnfencedWritesNothing(t *testing.T) {
+	c := fake.NewClientset(nodeWith(kubeletReady))
+	var fence atomic.Bool
+	var probes atomic.Int64
+	c.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if len(a.(k8stesting.PatchActionImpl).GetPatchOptions().DryRun) == 0 {
+			return false, nil, nil
+		}
+		probes.Add(1)
+		if !fence.Load() {
+			return true, nodeWith(kubeletReady), nil // admitted
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "node-a",
+			errors.New("ValidatingAdmissionPolicy 'p' with binding 'p' denied request: "+FenceDenial))
+	})
+	v := newVerdicts(State{OK: true, Reason: ReasonReady, Message: "ready"})
+	p := newPublisher(c, v)
+	run(t, p)
+	nstest.Eventually(t, 5*time.Second, func() bool { return probes.Load() >= 3 }, "three fence checks")
+	if n := patches(c); n != 0 {
+		t.Fatalf("%d writes with the fence absent", n)
+	}
+	if err := p.Stopping(context.Background(), "SIGTERM"); err == nil || !strings.Contains(err.Error(), "not in force") {
+		t.Errorf("Stopping with the fence absent: %v, want refused for want of the fence", err)
+	}
+	fence.Store(true)
+	waitFor(t, c, corev1.ConditionTrue, ReasonReady)
 }
