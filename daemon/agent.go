@@ -79,7 +79,7 @@ func newAgent(cfg *config, log *slog.Logger) (*agent, error) {
 	// Each step builds one thing and, for an optional part, appends it to
 	// a.parts; a step sees everything the steps before it built.
 	for _, build := range []func() error{a.buildPolicy, a.lockState, a.buildEvents, a.buildTaint, a.buildAmbient,
-		a.buildStore, a.buildInstaller, a.addAmbient, a.buildRepair, a.buildCNI, a.buildNRI} {
+		a.buildStore, a.buildInstaller, a.addAmbient, a.buildRepair, a.buildCondition, a.buildCNI, a.buildNRI} {
 		if err := build(); err != nil {
 			a.close()
 			return nil, err

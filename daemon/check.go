@@ -41,6 +41,9 @@ func (c *config) check() error {
 	if bad := validation.IsQualifiedName(c.startupTaint); c.startupTaint != "" && len(bad) > 0 {
 		errs = append(errs, fmt.Errorf("--startup-taint %q: not a taint key: %s", c.startupTaint, strings.Join(bad, "; ")))
 	}
+	if err := checkConditionType(c.nodeCondition); err != nil {
+		errs = append(errs, err)
+	}
 	if c.ztunnelWait < 0 {
 		errs = append(errs, fmt.Errorf("--ztunnel-connect-wait %v: negative; 0 fails at once", c.ztunnelWait))
 	}
@@ -116,6 +119,22 @@ func (c *config) checkPluginEntry() error {
 	// Whatever the flags above miss, the whole entry as written must parse.
 	if _, err := c.pluginSettings().Parse(); err != nil {
 		return fmt.Errorf("the plugin would refuse the conflist entry built from --socket, --plugin-timeout and --log-level: %w", err)
+	}
+	return nil
+}
+
+// checkConditionType refuses a --node-condition that is not a qualified
+// name with a domain prefix: unprefixed types are the kubelet's (Ready,
+// MemoryPressure, ...), which the agent must never write.
+func checkConditionType(t string) error {
+	if t == "" {
+		return nil
+	}
+	if bad := validation.IsQualifiedName(t); len(bad) > 0 {
+		return fmt.Errorf("--node-condition %q: not a condition type: %s", t, strings.Join(bad, "; "))
+	}
+	if !strings.Contains(t, "/") {
+		return fmt.Errorf("--node-condition %q: needs a domain prefix (e.g. sluice.dev/MeshReady): unprefixed types are the kubelet's", t)
 	}
 	return nil
 }

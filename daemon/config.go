@@ -53,6 +53,7 @@ type config struct {
 	pluginStatus       string
 	excludeNamespaces  string
 	startupTaint       string
+	nodeCondition      string
 
 	nodeName     string
 	podName      string
@@ -175,6 +176,7 @@ func (c *config) policyFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.trigger, "trigger", triggerCNI, "what enrols a pod: cni (the chained plugin's ADD), nri (the runtime's NRI pod events; no conflist entry is installed) or both (migration)")
 	fs.StringVar(&c.nriSocket, "nri-socket", "/var/run/nri/nri.sock", "the runtime's NRI socket, with --trigger nri or both")
 	fs.StringVar(&c.startupTaint, "startup-taint", nodetaint.DefaultKey, "the NoSchedule taint key the agent removes from its own node once ready (the node registers with it, so no pod lands before the agent can capture it); empty: none removed")
+	fs.StringVar(&c.nodeCondition, "node-condition", "", "the condition type the agent keeps on its own Node's status (domain-prefixed, e.g. sluice.dev/MeshReady): True while it is ready (and, with --ambient, ztunnel is connected), False with a reason naming what is missing, for a NodeReadinessRule or the platform's tooling; empty: none written")
 	fs.BoolVar(&c.checkConfig, "check-config", false, "validate flags and env without touching the node (the same checks every start runs), print 'config ok' and exit 0; invalid: exit 2")
 }
 

@@ -116,6 +116,8 @@ func TestConfigValidatedOnEveryPath(t *testing.T) {
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--plugin-status", "kubelet"}, "--plugin-status"},
 		{[]string{"--startup-taint", "not a key!"}, "--startup-taint"},
+		{[]string{"--node-condition", "Ready"}, "--node-condition"},
+		{[]string{"--node-condition", "sluice.dev/not a type"}, "--node-condition"},
 		{[]string{"--ztunnel-connect-wait", "-1s"}, "--ztunnel-connect-wait"},
 	} {
 		for _, check := range []bool{false, true} {

@@ -37,6 +37,8 @@ type Checks struct {
 	live []named // liveness: the ones only a restart mends
 
 	last atomic.Pointer[verdict] // nil until Run has checked once
+	// next is closed when the next verdict is published (Published).
+	next chan struct{}
 }
 
 type named struct {
@@ -53,8 +55,9 @@ type verdict struct {
 }
 
 type result struct {
-	ok  bool
-	why string
+	ok     bool
+	why    string
+	failed []string // the names of the failing checks, in order
 }
 
 // Add registers a named readiness check.
@@ -81,6 +84,41 @@ func (c *Checks) Ready() (bool, string) {
 		return false, why
 	}
 	return v.ready.ok, v.ready.why
+}
+
+// Failing names the checks that failed in the last verdict, in the order
+// they were added, and says why; none while ready. Without a standing
+// verdict (none yet, or the checker hangs) it names none and why says so:
+// the caller must read that as not ready.
+func (c *Checks) Failing() (names []string, why string) {
+	v, why := c.current()
+	if v == nil {
+		return nil, why
+	}
+	return v.ready.failed, v.ready.why
+}
+
+// Published returns a channel closed when Run next publishes a verdict
+// (at least every period while ready): a reader that must follow the
+// verdict closely, the node condition, waits on it instead of polling.
+func (c *Checks) Published() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next == nil {
+		c.next = make(chan struct{})
+	}
+	return c.next
+}
+
+// publish stores v as the last verdict and wakes Published's waiters.
+func (c *Checks) publish(v *verdict) {
+	c.last.Store(v)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next != nil {
+		close(c.next)
+		c.next = nil
+	}
 }
 
 // Live is the last verdict of the liveness checks. It runs no check.
@@ -114,7 +152,7 @@ func (c *Checks) Run(ctx context.Context, period time.Duration) {
 	backoff := period / 20
 	for {
 		v := c.check(10 * period)
-		c.last.Store(v)
+		c.publish(v)
 		wait := period
 		if v.ready.ok {
 			backoff = period / 20
@@ -141,7 +179,7 @@ func (c *Checks) check(stale time.Duration) *verdict {
 // run runs each check not in seen yet (recording its reason, "" when it
 // passes) and reports every failing one.
 func run(checks []named, seen map[string]string) result {
-	var failed []string
+	var failed, names []string
 	for _, n := range checks {
 		why, done := seen[n.name]
 		if !done {
@@ -156,7 +194,8 @@ func run(checks []named, seen map[string]string) result {
 		}
 		if why != "" {
 			failed = append(failed, n.name+": "+why)
+			names = append(names, n.name)
 		}
 	}
-	return result{ok: len(failed) == 0, why: strings.Join(failed, "; ")}
+	return result{ok: len(failed) == 0, why: strings.Join(failed, "; "), failed: names}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,38 @@ func TestEachCheckRunsOnceARun(t *testing.T) {
 	v := c.check(time.Minute)
 	if calls.Load() != 1 || v.ready.ok || v.live.ok || v.live.why != "socket: gone" || v.ready.why != "socket: gone" {
 		t.Fatalf("one run: %d calls, verdict %+v", calls.Load(), v)
+	}
+}
+
+// Published wakes its waiters with each verdict Run publishes, and only
+// then; Failing names the failing checks in the order they were added.
+func TestPublishedWakesOnEachVerdict(t *testing.T) {
+	c := &Checks{}
+	var installed atomic.Bool
+	c.Add("policy", func() (bool, string) { return false, "not synced" })
+	c.Add("installer", func() (bool, string) { return installed.Load(), "entry missing" })
+	if names, why := c.Failing(); names != nil || why != "not checked yet" {
+		t.Fatalf("Failing() before a run = %v %q", names, why)
+	}
+	woken := c.Published()
+	select {
+	case <-woken:
+		t.Fatal("Published woke before any verdict")
+	default:
+	}
+	running(t, c, time.Hour) // one run now, the next an hour away
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Published did not wake on the first verdict")
+	}
+	if names, why := c.Failing(); !slices.Equal(names, []string{"policy", "installer"}) || why != "policy: not synced; installer: entry missing" {
+		t.Fatalf("Failing() = %v %q", names, why)
+	}
+	select {
+	case <-c.Published():
+		t.Fatal("Published woke with no new verdict")
+	case <-time.After(50 * time.Millisecond):
 	}
 }
 

@@ -6,10 +6,8 @@
 package nodetaint
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,16 +21,11 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
@@ -54,89 +47,33 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// shipped is what the tests installed from the manifests, once.
+var (
+	installOnce sync.Once
+	installed   kubetest.Shipped
+	installErr  error
+	nodeSeq     atomic.Int64
+)
+
+// shipped is what the tests installed from the manifests: the
+// ServiceAccount and the startup-taint policy's binding.
 type shipped struct {
 	sa      *corev1.ServiceAccount
 	binding *admissionv1.ValidatingAdmissionPolicyBinding
 }
 
-var (
-	installOnce sync.Once
-	installed   shipped
-	installErr  error
-	nodeSeq     atomic.Int64
-)
-
 // install creates the shipped ServiceAccount, ClusterRole, its binding,
-// the ValidatingAdmissionPolicy and its binding.
+// the ValidatingAdmissionPolicies and their bindings, once.
 func install(t *testing.T, admin kubernetes.Interface) shipped {
 	t.Helper()
-	installOnce.Do(func() { installed, installErr = installManifests(admin) })
+	installOnce.Do(func() { installed, installErr = kubetest.InstallShipped(admin, manifests) })
 	if installErr != nil {
 		t.Fatal(installErr)
 	}
-	return installed
-}
-
-func installManifests(admin kubernetes.Interface) (shipped, error) {
-	ctx := context.Background()
-	b, err := os.ReadFile(manifests)
-	if err != nil {
-		return shipped{}, err
+	b := installed.Binding("-startup-taint")
+	if b == nil {
+		t.Fatalf("%s has no startup-taint policy binding", manifests)
 	}
-	var out shipped
-	var kinds []string
-	d := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
-	for {
-		doc, err := d.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return shipped{}, fmt.Errorf("read %s: %w", manifests, err)
-		}
-		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-			continue
-		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		if err != nil {
-			return shipped{}, fmt.Errorf("decode %s: %w", manifests, err)
-		}
-		switch o := obj.(type) {
-		case *corev1.ServiceAccount:
-			out.sa, err = admin.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRole:
-			_, err = admin.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRoleBinding:
-			_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-		case *admissionv1.ValidatingAdmissionPolicy:
-			_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
-		case *admissionv1.ValidatingAdmissionPolicyBinding:
-			out.binding = o.DeepCopy()
-			_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
-		default:
-			continue
-		}
-		if err != nil {
-			return shipped{}, fmt.Errorf("create the shipped %T: %w", obj, err)
-		}
-		kinds = append(kinds, fmt.Sprintf("%T", obj))
-	}
-	if out.sa == nil || out.binding == nil || len(kinds) != 5 {
-		return shipped{}, fmt.Errorf("%s: installed %v, want the ServiceAccount, ClusterRole, its binding, the policy and its binding", manifests, kinds)
-	}
-	return out, nil
-}
-
-// stripComments drops comment lines, so a document of only comments is
-// seen as empty.
-func stripComments(doc []byte) []byte {
-	var out []byte
-	for _, l := range bytes.Split(doc, []byte("\n")) {
-		if !bytes.HasPrefix(bytes.TrimSpace(l), []byte("#")) {
-			out = append(append(out, l...), '\n')
-		}
-	}
-	return out
+	return shipped{sa: installed.SA, binding: b}
 }
 
 // agentNode creates a Node with the startup taint and another (the API
@@ -145,38 +82,12 @@ func stripComments(doc []byte) []byte {
 // pod's bound token: the agent's identity, its node name in the token.
 func agentNode(t *testing.T, e *kubetest.Env, admin kubernetes.Interface, sa *corev1.ServiceAccount) (string, kubernetes.Interface) {
 	t.Helper()
-	ctx := t.Context()
 	name := fmt.Sprintf("node-%d", nodeSeq.Add(1))
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{other, startup}}}
-	if _, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.CoreV1().Nodes().Create(t.Context(), n, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "agent-" + name, Namespace: sa.Namespace},
-		Spec: corev1.PodSpec{NodeName: name, ServiceAccountName: sa.Name,
-			Containers: []corev1.Container{{Name: "agent", Image: "sluice"}}},
-	}
-	pod, err := admin.CoreV1().Pods(sa.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := admin.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{
-			Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("a token bound to pod %s: %v", pod.Name, err)
-	}
-	cfg := &rest.Config{Host: e.AdminConfig().Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
-	agent := kubernetes.NewForConfigOrDie(cfg)
-	review, err := agent.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != name {
-		t.Fatalf("the agent's token names node %v, want [%s]", got, name)
-	}
-	return name, agent
+	return name, e.AgentOn(t, admin, sa, name)
 }
 
 // lastAnswer prints the error a poll saw last, when the poll gives up.

@@ -62,7 +62,10 @@ func TestRender(t *testing.T) {
 			r := render(t, vs)
 			want := []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount"}
 			if !strings.Contains(vs.values, "startupTaint: \"\"") {
-				want = append(want, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+				want = append(want, "ValidatingAdmissionPolicy/startup-taint", "ValidatingAdmissionPolicyBinding/startup-taint")
+			}
+			if !strings.Contains(vs.values, "nodeCondition: \"\"") {
+				want = append(want, "ValidatingAdmissionPolicy/node-condition", "ValidatingAdmissionPolicyBinding/node-condition")
 			}
 			if strings.Contains(vs.values, "resourceQuotas") {
 				want = append(want, "ResourceQuota")
@@ -73,7 +76,7 @@ func TestRender(t *testing.T) {
 			var got []string
 			for kind, o := range r.kinds(t) {
 				got = append(got, kind)
-				switch kind {
+				switch o.GetKind() {
 				case "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 					if o.GetNamespace() != "" {
 						t.Errorf("%s has namespace %q", kind, o.GetNamespace())
@@ -348,7 +351,8 @@ func TestServiceAccountPermissions(t *testing.T) {
 		{"apps", "daemonsets", "", "get", "sluice-agent", true}, {"apps", "daemonsets", "", "get", "calico-node", false},
 		{"", "pods", "", "create", "", false}, {"", "secrets", "", "get", "", false}, {"", "namespaces", "", "get", "", true},
 		{"", "configmaps", "", "list", "", false}, {"apps", "daemonsets", "", "list", "", false}, {"", "nodes", "", "get", "", true}, {"", "nodes", "", "list", "", false},
-		{"", "nodes", "", "patch", "", true}, {"", "nodes", "status", "patch", "", false}, {"", "nodes", "", "delete", "", false},
+		{"", "nodes", "", "patch", "", true}, {"", "nodes", "status", "patch", "", true}, {"", "nodes", "status", "update", "", false},
+		{"", "nodes", "", "delete", "", false},
 	}
 	// The authorizer learns new roles and bindings from its own watch, a
 	// moment after they are created: wait until it answers as the role says.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -133,6 +134,14 @@ excludeNamespaces: [kube-system, calico-system, tigera-operator]
 		values:    "startupTaint: \"\"\n",
 		check: func(t *testing.T, ds *appsv1.DaemonSet) {
 			wantArgs(t, ds.Spec.Template.Spec.Containers[0], "--startup-taint=")
+		},
+	},
+	{
+		name:      "no-node-condition",
+		namespace: "kube-system",
+		values:    "nodeCondition: \"\"\n",
+		check: func(t *testing.T, ds *appsv1.DaemonSet) {
+			wantArgs(t, ds.Spec.Template.Spec.Containers[0], "--node-condition=")
 		},
 	},
 	{
@@ -336,15 +345,26 @@ func decodeAll(b []byte) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// kinds returns the objects by kind; each kind the chart renders once.
+// kinds returns the objects by kind; each kind the chart renders once,
+// but for the admission policies and their bindings, one per node write
+// the agent is granted, keyed "Kind/startup-taint" and
+// "Kind/node-condition".
 func (r rendered) kinds(t *testing.T) map[string]*unstructured.Unstructured {
 	t.Helper()
 	m := map[string]*unstructured.Unstructured{}
 	for _, o := range r.objects {
-		if _, dup := m[o.GetKind()]; dup {
-			t.Fatalf("two %s objects in one render", o.GetKind())
+		key := o.GetKind()
+		if strings.HasPrefix(key, "ValidatingAdmissionPolicy") {
+			for _, fence := range []string{"startup-taint", "node-condition"} {
+				if strings.HasSuffix(o.GetName(), "-"+fence) {
+					key += "/" + fence
+				}
+			}
 		}
-		m[o.GetKind()] = o
+		if _, dup := m[key]; dup {
+			t.Fatalf("two %s objects in one render", key)
+		}
+		m[key] = o
 	}
 	return m
 }

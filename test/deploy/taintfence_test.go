@@ -29,8 +29,9 @@ const vapAPI = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
 // The chart refuses to render without them (below).
 var clusterFlags = []string{"--kube-version", kubetest.Version, "--api-versions", vapAPI}
 
-// grantsNodePatch reports whether a render's ClusterRole may patch nodes.
-func grantsNodePatch(t *testing.T, r rendered) bool {
+// grantsPatch reports whether a render's ClusterRole may patch resource
+// ("nodes" for the startup taint, "nodes/status" for the node condition).
+func grantsPatch(t *testing.T, r rendered, resource string) bool {
 	t.Helper()
 	role, ok := r.kinds(t)["ClusterRole"]
 	if !ok {
@@ -39,7 +40,7 @@ func grantsNodePatch(t *testing.T, r rendered) bool {
 	rules, _ := role.Object["rules"].([]any)
 	for _, rule := range rules {
 		m, _ := rule.(map[string]any)
-		if slices.Contains(strs(m["resources"]), "nodes") && slices.Contains(strs(m["verbs"]), "patch") {
+		if slices.Contains(strs(m["resources"]), resource) && slices.Contains(strs(m["verbs"]), "patch") {
 			return true
 		}
 	}
@@ -70,26 +71,33 @@ func templateWith(t *testing.T, args ...string) (rendered, error) {
 	return rendered{raw: []byte(out), objects: objs}, nil
 }
 
-// The chart grants nodes: patch only with the admission policy that fences
-// it, and renders the policy only for a cluster that serves its API (1.30+,
+// The chart grants nodes: patch (startup taint) and nodes/status: patch
+// (node condition) only each with the admission policy that fences it, and
+// renders a policy only for a cluster that serves its API (1.30+,
 // admissionregistration.k8s.io/v1): an older cluster, or one that does not
 // serve ValidatingAdmissionPolicy, gets no render at all rather than the
-// patch alone. Without a startup taint there is neither, and no need.
+// patch alone. Without a startup taint or a node condition there is
+// neither, and no need.
 func TestChartRefusesClusterWithoutTaintPolicy(t *testing.T) {
+	noAPI := []string{"--kube-version", kubetest.Version}
 	for _, tc := range []struct {
-		name   string
-		args   []string
-		refuse string // "" renders
-		fenced bool   // renders the policy and the patch
+		name        string
+		args        []string
+		refuse      string // "" renders
+		taint, cond bool   // renders that policy and its patch
 	}{
-		{"1.37 serving the policy API", clusterFlags, "", true},
-		{"1.30, a provider's suffix", []string{"--kube-version", "v1.30.4-eks-a737599", "--api-versions", vapAPI}, "", true},
-		{"1.29", []string{"--kube-version", "1.29.9", "--api-versions", vapAPI}, "kubeVersion: >=1.30.0-0", false},
-		{"no policy API", []string{"--kube-version", kubetest.Version}, "ValidatingAdmissionPolicy", false},
+		{"1.37 serving the policy API", clusterFlags, "", true, true},
+		{"1.30, a provider's suffix", []string{"--kube-version", "v1.30.4-eks-a737599", "--api-versions", vapAPI}, "", true, true},
+		{"1.29", []string{"--kube-version", "1.29.9", "--api-versions", vapAPI}, "kubeVersion: >=1.30.0-0", false, false},
+		{"no policy API", noAPI, "ValidatingAdmissionPolicy", false, false},
 		{"no policy API, only its group", []string{"--kube-version", kubetest.Version, "--api-versions", "admissionregistration.k8s.io/v1"},
-			"ValidatingAdmissionPolicy", false},
-		{"no policy API, no startup taint", []string{"--kube-version", kubetest.Version, "--set", "startupTaint="}, "", false},
-		{"no version given", []string{"--api-versions", vapAPI}, "kubeVersion", false},
+			"ValidatingAdmissionPolicy", false, false},
+		{"no policy API, no startup taint", append(slices.Clip(noAPI), "--set", "startupTaint="), "nodeCondition=", false, false},
+		{"no policy API, no node condition", append(slices.Clip(noAPI), "--set", "nodeCondition="), "startupTaint=", false, false},
+		{"no policy API, neither", append(slices.Clip(noAPI), "--set", "startupTaint=", "--set", "nodeCondition="), "", false, false},
+		{"serving, no node condition", append(slices.Clip(clusterFlags), "--set", "nodeCondition="), "", true, false},
+		{"serving, no startup taint", append(slices.Clip(clusterFlags), "--set", "startupTaint="), "", false, true},
+		{"no version given", []string{"--api-versions", vapAPI}, "kubeVersion", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -110,10 +118,15 @@ func TestChartRefusesClusterWithoutTaintPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			k := r.kinds(t)
-			_, policy := k["ValidatingAdmissionPolicy"]
-			_, binding := k["ValidatingAdmissionPolicyBinding"]
-			if patch := grantsNodePatch(t, r); policy != tc.fenced || binding != tc.fenced || patch != tc.fenced {
-				t.Errorf("policy %v, binding %v, nodes: patch %v; want all %v", policy, binding, patch, tc.fenced)
+			for _, f := range []struct {
+				fence, resource string
+				want            bool
+			}{{"startup-taint", "nodes", tc.taint}, {"node-condition", "nodes/status", tc.cond}} {
+				_, policy := k["ValidatingAdmissionPolicy/"+f.fence]
+				_, binding := k["ValidatingAdmissionPolicyBinding/"+f.fence]
+				if patch := grantsPatch(t, r, f.resource); policy != f.want || binding != f.want || patch != f.want {
+					t.Errorf("%s: policy %v, binding %v, %s: patch %v; want all %v", f.fence, policy, binding, f.resource, patch, f.want)
+				}
 			}
 		})
 	}
@@ -127,7 +140,7 @@ func TestTaintPolicyRefusesTheAgentsProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy := r.kinds(t)["ValidatingAdmissionPolicy"]
+	policy := r.kinds(t)["ValidatingAdmissionPolicy/startup-taint"]
 	spec, _ := policy.Object["spec"].(map[string]any)
 	validations, _ := spec["validations"].([]any)
 	var found bool

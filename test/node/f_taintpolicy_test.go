@@ -29,7 +29,8 @@ const nodeNameExtra = "authentication.kubernetes.io/node-name"
 // its node, and with it the agent may remove the startup taint from that
 // node and do nothing else to any node: RBAC grants patch on every node,
 // the chart's ValidatingAdmissionPolicy refuses the rest. Each refusal is
-// checked for the rule that makes it, on a node where no other rule would.
+// checked for the rule that makes it, on a node where no other rule would;
+// the same for its nodes/status grant and the node-condition policy.
 func TestAgentMayOnlyUntaintItsOwnNode(t *testing.T) {
 	requireAgent(t)
 	agent := readyAgent(t, time.Minute)
@@ -61,6 +62,33 @@ func TestAgentMayOnlyUntaintItsOwnNode(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("the agent may %s: %v, want the policy to refuse it (%q)", tc.what, err, tc.want)
 		}
+	}
+	// Through nodes/status (the chart's nodeCondition) it may keep its one
+	// condition on its own node and nothing else: never another node's,
+	// never the kubelet's Ready. Dry runs: a hole must not make the node
+	// NotReady for real.
+	const (
+		notOwnStatus  = "only the status of the node its service-account token is bound to"
+		onlyCondition = "may change no node condition but " + meshReady
+		nothingStatus = "may change nothing of a node but its node condition"
+	)
+	for _, tc := range []struct {
+		what, node, patch, want string
+	}{
+		{"set " + meshReady + " on another node", other, `{"status":{"conditions":[{"type":"` + meshReady + `","status":"True","reason":"X"}]}}`, notOwnStatus},
+		{"make its own node NotReady", cluster.NodeName, `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"X"}]}}`, onlyCondition},
+		{"label its own node through its status", cluster.NodeName, `{"metadata":{"labels":{"sluice.test/by-agent":"x"}}}`, nothingStatus},
+	} {
+		_, err := as.CoreV1().Nodes().Patch(t.Context(), tc.node, types.StrategicMergePatchType, []byte(tc.patch),
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+		if err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("the agent may %s: %v, want the policy to refuse it (%q)", tc.what, err, tc.want)
+		}
+	}
+	own := `{"status":{"conditions":[{"type":"` + meshReady + `","status":"True","reason":"MeshReady"}]}}`
+	if _, err := as.CoreV1().Nodes().Patch(t.Context(), cluster.NodeName, types.StrategicMergePatchType, []byte(own),
+		metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status"); err != nil {
+		t.Errorf("the agent keeping %s on its own node: %v", meshReady, err)
 	}
 	// What it is for passes: the startup taint off its own node, the
 	// other taints kept.

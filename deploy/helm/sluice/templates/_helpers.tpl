@@ -94,7 +94,7 @@ the render with one line naming the value, before a pod crash-loops. */}}
   chained check-config cleanup-on-uninstall cni-bin-dir cni-conf-dir cni-conf-name
   cni-network-name default-mode drain-timeout exclude-namespaces
   health-addr host-netns host-proc install istio-takeover kubeconfig
-  log-format log-level max-inflight netns-roots node-name nri-socket
+  log-format log-level max-inflight netns-roots node-condition node-name nri-socket
   plugin-binary plugin-log-level plugin-status plugin-timeout pod-name
   pod-namespace
   probe-snat-ipv4 probe-snat-ipv6 probe-snat-uid remove-istio-cni-entry repair-label
