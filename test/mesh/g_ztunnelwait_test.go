@@ -41,6 +41,20 @@ func TestAmbientPodWaitsForZtunnel(t *testing.T) {
 	if !agentLogged(t, agent.Name, `msg="ztunnel connected: the waiting ADD goes on"`, "uid="+string(c.UID)) {
 		t.Errorf("the agent did not log c's ADD going on once ztunnel connected")
 	}
+	// Reported, not asserted: from ztunnel's connection to the ADD's
+	// answer, by the agent's own clock.
+	var connected, answered time.Time
+	for _, l := range timedLogs(t, releaseNS, agent.Name, "sluice-agent") {
+		at, ok := agentLogTime(l.text)
+		switch {
+		case !ok:
+		case all(l.text, []string{`msg="ztunnel connected: the waiting ADD goes on"`, "uid=" + string(c.UID)}):
+			connected = at
+		case !connected.IsZero() && all(l.text, []string{"msg=call", "method=/sluice.v1.CNI/Add", "code=OK", "pod=" + mesh + "/c"}):
+			answered = at
+		}
+	}
+	t.Logf("c's ADD answered %v after ztunnel connected", answered.Sub(connected).Round(time.Millisecond))
 	evs, err := cs.CoreV1().Events(mesh).List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=c"})
 	if err != nil {
 		t.Fatal(err)
