@@ -13,12 +13,11 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
-	appsv1 "k8s.io/api/apps/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sluicemesh/sluice/api/zds"
 
 	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
@@ -85,50 +84,24 @@ func TestEachChartCapabilityIsNeeded(t *testing.T) {
 // container adds.
 func chartCapabilities(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "manifests", "sluice.yaml"))
+	root, err := nodetest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range bytes.Split(b, []byte("\n---")) {
-		var ds appsv1.DaemonSet
-		if yaml.Unmarshal(doc, &ds) != nil || ds.Kind != "DaemonSet" {
-			continue
-		}
-		for _, c := range ds.Spec.Template.Spec.Containers {
-			if sc := c.SecurityContext; c.Name == "sluice-agent" && sc != nil && sc.Capabilities != nil {
-				var out []string
-				for _, add := range sc.Capabilities.Add {
-					out = append(out, string(add))
-				}
-				return out
-			}
-		}
-	}
-	t.Fatal("no sluice-agent container with capabilities in deploy/manifests/sluice.yaml")
-	return nil
-}
-
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	caps, err := agenttest.ChartCapabilities(root)
 	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
+		t.Fatal(err)
 	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
+	return caps
 }
 
-// startCapped starts the agent as root with caps as its bounding set and
-// nothing inheritable (what a container runtime gives a root process whose
-// securityContext drops ALL and adds caps), and waits until it is ready.
+// startCapped starts the agent under caps (agenttest.Capped) and waits
+// until it is ready.
 func (n *node) startCapped(caps []string, extra ...string) error {
-	bound := "-all"
-	for _, c := range caps {
-		bound += ",+" + strings.ToLower(c)
-	}
-	args := append([]string{"--inh-caps", "-all", "--bounding-set", bound, "--", filepath.Join(binDir, "sluice-agent")}, n.agentArgs(extra...)...)
-	cmd := n.NS.Command("setpriv", args...)
+	argv := agenttest.Capped(caps, append([]string{filepath.Join(binDir, "sluice-agent")}, n.agentArgs(extra...)...)...)
+	cmd := n.NS.Command(argv[0], argv[1:]...)
 	if n.agentInHostNetns {
-		cmd = exec.Command("setpriv", args...)
+		cmd = exec.Command(argv[0], argv[1:]...)
 	}
 	n.agent = agenttest.Start(n.t, cmd)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {

@@ -43,6 +43,9 @@ func (n *node) startAgentNoWait(extra ...string) *agent {
 		// The node's CNI dirs, never the machine's: --trigger nri removes a
 		// leftover entry from the conf dir.
 		"--cni-conf-dir", filepath.Join(n.dir, "net.d"), "--cni-bin-dir", filepath.Join(n.dir, "cni-bin")}, extra...)
+	if n.capabilities != nil {
+		args = agenttest.Capped(n.capabilities, args...)
+	}
 	cmd := n.command(context.Background(), args...)
 	if n.agentInHostNetns {
 		cmd = n.commandMountOnly(context.Background(), args...)

@@ -33,6 +33,8 @@ type node struct {
 	// agentInHostNetns runs the agent in the machine's netns (and the
 	// node's mount namespace), to reach the test API server on loopback.
 	agentInHostNetns bool
+	// capabilities, when set, are the agent's only ones (agenttest.Capped).
+	capabilities []string
 }
 
 const holderScript = `set -eu
