@@ -141,6 +141,10 @@ func (n *node) burstOne(name, prefix string, conf *libcni.NetworkConfig, pods []
 // 2 s at p99, the agent within 64 MiB.
 func writeBurstGoals(m *md, b *burstResult) {
 	row := func(goal, measured string, ok bool) { m.p("| %s | %s | %s |", goal, measured, verdict(ok)) }
+	if b == nil {
+		row("a rebooted node's burst (Kubernetes mode): 0 failed, p99 ≤ 2 s, agent RSS ≤ 64 MiB", "not measured", false)
+		return
+	}
 	sl := b.sluice
 	row(fmt.Sprintf("a rebooted node's burst, %d simultaneous ADDs (Kubernetes mode): 0 failed", b.count),
 		fmt.Sprintf("%d sluice, %d loopback, %s istio-cni nftables", sl.failed, b.loopback.failed, failedOf(b.istioNFT)), sl.failed == 0)
@@ -166,6 +170,9 @@ func p99Of(r burstRun) string {
 
 // writeBurst is the burst's rows: every plugin's ADDs, fired at once.
 func writeBurst(m *md, b *burstResult) {
+	if b == nil {
+		return
+	}
 	rows := []series{b.loopback.s, b.sluice.s}
 	for _, r := range []burstRun{b.istioNFT, b.istioIPT} {
 		if r.s.name != "" {

@@ -36,7 +36,9 @@ func TestReportVerdicts(t *testing.T) {
 		rules:  []series{fake("sluice", 1), fake("nft -f", 20), fake("iptables-restore", 10)},
 		storms: st,
 		kube: &kubeResult{loopback: fake("lo", 4), sluice: fake("sluice", 5), standalone: fake("alone", 5),
-			istioErr: errors.New("no Go module proxy")},
+			istioErr: errors.New("no Go module proxy"),
+			burst: &burstResult{count: 3, loopback: burstRun{s: fake("lo burst", 10, 20, 30)},
+				sluice: burstRun{s: fake("sluice burst", 10, 20), failed: 1}, agentHWMKiB: 70 << 10}},
 		scale: &scaleResult{pods: 5000, small: 10, addSmall: fake("s", 5), addLarge: fake("l", 5),
 			loSmall: fake("ls", 4), loLarge: fake("ll", 4),
 			sluiceAdd: fake("sa", 5), loopback: fake("lo", 4), rssKiB: 30 << 10, restart: time.Second,
@@ -64,6 +66,9 @@ func TestReportVerdicts(t *testing.T) {
 		"| NRI mode adds less to runp p50 than the chained CNI plugin (its ADD is below the exec floor) | +2.0 ms vs +4.0 ms (runp p50: 112 ms NRI, 114 ms chained, 110 ms no capture; section 7) | met |",
 		"| chained | 3 | 114 ms | 124 ms | +4.0 ms | 15.0 ms |",
 		"benchmarks/nri.svg",
+		"| a rebooted node's burst, 3 simultaneous ADDs (Kubernetes mode): 0 failed | 1 sluice, 0 loopback, not measured istio-cni nftables | **missed** |",
+		"| … agent RSS ≤ 64 MiB | 0.0 MiB (peak 70.0 MiB) | **missed** |",
+		"- sluice: 1 of 3 failed",
 		"the added time is\n+4.0 ms chained and +1.0 ms NRI.",
 	} {
 		if !strings.Contains(md, want) {
