@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
@@ -63,4 +64,26 @@ func deleteRule(t *testing.T, pod *nstest.NS, chain, comment string) {
 		t.Fatalf("no rule %q in chain %s:\n%s", comment, chain, out)
 	}
 	pod.Run(t, "nft", "delete", "rule", "inet", "sluice", chain, "handle", m[1])
+}
+
+// In Kubernetes mode a running pod whose table is deleted gets a
+// RulesetReasserted Event naming what was lost, within 10 s, from the
+// agent's default flags.
+func TestCaptureLossEventOnPod(t *testing.T) {
+	env, c := sharedKube(t)
+	createNamespace(t, c, "lossy")
+	n := newNode(t)
+	n.kubeAgent(env)
+	cni := n.cni(n.loopbackChain("5s"))
+	pod := createPod(t, c, "lossy", sidecarPod("cart", nil))
+	sandbox := n.Pod("cart")
+	if _, err := cni.Add(rtFor("lossy1", sandbox, pod)); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	sandbox.Run(t, "nft", "delete", "table", "inet", "sluice")
+	ev := kubetest.WaitPodEvent(t, c, pod, "RulesetReasserted")
+	if !strings.Contains(ev.Message, "table") {
+		t.Errorf("RulesetReasserted event %q does not name the lost table", ev.Message)
+	}
+	n.expectInSync(t, "lossy1")
 }
