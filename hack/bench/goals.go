@@ -82,6 +82,7 @@ func writeGoals(m *md, c config, r *results) {
 	share := 100 * sc.resyncCPU.Seconds() / sc.resyncInterval.Seconds()
 	row(fmt.Sprintf("resync of %d pods ≤ 10 %% of one core over the interval", sc.pods),
 		fmt.Sprintf("%.1f %% (%s CPU in %s)", share, ms(sc.resyncCPU), sc.resyncInterval), share <= 10)
+	writeVerifyGoal(row, r.verify)
 	writeNRIGoals(m, r.nri)
 	writeLifecycleGoals(m, r.lifecycle)
 	m.p("")
