@@ -171,7 +171,7 @@ func (a *agent) run(sig context.Context) error {
 	if err != nil {
 		return err
 	}
-	go a.store.Resync(a.ctx, a.cfg.resync)
+	go a.store.Resync(a.ctx, min(a.cfg.verify, a.cfg.resync), a.cfg.resync)
 	for _, p := range a.parts {
 		p.serving(a.ctx, a.fail)
 	}

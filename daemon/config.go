@@ -35,6 +35,7 @@ type config struct {
 	logFormat    string
 	drain        time.Duration
 	resync       time.Duration
+	verify       time.Duration
 	standaloneSA string
 	maxInflight  int
 
@@ -134,7 +135,8 @@ func (c *config) nodeFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.DurationVar(&c.drain, "drain-timeout", 10*time.Second, "how long SIGTERM waits for in-flight calls; 0 cuts them at once")
-	fs.DurationVar(&c.resync, "resync-interval", 60*time.Second, "how often every enrolled netns is verified and its ruleset reasserted on drift")
+	fs.DurationVar(&c.resync, "resync-interval", 60*time.Second, "how often every enrolled netns's ruleset is read back in full and reasserted on drift, whatever its nftables generation")
+	fs.DurationVar(&c.verify, "verify-interval", 5*time.Second, "how often every enrolled netns is verified on the cheap path (nftables generation, routes) and reasserted on drift: lost capture is back within 1.5 times this")
 	fs.IntVar(&c.maxInflight, "max-inflight", 64, "concurrent ADDs; more wait for a slot until their deadline")
 	fs.BoolVar(&c.install, "install", true, "install the plugin binary and its conflist entry, and keep them in place")
 	fs.BoolVar(&c.cleanupOnUninstall, "cleanup-on-uninstall", false, "when the agent leaves the node (--uninstall-on-exit decided so), also remove every pod's capture rules, the plugin, the journal and the sockets, as sluice-agent cleanup does: running pods go on uncaptured")
@@ -217,6 +219,9 @@ func envDefaults(fs *flag.FlagSet, getenv func(string) string) error {
 func (c *config) validateValues() error {
 	if c.resync <= 0 {
 		return fmt.Errorf("--resync-interval must be positive")
+	}
+	if c.verify <= 0 {
+		return fmt.Errorf("--verify-interval must be positive")
 	}
 	if c.maxInflight <= 0 {
 		return fmt.Errorf("--max-inflight must be positive")

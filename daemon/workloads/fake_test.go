@@ -250,7 +250,7 @@ func TestUnitReusedPathIsNeverTouched(t *testing.T) {
 func TestUnitReconcileReassertsAndDrops(t *testing.T) {
 	for name, pass := range map[string]func(*Store) error{
 		"Reconcile":   func(s *Store) error { return s.Reconcile(context.Background()) },
-		"resync pass": func(s *Store) error { return s.resyncPass(context.Background(), 50*time.Millisecond) },
+		"resync pass": func(s *Store) error { return s.resyncPass(context.Background(), 50*time.Millisecond, true) },
 	} {
 		t.Run(name, func(t *testing.T) { reassertsAndDrops(t, pass) })
 	}

@@ -32,7 +32,7 @@ func (s *Store) reconcile(ctx context.Context, workers int) error {
 	for range workers {
 		wg.Go(func() {
 			for r := range work {
-				if err := s.reconcileOne(r); err != nil {
+				if err := s.reconcileOne(r, false); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -56,7 +56,9 @@ feed:
 	return errors.Join(errs...)
 }
 
-func (s *Store) reconcileOne(r Record) error {
+// reconcileOne verifies r and reasserts it on drift; full reads the table
+// back even when the netns's nftables generation has not moved.
+func (s *Store) reconcileOne(r Record, full bool) error {
 	defer s.lock(r.Attachment)()
 	s.mu.RLock()
 	cur := s.recs[r.Attachment]
@@ -100,21 +102,25 @@ func (s *Store) reconcileOne(r Record) error {
 			return fmt.Errorf("reconcile %s: host probe table: %w", r.Attachment, err)
 		}
 	}
-	return s.reassert(ns, r)
+	since := r.NFTGen
+	if full {
+		since = 0
+	}
+	return s.reassert(ns, r, since)
 }
 
 // reassert re-applies r's ruleset when the kernel no longer holds it
 // exactly ("reassert", as kube-proxy re-asserts its chains; "repair" is
 // the repair package's word, for pods running uncaptured). The table is
-// read back only when the netns's nftables generation moved since r's
-// (redirect.Kernel.VerifySince); a restart or resync of pods nobody touched is a
-// generation read and the routes per pod.
-func (s *Store) reassert(ns netns.NsHandle, r Record) error {
+// read back only when the netns's nftables generation moved since since
+// (redirect.Kernel.VerifySince; 0 always reads it); a restart or verify of
+// pods nobody touched is a generation read and the routes per pod.
+func (s *Store) reassert(ns netns.NsHandle, r Record, since redirect.Gen) error {
 	rs, err := redirect.Build(r.Spec)
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 	}
-	drift, gen, err := s.kernel.VerifySince(redirect.Netns(ns), rs, r.NFTGen)
+	drift, gen, err := s.kernel.VerifySince(redirect.Netns(ns), rs, since)
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 	}
@@ -166,17 +172,27 @@ func (s *Store) setGen(a Attachment, gen redirect.Gen, pending bool) {
 // Reasserts counts rulesets re-applied because the kernel drifted.
 func (s *Store) Reasserts() int64 { return s.reasserts.Load() }
 
-// Resync reconciles every interval until ctx ends, so a table someone
-// flushed or edited is restored without waiting for a CNI call.
-func (s *Store) Resync(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
+// Resync verifies every record each verify interval until ctx ends, so
+// capture someone flushed, deleted or edited in a running pod is restored
+// within seconds without waiting for a CNI call. A verify pass is the
+// cheap path: a generation read and the routes per pod, the table read
+// back only where the generation moved. Each full interval the pass reads
+// every table back whatever its generation: a netns whose generation came
+// back to the recorded number by chance is still caught.
+func (s *Store) Resync(ctx context.Context, verify, full time.Duration) {
+	t := time.NewTicker(verify)
 	defer t.Stop()
+	lastFull := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.resyncPass(ctx, interval/2); err != nil && ctx.Err() == nil {
+			isFull := time.Since(lastFull) >= full
+			if isFull {
+				lastFull = time.Now()
+			}
+			if err := s.resyncPass(ctx, verify/2, isFull); err != nil && ctx.Err() == nil {
 				s.log.Warn("resync left errors", "err", err)
 			}
 		}
@@ -194,11 +210,11 @@ const resyncGap = 250 * time.Millisecond
 // record paid a wake-up of the agent and cost four times the CPU, so the
 // records go in groups at least resyncGap apart (~8 ms of work each at
 // 5,000 pods and the default interval).
-func (s *Store) resyncPass(ctx context.Context, span time.Duration) error {
+func (s *Store) resyncPass(ctx context.Context, span time.Duration, full bool) error {
 	errs := []error{s.retryReleased()}
 	recs := s.List()
 	err := paced(ctx, len(recs), span, resyncGap, func(i int) {
-		errs = append(errs, s.reconcileOne(recs[i]))
+		errs = append(errs, s.reconcileOne(recs[i], full))
 	})
 	return errors.Join(append(errs, err)...)
 }

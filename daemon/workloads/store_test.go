@@ -23,7 +23,7 @@ type fixture struct {
 	ambient     *Ambient // for stores opened after it is set
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	nstest.RequireRoot(t)
 	f := &fixture{root: t.TempDir(), state: t.TempDir()}
@@ -31,7 +31,7 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) open(t *testing.T) *Store {
+func (f *fixture) open(t testing.TB) *Store {
 	t.Helper()
 	o, err := podns.NewOpener([]string{f.root, "/proc"}, "/proc")
 	if err != nil {
@@ -44,7 +44,7 @@ func (f *fixture) open(t *testing.T) *Store {
 	return s
 }
 
-func (f *fixture) enroll(t *testing.T, id string) (*nstest.NS, Record) {
+func (f *fixture) enroll(t testing.TB, id string) (*nstest.NS, Record) {
 	t.Helper()
 	ns := nstest.NewIn(t, f.root, id)
 	r := Record{Attachment: Attachment{ContainerID: id, IfName: "eth0"}, Network: testNetwork, Netns: ns.Path, Spec: redirect.DefaultSpec()}

@@ -83,6 +83,7 @@ func writeGoals(m *md, c config, r *results) {
 	row(fmt.Sprintf("resync of %d pods ≤ 10 %% of one core over the interval", sc.pods),
 		fmt.Sprintf("%.1f %% (%s CPU in %s)", share, ms(sc.resyncCPU), sc.resyncInterval), share <= 10)
 	writeBurstGoals(m, k.burst)
+	writeVerifyGoal(row, r.verify)
 	writeNRIGoals(m, r.nri)
 	writeLifecycleGoals(m, r.lifecycle)
 	m.p("")

@@ -168,6 +168,7 @@ type results struct {
 	footprint *footprint
 	nri       *nriResult
 	lifecycle *lifecycleResult
+	verify    *verifyResult
 	profile   *profile
 	disk      series
 	started   time.Time
@@ -250,6 +251,9 @@ func run(c config) (*results, error) {
 		step("NRI: runp with no capture, the chained plugin and the NRI plugin (in the background)")
 		nri = startNRI(tmp, c, &cl)
 	}
+
+	step("verify pass over 250 pods (daemon/workloads' BenchmarkVerifyPass250)")
+	res.verify = benchVerify(verifyPasses(c.smoke), &cl)
 
 	step("plugin footprint")
 	if res.footprint, err = benchFootprint(b, c.execs); err != nil {

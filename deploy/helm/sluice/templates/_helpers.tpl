@@ -99,7 +99,7 @@ the render with one line naming the value, before a pod crash-loops. */}}
   pod-namespace
   probe-snat-ipv4 probe-snat-ipv6 probe-snat-uid remove-istio-cni-entry repair-label
   repair-mode resync-interval socket standalone-service-account startup-taint state-dir
-  trigger uninstall-on-exit ztunnel-connect-wait ztunnel-socket
+  trigger uninstall-on-exit verify-interval ztunnel-connect-wait ztunnel-socket
 {{- end -}}
 
 {{/* istio-cni's own variables (its agent's flags as env, its env
