@@ -83,7 +83,7 @@ func (a *ambientNode) workloads() *workloads.Ambient {
 	if a == nil {
 		return nil
 	}
-	return &workloads.Ambient{Ztunnel: a.zds, Host: a.host}
+	return &workloads.Ambient{Ztunnel: a.zds, Host: a.host, RestoreHost: a.probe.restore}
 }
 
 // uninstall removes the host side; only on an uninstall exit, never on an

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,6 +75,9 @@ type probeOwner struct {
 	kubelet *kubeletProc
 	missing bool         // the kubelet was not found last time (logged once)
 	uid     atomic.Int64 // the uid the table holds, -1 none
+	// writes orders the table's writes: the owner's (start, follow) and
+	// the store's restore of a table someone deleted.
+	writes sync.Mutex
 }
 
 // newProbeOwner is the probe owner of the host netns host, whose table
@@ -173,15 +177,36 @@ func (p *probeOwner) follow(k *kubeletProc, uid uint32) error {
 	}
 	hc := p.base
 	hc.ProbeUID = redirect.UIDOf(uid)
-	if err := p.ensure(hc); err != nil {
+	p.writes.Lock()
+	err := p.ensure(hc)
+	if err == nil {
+		p.store(hc.ProbeUID)
+	}
+	p.writes.Unlock()
+	if err != nil {
 		// Found again next time, and written then.
 		p.kubelet.close()
 		p.kubelet = nil
 		return fmt.Errorf("host probe table for kubelet uid %d: %w", uid, err)
 	}
-	p.log.Info("host probe SNAT follows the kubelet", "uid", uid, "was", p.uid.Load(), "pid", k.pid)
-	p.store(hc.ProbeUID)
+	p.log.Info("host probe SNAT follows the kubelet", "uid", uid, "pid", k.pid)
 	return nil
+}
+
+// restore writes the host table again with the uid it last held (none:
+// no SNAT rule), for the store when the table is gone (an `nft flush
+// ruleset` on the node): its pods' addresses follow from the store.
+func (p *probeOwner) restore() error {
+	p.writes.Lock()
+	defer p.writes.Unlock()
+	hc := p.base
+	if p.auto {
+		hc.ProbeUID = redirect.UID{}
+		if u := p.uid.Load(); u >= 0 {
+			hc.ProbeUID = redirect.UIDOf(uint32(u))
+		}
+	}
+	return p.ensure(hc)
 }
 
 // run rechecks every period until ctx ends.

@@ -24,6 +24,9 @@ type Ambient struct {
 	}
 	// Host is the netns holding the `inet sluice-host` table.
 	Host netns.NsHandle
+	// RestoreHost writes the host table again as the agent configured it,
+	// empty, when a pass finds it gone; nil leaves it gone.
+	RestoreHost func() error
 }
 
 // connectWaiter is the ztunnel server's wait for a connection

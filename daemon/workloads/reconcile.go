@@ -95,18 +95,38 @@ func (s *Store) reconcileOne(r Record, full bool) error {
 			return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 		}
 	}
-	if isAmbient(&r) && s.ambient != nil {
-		// The host table may have been recreated empty (an uninstall and a
-		// reinstall, a reboot of the agent's host netns in tests).
-		if err := s.kernel.AddHostIPs(redirect.Netns(s.ambient.Host), podAddrs(&r)...); err != nil {
-			return fmt.Errorf("reconcile %s: host probe table: %w", r.Attachment, err)
-		}
-	}
 	since := r.NFTGen
 	if full {
 		since = 0
 	}
-	return s.reassert(ns, r, since)
+	// The pod's own capture first: trouble with the host table must never
+	// hold back the rules that capture the pod.
+	err = s.reassert(ns, r, since)
+	if isAmbient(&r) && s.ambient != nil {
+		err = errors.Join(err, s.reassertHostIPs(&r))
+	}
+	return err
+}
+
+// reassertHostIPs puts r's addresses in the host probe table again, which
+// may have been recreated empty (an uninstall and a reinstall) or deleted
+// (an `nft flush ruleset` on the node: then written again first).
+func (s *Store) reassertHostIPs(r *Record) error {
+	s.hostMu.Lock()
+	defer s.hostMu.Unlock()
+	host := redirect.Netns(s.ambient.Host)
+	err := s.kernel.AddHostIPs(host, podAddrs(r)...)
+	if err != nil && s.ambient.RestoreHost != nil {
+		s.log.Warn("host probe table unusable; writing it again", "attachment", r.Attachment.String(), "err", err)
+		if rerr := s.ambient.RestoreHost(); rerr != nil {
+			return fmt.Errorf("reconcile %s: host probe table: %w (writing it again: %w)", r.Attachment, err, rerr)
+		}
+		err = s.kernel.AddHostIPs(host, podAddrs(r)...)
+	}
+	if err != nil {
+		return fmt.Errorf("reconcile %s: host probe table: %w", r.Attachment, err)
+	}
+	return nil
 }
 
 // reassert re-applies r's ruleset when the kernel no longer holds it

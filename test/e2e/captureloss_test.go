@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -96,14 +95,6 @@ func TestCaptureLossEventOnPod(t *testing.T) {
 // 10 s, seen as a real connection reaching the proxy port and the pod's IP
 // back in the probe set.
 func TestAmbientCaptureLossRestoredWithinTenSeconds(t *testing.T) {
-	if os.Getenv("SLUICE_AMBIENT_LOSS_KNOWN_BUG") == "" {
-		// Found by this test, not fixed yet: after `nft flush ruleset` in an
-		// ambient pod the agent re-applies once ("ruleset drifted;
-		// re-applying") and the pod then holds no table at all while later
-		// cheap passes see no drift (the nftables generation did not move
-		// after the apply). Run with SLUICE_AMBIENT_LOSS_KNOWN_BUG=1 to see it.
-		t.Skip("known fail-open in ambient reassert, under investigation (SLUICE_AMBIENT_LOSS_KNOWN_BUG=1 runs it)")
-	}
 	n := newNode(t)
 	zsock := filepath.Join(t.TempDir(), "ztunnel", "ztunnel.sock")
 	n.startAgent("--ambient", "--default-mode", "ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", zsock)
@@ -124,8 +115,9 @@ func TestAmbientCaptureLossRestoredWithinTenSeconds(t *testing.T) {
 	n.expectInSync(t, "ambloss1")
 	p := startProxy(t, pod, "15001")
 	var lastDrift any
+	debug := sluicev1.NewDebugClient(n.Client()) // one connection: each costs one of the socket's slots
 	inSync := func() bool {
-		w, err := sluicev1.NewDebugClient(n.Client()).GetWorkload(t.Context(), &sluicev1.GetWorkloadRequest{ContainerId: "ambloss1"})
+		w, err := debug.GetWorkload(t.Context(), &sluicev1.GetWorkloadRequest{ContainerId: "ambloss1"})
 		if err != nil {
 			lastDrift = err
 			return false
@@ -147,6 +139,12 @@ func TestAmbientCaptureLossRestoredWithinTenSeconds(t *testing.T) {
 		{"flush ruleset", func() { pod.Run(t, "nft", "flush", "ruleset") }, inSync},
 		{"flush policy routes", func() { pod.Run(t, "ip", "-4", "route", "flush", "table", "100") }, inSync},
 		{"delete host probe table", func() { n.NS.Run(t, "nft", "delete", "table", "inet", "sluice-host") }, probeSet},
+		// Both at once: before, a pass stopped at the missing host table
+		// and never reached the pod's own rules.
+		{"flush the node's and the pod's rulesets", func() {
+			n.NS.Run(t, "nft", "flush", "ruleset")
+			pod.Run(t, "nft", "flush", "ruleset")
+		}, func() bool { return inSync() && probeSet() }},
 	}
 	for _, f := range faults {
 		f.inject()
