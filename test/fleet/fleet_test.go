@@ -54,6 +54,12 @@ const (
 	// maxGrowthKiB: what growing the fleet's namespaces tenfold and its
 	// pods threefold may add to an agent's resident memory.
 	maxGrowthKiB = 5 << 10
+	// maxAddReads and maxAmbientWrites: per ADD, a GET of a pod the
+	// agent's cache has not seen yet (its watch races the runtime: the
+	// named exception), and the one PATCH of ambient.istio.io/redirection.
+	// Nothing else, for any pod.
+	maxAddReads      = 1
+	maxAmbientWrites = 1
 	// maxWatchShare: what an agent receives from the API server while the
 	// fleet churns, as a share of what an unscoped pod watch receives (its
 	// own node's pods do not change meanwhile: it should be bookmarks).
@@ -62,13 +68,16 @@ const (
 
 var bin agenttest.Bin
 
+// testApp holds the ZDS stand-in each agent hands its ambient pods to.
+var testApp = productbuild.Target{Name: "testapp", Pkg: "github.com/sluicemesh/sluice/test/node/testapp"}
+
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		fmt.Println("fleet: not root; every test will skip")
 		os.Exit(m.Run())
 	}
 	var err error
-	if bin, err = agenttest.Build(context.Background(), productbuild.Options{Dir: "../.."}, agenttest.Loopback); err != nil {
+	if bin, err = agenttest.Build(context.Background(), productbuild.Options{Dir: "../.."}, agenttest.Loopback, testApp); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
@@ -189,42 +198,19 @@ func TestFleetAPIFootprint(t *testing.T) {
 		t.Fatalf("the fleet churned only %d pod changes in %v", changes, steady)
 	}
 
-	// The ADD of a sidecar pod and of a plain pod writes nothing.
-	n := nodes[0]
-	mark = len(audit.all)
-	for _, tmpl := range []*corev1.Pod{sidecarPod(), {}} {
-		name := "add-plain"
-		if len(tmpl.Annotations) > 0 {
-			name = "add-sidecar"
-		}
-		p, err := f.Place(ctx, fleet.Namespace(0), name, fleet.NodeName(0), tmpl, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.add(t, p)
-	}
-	audit = auditOf(t, env)
-	var gets int
-	for _, ev := range audit.all[mark:] {
-		if ev.User.Username != agentUser(0) || ev.Verb == "watch" {
-			continue
-		}
-		if ev.Verb == "get" && ev.Resource() == "pods" {
-			gets++ // a pod the cache had not seen yet: the named exception
-			continue
-		}
-		t.Errorf("the ADD of a sidecar or plain pod made %s %s (%s)", ev.Verb, ev.URI, ev.Resource())
-	}
-	if gets > 2 {
-		t.Errorf("%d GETs of pods for 2 ADDs, want at most one each (a cache miss)", gets)
-	}
+	// The ADD of a sidecar pod and of a plain pod asks nothing; an ambient
+	// pod's ADD writes once: the annotation istiod needs.
+	addFootprint(t, env, admin, f, nodes[0])
+
+	// A DaemonSet rollout: every agent stops and starts again at once.
+	restartStorm(t, env, admin, nodes)
 
 	// Size: ten times the namespaces, three times the pods.
 	before := make([]int, agents)
 	for i, na := range nodes {
 		before[i] = rssKiB(t, na.agent.Cmd.Process.Pid)
 	}
-	mark = len(audit.all)
+	mark = len(auditOf(t, env).all)
 	if err := f.Grow(ctx, grown); err != nil {
 		t.Fatal(err)
 	}
@@ -267,33 +253,44 @@ func bindAll(t *testing.T, env *kubetest.Env, c kubernetes.Interface, users []st
 // (pod netns, the host probe table) is the node's private netns.
 type agentNode struct {
 	*agenttest.Node
-	agent *agenttest.Agent
-	i     int
-	chain *agenttest.Chain
+	agent   *agenttest.Agent
+	i       int
+	chain   *agenttest.Chain
+	ztunnel *agenttest.Agent // the test app's ZDS stand-in
+	conf    string
+	cniBin  string
 }
 
 func startAgent(t *testing.T, env *kubetest.Env, i int) *agentNode {
 	n := &agentNode{Node: agenttest.NewNode(t), i: i}
-	conf := filepath.Join(n.Dir, "conf")
-	cniBin := filepath.Join(n.Dir, "cnibin")
-	for _, d := range []string{conf, cniBin} {
+	n.conf = filepath.Join(n.Dir, "conf")
+	n.cniBin = filepath.Join(n.Dir, "cnibin")
+	for _, d := range []string{n.conf, n.cniBin, filepath.Join(n.Dir, "ztunnel")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bin.Agent(),
-		"--kubeconfig", env.Kubeconfig(t, agentUser(i)),
-		"--node-name", fleet.NodeName(i),
-		"--socket", n.Socket, "--state-dir", n.StateDir, "--netns-roots", n.Root,
-		"--health-addr", "127.0.0.1:0", "--install=false", "--cni-conf-dir", conf, "--cni-bin-dir", cniBin,
-		"--plugin-binary", bin.Plugin(),
-		"--ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", filepath.Join(n.Dir, "ztunnel", "ztunnel.sock"),
-		"--ztunnel-connect-wait", "0", "--log-level", "warn")
-	n.agent = agenttest.Start(t, cmd)
+	n.agent = n.spawn(t, env)
+	n.ztunnel = agenttest.Start(t, exec.Command(bin.Path(testApp.Name), "ztunnel", n.ztunnelSocket()))
 	n.chain = agenttest.NewChain(t, n.NS, []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"fleet","plugins":[
 		{"type":"loopback"},
 		{"type":"sluice","socket":%q,"timeout":"5s"}]}`, n.Socket)), bin.Dir)
 	return n
+}
+
+func (n *agentNode) ztunnelSocket() string { return filepath.Join(n.Dir, "ztunnel", "ztunnel.sock") }
+
+// spawn starts this node's agent process: at first, and again in a rollout
+// on the same state dir.
+func (n *agentNode) spawn(t *testing.T, env *kubetest.Env) *agenttest.Agent {
+	return agenttest.Start(t, exec.Command(bin.Agent(),
+		"--kubeconfig", env.Kubeconfig(t, agentUser(n.i)),
+		"--node-name", fleet.NodeName(n.i),
+		"--socket", n.Socket, "--state-dir", n.StateDir, "--netns-roots", n.Root,
+		"--health-addr", "127.0.0.1:0", "--install=false", "--cni-conf-dir", n.conf, "--cni-bin-dir", n.cniBin,
+		"--plugin-binary", bin.Plugin(),
+		"--ambient", "--host-netns", n.NS.Path, "--ztunnel-socket", n.ztunnelSocket(),
+		"--ztunnel-connect-wait", "10s", "--log-level", "warn"))
 }
 
 func (n *agentNode) waitReady(t *testing.T) {
