@@ -3,6 +3,7 @@ package fleet
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +61,7 @@ func addFootprint(t *testing.T, env *kubetest.Env, admin kubernetes.Interface, f
 			}
 		}
 		t.Logf("ADD of %s: %d reads %v, %d writes %v", c.name, len(reads), uris(reads), len(writes), uris(writes))
+		figure(t, "ADD of a pod "+strings.TrimPrefix(c.name, "add-"), "%d reads, %d writes", len(reads), len(writes))
 		if len(reads) > maxAddReads {
 			t.Errorf("the ADD of %s read %d times, want at most %d: %v", c.name, len(reads), maxAddReads, uris(reads))
 		}
@@ -94,7 +96,7 @@ func ambientPod() *corev1.Pod {
 // served from the API server's watch cache (resourceVersion=0; its metric
 // apiserver_storage_list_total{storage="watchcache"} counts them). How
 // long the last agent took to be ready is reported, not asserted.
-func restartStorm(t *testing.T, env *kubetest.Env, admin kubernetes.Interface, nodes []*agentNode) {
+func restartStorm(t *testing.T, env *kubetest.Env, admin kubernetes.Interface, nodes []*agentNode, size fleet.Spec) {
 	t.Helper()
 	for _, n := range nodes {
 		n.agent.Cmd.Process.Signal(syscall.SIGTERM)
@@ -125,7 +127,8 @@ func restartStorm(t *testing.T, env *kubetest.Env, admin kubernetes.Interface, n
 		return all
 	}, "every agent ready after the rollout")
 	slices.Sort(ready)
-	t.Logf("rollout of %d agents: ready in %v (median), %v (slowest)", len(nodes), ready[len(ready)/2].Round(time.Millisecond), ready[len(ready)-1].Round(time.Millisecond))
+	figure(t, fmt.Sprintf("rollout at %d namespaces, %d pods: time to ready", size.Namespaces, size.Pods), "median %v, slowest %v of %d agents restarted at once",
+		ready[len(ready)/2].Round(time.Millisecond), ready[len(ready)-1].Round(time.Millisecond), len(nodes))
 
 	var audit []kubetest.AuditEvent
 	nstest.Eventually(t, 60*time.Second, func() bool {
@@ -140,6 +143,7 @@ func restartStorm(t *testing.T, env *kubetest.Env, admin kubernetes.Interface, n
 		return true
 	}, "every restarted agent's look at its node's startup taint")
 	lists := map[string]int{}
+	var perAgent []int
 	for i := range nodes {
 		var mine []kubetest.AuditEvent
 		perResource := map[string]int{}
@@ -151,6 +155,7 @@ func restartStorm(t *testing.T, env *kubetest.Env, admin kubernetes.Interface, n
 			}
 		}
 		t.Logf("agent %d after the rollout: %d LISTs %v", i, len(mine), uris(mine))
+		perAgent = append(perAgent, len(mine))
 		if len(mine) > maxStartLists {
 			t.Errorf("agent %d LISTed %d times in the rollout, want at most %d: %v", i, len(mine), maxStartLists, uris(mine))
 		}
@@ -165,10 +170,11 @@ func restartStorm(t *testing.T, env *kubetest.Env, admin kubernetes.Interface, n
 			}
 		}
 	}
+	figure(t, fmt.Sprintf("rollout at %d namespaces: LISTs per agent", size.Namespaces), "%s", spread(perAgent))
 	cachedAfter := cacheLists(t, admin)
 	for r, k := range lists {
 		served := cachedAfter[r] - cachedBefore[r]
-		t.Logf("rollout: %d LISTs of %s by the agents, %d LISTs of %s served from the watch cache", k, r, served, r)
+		figure(t, fmt.Sprintf("rollout at %d namespaces: LISTs of %s", size.Namespaces, r), "%d by the agents, %d served from the watch cache", k, served)
 		if served < k {
 			t.Errorf("of the agents' %d LISTs of %s, only %d were served from the watch cache", k, r, served)
 		}

@@ -37,7 +37,7 @@ import (
 var (
 	agents  = envInt("SLUICE_FLEET_AGENTS", 5)
 	small   = fleet.Spec{Nodes: envInt("SLUICE_FLEET_NODES", 500), Namespaces: 100, Pods: envInt("SLUICE_FLEET_PODS", 2000)}
-	grown   = fleet.Spec{Nodes: small.Nodes, Namespaces: envInt("SLUICE_FLEET_NAMESPACES", 1000), Pods: 3 * small.Pods}
+	grown   = fleet.Spec{Nodes: small.Nodes, Namespaces: envInt("SLUICE_FLEET_NAMESPACES", 1000), Pods: envInt("SLUICE_FLEET_GROWN_PODS", 3*small.Pods)}
 	churn   = 20 // pod changes a second across the fleet: SIG Scalability's steady state
 	steady  = 20 * time.Second
 	ownPods = 10 // pods on each agent's node
@@ -116,6 +116,7 @@ func TestFleetAPIFootprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("fleet of %d nodes, %d namespaces, %d pods in %v", small.Nodes, small.Namespaces, small.Pods, time.Since(began).Round(time.Second))
+	figure(t, "fleet", "%d nodes, %d namespaces, %d pods, %d agents (%d pods on each agent's node)", small.Nodes, small.Namespaces, small.Pods, agents, ownPods)
 	for i := range agents {
 		for j := range ownPods {
 			if _, err := f.Place(ctx, fleet.Namespace(j), fmt.Sprintf("own-%d-%d", i, j), fleet.NodeName(i), nil, true); err != nil {
@@ -143,8 +144,10 @@ func TestFleetAPIFootprint(t *testing.T) {
 		}
 		return true
 	}, "every agent's look at its node's startup taint")
+	var startLists []int
 	for i := range nodes {
 		lists := audit.by(agentUser(i), "list")
+		startLists = append(startLists, len(lists))
 		t.Logf("agent %d at start: %d LISTs %v, %d watches", i, len(lists), resources(lists), len(audit.by(agentUser(i), "watch")))
 		if len(lists) > maxStartLists {
 			t.Errorf("agent %d LISTed %d times at start, want at most %d: %v", i, len(lists), maxStartLists, uris(lists))
@@ -159,11 +162,15 @@ func TestFleetAPIFootprint(t *testing.T) {
 	// Steady state: the fleet churns; agents should ask nothing new, and
 	// receive on their watches what their own node's pods do, not what the
 	// cluster's do. An unscoped pod watch beside them is the yardstick.
+	figure(t, "start: LISTs per agent", "%s (pods of its node, namespaces)", spread(startLists))
 	mark := len(audit.all)
 	received := make([]uint64, agents)
+	startBytes := make([]int, agents)
 	for i, n := range nodes {
 		received[i] = apiBytes(t, n.agent.Cmd.Process.Pid, env)
+		startBytes[i] = int(received[i])
 	}
+	figure(t, "start: bytes received per agent", "%s", spread(startBytes))
 	churnCtx, stop := context.WithTimeout(ctx, steady)
 	unscoped := make(chan int64, 1)
 	go func() { unscoped <- watchBytes(churnCtx, admin) }()
@@ -171,8 +178,10 @@ func TestFleetAPIFootprint(t *testing.T) {
 	changes := f.Churn(churnCtx, churn)
 	stop()
 	all := <-unscoped
+	churned := make([]int, agents)
 	for i, n := range nodes {
 		got := apiBytes(t, n.agent.Cmd.Process.Pid, env) - received[i]
+		churned[i] = int(got)
 		t.Logf("agent %d received %d bytes from the API server while an unscoped pod watch received %d", i, got, all)
 		if float64(got) > maxWatchShare*float64(all) {
 			t.Errorf("agent %d received %d bytes during the churn, more than %.0f %% of an unscoped pod watch's %d", i, got, 100*maxWatchShare, all)
@@ -181,7 +190,9 @@ func TestFleetAPIFootprint(t *testing.T) {
 	if all < 10<<10 {
 		t.Fatalf("the unscoped watch saw only %d bytes of the churn: no yardstick", all)
 	}
+	figure(t, "steady: watch bytes per agent during the churn", "%s; an unscoped pod watch: %d", spread(churned), all)
 	audit = auditOf(t, env)
+	steadyAsked := make([]int, agents)
 	for i := range nodes {
 		var asked []kubetest.AuditEvent
 		for _, ev := range audit.all[mark:] {
@@ -190,10 +201,12 @@ func TestFleetAPIFootprint(t *testing.T) {
 			}
 		}
 		t.Logf("agent %d during %d pod changes in %v: %d requests %v", i, changes, steady, len(asked), uris(asked))
+		steadyAsked[i] = len(asked)
 		if len(asked) > maxSteadyRequests {
 			t.Errorf("agent %d made %d requests in steady state, want at most %d: %v", i, len(asked), maxSteadyRequests, uris(asked))
 		}
 	}
+	figure(t, "steady: requests per agent", "%s in %v of %d pod changes (%.1f/s), Leases renewed every 10 s", spread(steadyAsked), steady, changes, float64(changes)/steady.Seconds())
 	if changes < churn*int(steady/time.Second)/2 {
 		t.Fatalf("the fleet churned only %d pod changes in %v", changes, steady)
 	}
@@ -203,7 +216,7 @@ func TestFleetAPIFootprint(t *testing.T) {
 	addFootprint(t, env, admin, f, nodes[0])
 
 	// A DaemonSet rollout: every agent stops and starts again at once.
-	restartStorm(t, env, admin, nodes)
+	restartStorm(t, env, admin, nodes, small)
 
 	// Size: ten times the namespaces, three times the pods.
 	before := make([]int, agents)
@@ -211,12 +224,19 @@ func TestFleetAPIFootprint(t *testing.T) {
 		before[i] = rssKiB(t, na.agent.Cmd.Process.Pid)
 	}
 	mark = len(auditOf(t, env).all)
+	began = time.Now()
 	if err := f.Grow(ctx, grown); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("fleet grown to %d namespaces, %d pods in %v", grown.Namespaces, grown.Pods, time.Since(began).Round(time.Second))
+	// The agents' namespace watches deliver the last of the growth.
+	time.Sleep(5 * time.Second)
 	audit = auditOf(t, env)
+	var rssBefore, rssAfter, growth []int
+	growAsked := 0
 	for i, na := range nodes {
 		after := rssKiB(t, na.agent.Cmd.Process.Pid)
+		rssBefore, rssAfter, growth = append(rssBefore, before[i]), append(rssAfter, after), append(growth, after-before[i])
 		t.Logf("agent %d: RSS %d KiB at %d namespaces and %d pods, %d KiB at %d and %d", i, before[i], small.Namespaces, small.Pods, after, grown.Namespaces, grown.Pods)
 		if after-before[i] > maxGrowthKiB {
 			t.Errorf("agent %d grew %d KiB with the fleet, want at most %d", i, after-before[i], maxGrowthKiB)
@@ -224,9 +244,30 @@ func TestFleetAPIFootprint(t *testing.T) {
 		for _, ev := range audit.all[mark:] {
 			if ev.User.Username == agentUser(i) && ev.Verb != "watch" {
 				t.Errorf("agent %d asked %s %s while the fleet grew", i, ev.Verb, ev.URI)
+				growAsked++
 			}
 		}
 	}
+	figure(t, "size: RSS per agent (KiB)", "%s at %d namespaces and %d pods; %s at %d and %d", spread(rssBefore), small.Namespaces, small.Pods, spread(rssAfter), grown.Namespaces, grown.Pods)
+	figure(t, "size: RSS growth per agent (KiB)", "%s", spread(growth))
+	figure(t, "size: requests while the fleet grew", "%d (all agents)", growAsked)
+
+	// A rollout at the grown size.
+	restartStorm(t, env, admin, nodes, grown)
+}
+
+// figure logs one of the figures make bench's fleet section prints
+// (hack/bench collects the lines that start "figure:").
+func figure(t *testing.T, what, format string, args ...any) {
+	t.Helper()
+	t.Logf("figure: %s | %s", what, fmt.Sprintf(format, args...))
+}
+
+// spread is the median and the largest of xs.
+func spread(xs []int) string {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return fmt.Sprintf("median %d, max %d", s[len(s)/2], s[len(s)-1])
 }
 
 // bindAll binds every agent user to the shipped ClusterRole.
