@@ -140,6 +140,9 @@ func (n *node) burstOne(name, prefix string, conf *libcni.NetworkConfig, pods []
 // writeBurstGoals: a rebooted node's burst loses no pod, each ADD within
 // 2 s at p99, the agent within 64 MiB.
 func writeBurstGoals(m *md, b *burstResult) {
+	if b == nil { // section 3 was not run
+		return
+	}
 	row := func(goal, measured string, ok bool) { m.p("| %s | %s | %s |", goal, measured, verdict(ok)) }
 	sl := b.sluice
 	row(fmt.Sprintf("a rebooted node's burst, %d simultaneous ADDs (Kubernetes mode): 0 failed", b.count),
@@ -166,6 +169,9 @@ func p99Of(r burstRun) string {
 
 // writeBurst is the burst's rows: every plugin's ADDs, fired at once.
 func writeBurst(m *md, b *burstResult) {
+	if b == nil {
+		return
+	}
 	rows := []series{b.loopback.s, b.sluice.s}
 	for _, r := range []burstRun{b.istioNFT, b.istioIPT} {
 		if r.s.name != "" {
