@@ -27,7 +27,9 @@ import (
 type Cache struct {
 	// Pods holds this node's pods only (spec.nodeName).
 	Pods coreinformers.PodInformer
-	// Namespaces holds every namespace.
+	// Namespaces holds every namespace, as NamespaceLabels reads it: its
+	// name, UID, resourceVersion and labels, kubernetes.io/metadata.name
+	// left out (it is the name).
 	Namespaces coreinformers.NamespaceInformer
 
 	factory informers.SharedInformerFactory
@@ -59,6 +61,13 @@ func New(client kubernetes.Interface, nodeName string, log *slog.Logger) (*Cache
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 			func(o *metav1.ListOptions) { o.FieldSelector = onNode })
 	})
+	// Every node holds every namespace, so each byte of one counts 10,000
+	// times on a large cluster (docs/scale.md): no namespace index (a
+	// cluster-scoped object's is one set of every name), and what is kept
+	// of each is stripNamespace's.
+	f.InformerFor(&corev1.Namespace{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewNamespaceInformer(c, resync, cache.Indexers{})
+	})
 	c := &Cache{Pods: f.Core().V1().Pods(), Namespaces: f.Core().V1().Namespaces(), factory: f, node: nodeName, log: log}
 	// Informer() instantiates each in the factory, so Run starts both.
 	for name, inf := range map[string]cache.SharedIndexInformer{"pods": c.Pods.Informer(), "namespaces": c.Namespaces.Informer()} {
@@ -73,10 +82,53 @@ func New(client kubernetes.Interface, nodeName string, log *slog.Logger) (*Cache
 }
 
 func stripManagedFields(obj any) (any, error) {
+	if ns, ok := obj.(*corev1.Namespace); ok {
+		return stripNamespace(ns), nil
+	}
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// metadataName is the label the API server gives every namespace, its name.
+const metadataName = "kubernetes.io/metadata.name"
+
+// stripNamespace keeps what the agent reads of a namespace: its labels,
+// for the enablement selectors and the sidecar rules. The labels map is
+// most of a namespace's bytes in the cache and on most namespaces holds
+// only kubernetes.io/metadata.name, so that label is dropped when it is the
+// name (NamespaceLabels puts it back).
+func stripNamespace(ns *corev1.Namespace) *corev1.Namespace {
+	kept := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, UID: ns.UID, ResourceVersion: ns.ResourceVersion,
+		DeletionTimestamp: ns.DeletionTimestamp}}
+	for k, v := range ns.Labels {
+		if k == metadataName && v == ns.Name {
+			continue
+		}
+		if kept.Labels == nil {
+			kept.Labels = make(map[string]string, len(ns.Labels))
+		}
+		kept.Labels[k] = v
+	}
+	return kept
+}
+
+// NamespaceLabels is ns's labels as the API server has them, for a
+// namespace from the cache or from the API server alike (nil: none).
+func NamespaceLabels(ns *corev1.Namespace) map[string]string {
+	if ns == nil {
+		return nil
+	}
+	if _, ok := ns.Labels[metadataName]; ok || ns.Name == "" {
+		return ns.Labels
+	}
+	out := make(map[string]string, len(ns.Labels)+1)
+	for k, v := range ns.Labels {
+		out[k] = v
+	}
+	out[metadataName] = ns.Name
+	return out
 }
 
 // Run runs the informers until ctx ends, and returns once they have

@@ -2,7 +2,11 @@ package kubecache
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"maps"
+	goruntime "runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -95,4 +101,59 @@ func TestCacheLogsWatchFailures(t *testing.T) {
 		return strings.Count(l, `msg="watch failed; retrying"`) >= 2 &&
 			strings.Contains(l, "informer=pods") && strings.Contains(l, "informer=namespaces")
 	}, "a logged list failure of each informer: %v", log)
+}
+
+// Every node caches every namespace, so what one costs is multiplied by
+// the cluster's namespaces (docs/scale.md): 10,000 namespaces as the API
+// server writes them hold at most maxNamespaceBytes of heap each (about
+// 820 B when the cache kept them whole, with a namespace index). Their
+// labels still read as the API server has them.
+func TestCacheHoldsNamespacesSmall(t *testing.T) {
+	const n, maxNamespaceBytes = 10000, 600
+	objs := make([]runtime.Object, 0, n)
+	for i := range n {
+		name := fmt.Sprintf("fleet-ns-%05d", i)
+		objs = append(objs, &corev1.Namespace{
+			ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(fmt.Sprintf("0a1b2c3d-0000-4000-8000-%012d", i)),
+				ResourceVersion: strconv.Itoa(100000 + i), CreationTimestamp: metav1.Now(),
+				Labels: map[string]string{"kubernetes.io/metadata.name": name}},
+			Spec:   corev1.NamespaceSpec{Finalizers: []corev1.FinalizerName{corev1.FinalizerKubernetes}},
+			Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive}})
+	}
+	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh",
+		Labels: map[string]string{"kubernetes.io/metadata.name": "mesh", "istio.io/dataplane-mode": "ambient"}}})
+	client := fake.NewClientset(objs...)
+	objs = nil
+	before := heapAfterGC()
+	c := run(t, client, &syncedLog{})
+	nstest.Eventually(t, 60*time.Second, func() bool {
+		l, _ := c.Namespaces.Lister().List(labels.Everything())
+		return c.Namespaces.Informer().HasSynced() && len(l) == n+1
+	}, "the namespaces to be cached")
+	perNamespace := (heapAfterGC() - before) / n
+	t.Logf("%d B of heap per cached namespace", perNamespace)
+	if perNamespace > maxNamespaceBytes {
+		t.Errorf("the cache holds %d B of heap per namespace, want at most %d", perNamespace, maxNamespaceBytes)
+	}
+
+	for name, want := range map[string]map[string]string{
+		"fleet-ns-00007": {"kubernetes.io/metadata.name": "fleet-ns-00007"},
+		"mesh":           {"kubernetes.io/metadata.name": "mesh", "istio.io/dataplane-mode": "ambient"},
+	} {
+		ns, err := c.Namespaces.Lister().Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := NamespaceLabels(ns); !maps.Equal(got, want) {
+			t.Errorf("NamespaceLabels(%s) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func heapAfterGC() int64 {
+	var m goruntime.MemStats
+	goruntime.GC()
+	goruntime.GC()
+	goruntime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

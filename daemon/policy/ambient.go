@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
@@ -40,11 +41,7 @@ func (c AmbientConfig) selectors() *Selectors {
 // isAmbient is Istio's enrolment rule, its enablement selectors over the
 // pod's and its namespace's labels (ns nil: no namespace labels).
 func isAmbient(pod *corev1.Pod, ns *corev1.Namespace, cfg AmbientConfig) bool {
-	var nsLabels map[string]string
-	if ns != nil {
-		nsLabels = ns.Labels
-	}
-	return cfg.selectors().Matches(pod, nsLabels)
+	return cfg.selectors().Matches(pod, kubecache.NamespaceLabels(ns))
 }
 
 // decideAmbient is the decision for a pod isAmbient accepted. Like

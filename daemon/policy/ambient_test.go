@@ -60,3 +60,18 @@ func TestDecideAmbientOptions(t *testing.T) {
 		t.Fatalf("reroute interfaces: %v %v", d.Spec.RerouteInterfaces, err)
 	}
 }
+
+// The agent's cache keeps a namespace without kubernetes.io/metadata.name
+// (it is the name; daemon/kubecache): a selector on it still matches.
+func TestAmbientSelectorOnNamespaceName(t *testing.T) {
+	cfg := AmbientConfig{Selectors: MustParseSelectors(`- namespaceSelector:
+    matchLabels: {kubernetes.io/metadata.name: shop}
+`)}
+	cached := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}
+	if !isAmbient(&corev1.Pod{}, cached, cfg) {
+		t.Error("a pod of namespace shop, cached without its name label, is not ambient under a selector on that label")
+	}
+	if isAmbient(&corev1.Pod{}, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}}, cfg) {
+		t.Error("a pod of namespace other is ambient under a selector on shop's name")
+	}
+}

@@ -140,6 +140,9 @@ func (n *node) burstOne(name, prefix string, conf *libcni.NetworkConfig, pods []
 // writeBurstGoals: a rebooted node's burst loses no pod, each ADD within
 // 2 s at p99, the agent within 64 MiB.
 func writeBurstGoals(m *md, b *burstResult) {
+	if b == nil { // section 3 was not run
+		return
+	}
 	row := func(goal, measured string, ok bool) { m.p("| %s | %s | %s |", goal, measured, verdict(ok)) }
 	if b == nil {
 		row("a rebooted node's burst (Kubernetes mode): 0 failed, p99 ≤ 2 s, agent RSS ≤ 64 MiB", "not measured", false)

@@ -156,6 +156,7 @@ func writeDetails(m *md, c config, r *results) {
 	}
 	writeNRI(m, r.nri)
 	writeLifecycle(m, r.lifecycle)
+	writeFleet(m, r.fleet)
 }
 
 // writeProfile is section 5: where an ADD's CPU goes, agent and plugin.

@@ -53,6 +53,9 @@ type config struct {
 	lifeScenarios, lifeOnly bool
 	// burstOnly runs section 3b alone and writes only it (runBurstOnly).
 	burstOnly bool
+	// fleet is section 9's size; fleetOnly runs it alone (runFleetOnly).
+	fleet     fleetSize
+	fleetOnly bool
 	// lifeChurn is the node suites' churn pace across the cluster.
 	lifeChurn time.Duration
 	resync    time.Duration
@@ -76,6 +79,12 @@ func main() {
 	flag.DurationVar(&c.lifeChurn, "lifecycle-churn", lifecycletest.FullChurnInterval, "the node suites' pace: a pod every this long across the two nodes (the default is one a second per node, which needs the 2-core machine to itself)")
 	flag.BoolVar(&c.lifeOnly, "lifecycle-only", false, "run only section 8 and write its goal rows and section to -out (default stdout), to paste into docs/benchmarks.md")
 	flag.BoolVar(&c.burstOnly, "burst-only", false, "run only section 3b (a rebooted node's burst) and write its goal rows and section to -out (default stdout), to paste into docs/benchmarks.md")
+	flag.BoolVar(&c.fleetOnly, "fleet-only", false, "run only section 9 (a simulated fleet, test/fleet) and write it to -out (default stdout), to paste into docs/benchmarks.md")
+	flag.IntVar(&c.fleet.nodes, "fleet-nodes", 5000, "Node objects in section 9's fleet")
+	flag.IntVar(&c.fleet.pods, "fleet-pods", 1000, "pods in the fleet when its agents start")
+	flag.IntVar(&c.fleet.grownPods, "fleet-grown-pods", 50000, "pods in the fleet once grown")
+	flag.IntVar(&c.fleet.namespaces, "fleet-namespaces", 10000, "namespaces in the fleet once grown (it starts at 100)")
+	flag.IntVar(&c.fleet.agents, "fleet-agents", 50, "real agents in the fleet, each for its own node")
 	flag.DurationVar(&c.resync, "resync", time.Minute, "the agent's --resync-interval in the scale run (its default), measured once")
 	flag.Parse()
 	if c.lifeChurn <= 0 {
@@ -87,6 +96,7 @@ func main() {
 	if c.smoke {
 		c.rules, c.pods, c.e2ePods, c.small, c.probes, c.churn, c.rounds, c.execs, c.kubePods, c.nriPods, c.resync = 3, 12, 4, 4, 3, 8, 2, 5, 2, 1, time.Second
 		c.burst = 6
+		c.fleet = fleetSize{nodes: 50, pods: 100, grownPods: 300, namespaces: 200, agents: 2}
 	}
 	if os.Geteuid() == 0 && os.Getenv(privateMountsEnv) == "" {
 		os.Exit(inPrivateMounts())
@@ -164,6 +174,7 @@ type results struct {
 	rules     []series
 	storms    *storms
 	kube      *kubeResult
+	fleet     *fleetResult
 	scale     *scaleResult
 	footprint *footprint
 	nri       *nriResult
@@ -200,6 +211,9 @@ func run(c config) (*results, error) {
 	res := &results{started: time.Now(), out: c.out}
 	if c.lifeOnly {
 		return runLifecycleOnly(c, tmp, res, &cl)
+	}
+	if c.fleetOnly {
+		return runFleetOnly(c, res, &cl)
 	}
 	if res.out == "" {
 		res.out = "docs/benchmarks.md"
@@ -333,6 +347,14 @@ func run(c config) (*results, error) {
 	}
 	step(fmt.Sprintf("node lifecycle: %d pod starts each with no mesh CNI, istio-cni, sluice chained and sluice NRI on the test node; the node suites' counts", c.lifePods))
 	res.lifecycle = benchLifecycle(tmp, c.lifePods, c.lifeScenarios, c.lifeChurn, c.smoke, &cl)
+	// The fleet is a minute even at the smoke size, and make test runs it:
+	// the smoke run leaves it out.
+	if s := c.fleet; !c.smoke {
+		step(fmt.Sprintf("fleet: %d nodes, %d agents, %d to %d pods, 100 to %d namespaces (test/fleet)", s.nodes, s.agents, s.pods, s.grownPods, s.namespaces))
+		if res.fleet = benchFleet(&cl, s); res.fleet.err != nil {
+			fmt.Fprintln(os.Stderr, "bench: section 9 (fleet):", res.fleet.err)
+		}
+	}
 	reportLifecycleErrs(res.lifecycle)
 	res.took = time.Since(res.started)
 

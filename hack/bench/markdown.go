@@ -122,6 +122,7 @@ func writeMachine(m *md, c config, r *results) {
 	m.p("make bench                     # all of it, ~%s here; rewrites docs/benchmarks.md and docs/benchmarks/*.svg", r.took.Round(time.Minute))
 	m.p("go run ./hack/bench -smoke     # every part with tiny counts, output in a temp dir (< 30 s warm)")
 	m.p("go run ./hack/bench -lifecycle-only -out FILE  # section 8 alone (pod start, the node suites' counts), to paste in")
+	m.p("go run ./hack/bench -fleet-only -out FILE      # section 9 alone (a simulated fleet, test/fleet), to paste in")
 	m.p("go run ./hack/bench -h         # the counts")
 	m.p("```")
 	m.p("")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +75,15 @@ func TestReportVerdicts(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
+	}
+}
+
+// The fleet section prints every figure test/fleet logged, in its order.
+func TestFleetFigures(t *testing.T) {
+	out := "=== RUN   TestFleetAPIFootprint\n    fleet_test.go:119: figure: fleet | 500 nodes\n    noise\n    add_restart_test.go:62: figure: ADD of a pod ambient | 0 reads, 1 writes\n"
+	got := fleetFigures(out)
+	want := [][2]string{{"fleet", "500 nodes"}, {"ADD of a pod ambient", "0 reads, 1 writes"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("fleetFigures = %q, want %q", got, want)
 	}
 }
