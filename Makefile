@@ -14,7 +14,7 @@ KUBE_VERSION ?= v1.37.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # `make test` fuzzes each target briefly; `make fuzz FUZZTIME=10m` digs deeper.
 FUZZTIME  ?= 20000x
-FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve \
+FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./plugin:FuzzTraceContext ./daemon/podns:FuzzResolve \
 	./daemon/rpc:FuzzCheckAttachment ./installer/conflist:FuzzInsertEntry \
 	./installer/conflist:FuzzRemoveEntry ./installer/conflist:FuzzFromConf \
 	./daemon/policy:FuzzSpecFromAnnotations ./internal/grpccall:FuzzAnswer ./internal/grpccall:FuzzAnswerOracle \
