@@ -53,6 +53,8 @@ type config struct {
 	lifeScenarios, lifeOnly bool
 	// burstOnly runs section 3b alone and writes only it (runBurstOnly).
 	burstOnly bool
+	// tracingOnly runs section 2c alone and writes only it (runTracingOnly).
+	tracingOnly bool
 	// lifeChurn is the node suites' churn pace across the cluster.
 	lifeChurn time.Duration
 	resync    time.Duration
@@ -76,6 +78,7 @@ func main() {
 	flag.DurationVar(&c.lifeChurn, "lifecycle-churn", lifecycletest.FullChurnInterval, "the node suites' pace: a pod every this long across the two nodes (the default is one a second per node, which needs the 2-core machine to itself)")
 	flag.BoolVar(&c.lifeOnly, "lifecycle-only", false, "run only section 8 and write its goal rows and section to -out (default stdout), to paste into docs/benchmarks.md")
 	flag.BoolVar(&c.burstOnly, "burst-only", false, "run only section 3b (a rebooted node's burst) and write its goal rows and section to -out (default stdout), to paste into docs/benchmarks.md")
+	flag.BoolVar(&c.tracingOnly, "tracing-only", false, "run only section 2c (the ADD with the agent's tracing off and on, -e2e-pods each) and write it to -out (default stdout), to paste into docs/benchmarks.md")
 	flag.DurationVar(&c.resync, "resync", time.Minute, "the agent's --resync-interval in the scale run (its default), measured once")
 	flag.Parse()
 	if c.lifeChurn <= 0 {
@@ -219,6 +222,9 @@ func run(c config) (*results, error) {
 	cl.add(nd.cleanupAll)
 	if c.burstOnly {
 		return runBurstOnly(c, tmp, nd, res, &cl)
+	}
+	if c.tracingOnly {
+		return runTracingOnly(c, tmp, nd, res, &cl)
 	}
 	// The agent's journal lives on tmpfs by default (/var/run/sluice/state):
 	// /dev/shm stands in for a node's /run.
