@@ -171,6 +171,7 @@ type results struct {
 	footprint *footprint
 	nri       *nriResult
 	lifecycle *lifecycleResult
+	tracing   *tracingResult
 	profile   *profile
 	disk      series
 	started   time.Time
@@ -324,6 +325,11 @@ func run(c config) (*results, error) {
 		return nil, err
 	}
 	n.stopAgent()
+
+	step("ADD with the agent's tracing off and on")
+	if res.tracing, err = benchTracing(nd2, tmp, shm, b, c.e2ePods, &cl); err != nil {
+		return nil, err
+	}
 
 	if nri == nil {
 		step(fmt.Sprintf("NRI: runp of %d pods each with no capture, the chained plugin and the NRI plugin", c.nriPods))

@@ -159,4 +159,9 @@ func writeTracing(m *md, tr *tracingResult) {
 		ratio, ms(tr.on.p50()), ms(tr.off.p50()), ms(tr.on.p99()), ms(tr.off.p99()),
 		perADD(tr.cpuOff, n), perADD(tr.cpuOn, n), n, tr.spans, tr.requests, n+1)
 	m.p("")
+	m.p("Every ADD carries a sampled runtime traceparent (libcni passes it as `TRACEPARENT`), so the plugin's")
+	m.p("check and forwarding run in both rows; the \"on\" agent samples every call (`always_on`) and batches")
+	m.p("on the SDK's default 5 s schedule; 4 spans an ADD (the call, the policy decision, the enrolment, the")
+	m.p("nftables apply).")
+	m.p("")
 }
