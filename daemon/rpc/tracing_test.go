@@ -55,7 +55,7 @@ func tracedCall(t *testing.T, method, tp string, req any, h grpc.UnaryHandler) (
 func attrOf(s tracetest.SpanStub, key string) string {
 	for _, kv := range s.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
