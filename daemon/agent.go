@@ -98,8 +98,11 @@ func newAgent(cfg *config, log *slog.Logger) (*agent, error) {
 // ztunnel start their spans from. Its queued spans are flushed after the
 // drain, at close, within tracing.FlushTimeout.
 func (a *agent) buildTracing() error {
-	tp, err := tracing.New(a.ctx, os.Getenv, attribute.String("service.version", buildinfo.Version),
-		attribute.String("k8s.node.name", a.cfg.nodeName))
+	attrs := []attribute.KeyValue{attribute.String("service.version", buildinfo.Version)}
+	if a.cfg.nodeName != "" { // standalone agents may have none
+		attrs = append(attrs, attribute.String("k8s.node.name", a.cfg.nodeName))
+	}
+	tp, err := tracing.New(a.ctx, os.Getenv, attrs...)
 	if err != nil {
 		return err
 	}
