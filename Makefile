@@ -155,7 +155,7 @@ test: prereqs build plugins multus kube containerd istiod verify
 # kube-apiserver tier (each package's apiserver_test.go), which also ran
 # above. The import checks need the go command and the module cache under
 # /root, so they are left to the root run.
-UNIT_NONROOT := daemon/redirect daemon/rpc daemon/workloads plugin internal/grpccall \
+UNIT_NONROOT := daemon/redirect daemon/rpc daemon/workloads daemon/tracing plugin internal/grpccall \
 	daemon/policy daemon/events daemon/kubecache daemon/nodetaint daemon/istioadopt daemon
 unit-nonroot:
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && chmod 755 "$$dir" && \
