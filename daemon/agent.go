@@ -102,12 +102,13 @@ func (a *agent) buildTracing() error {
 	if a.cfg.nodeName != "" { // standalone agents may have none
 		attrs = append(attrs, attribute.String("k8s.node.name", a.cfg.nodeName))
 	}
+	// Set first: the SDK reports a bad OTEL_TRACES_SAMPLER while it builds.
+	log := a.log.With("component", "tracing")
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing error", "err", err) }))
 	tp, err := tracing.New(a.ctx, os.Getenv, attrs...)
 	if err != nil {
 		return err
 	}
-	log := a.log.With("component", "tracing")
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("exporting spans", "err", err) }))
 	otel.SetTracerProvider(tp.TracerProvider())
 	if p := tp.Exporting(); p != "" {
 		log.Info("exporting spans over OTLP", "protocol", p)
