@@ -142,3 +142,29 @@ func TestShutdownIsBounded(t *testing.T) {
 		t.Fatalf("shutdown took %s, more than the flush bound %s", took, FlushTimeout)
 	}
 }
+
+// The sampler is the SDK's, from OTEL_TRACES_SAMPLER: always_off records
+// nothing even with an endpoint.
+func TestSamplerFromEnv(t *testing.T) {
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_TRACES_SAMPLER": "always_off"}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	p, err := New(context.Background(), envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown()
+	if _, span := p.TracerProvider().Tracer("t").Start(context.Background(), "s"); span.IsRecording() {
+		t.Fatal("always_off sampled a span")
+	}
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+	on, err := New(context.Background(), envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer on.Shutdown()
+	if _, span := on.TracerProvider().Tracer("t").Start(context.Background(), "s"); !span.IsRecording() {
+		t.Fatal("always_on did not sample")
+	}
+}
