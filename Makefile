@@ -14,7 +14,7 @@ KUBE_VERSION ?= v1.37.2
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # `make test` fuzzes each target briefly; `make fuzz FUZZTIME=10m` digs deeper.
 FUZZTIME  ?= 20000x
-FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./daemon/podns:FuzzResolve \
+FUZZ_TARGETS := ./plugin:FuzzParseConfig ./plugin:FuzzParseArgs ./plugin:FuzzTraceContext ./daemon/podns:FuzzResolve \
 	./daemon/rpc:FuzzCheckAttachment ./installer/conflist:FuzzInsertEntry \
 	./installer/conflist:FuzzRemoveEntry ./installer/conflist:FuzzFromConf \
 	./daemon/policy:FuzzSpecFromAnnotations ./internal/grpccall:FuzzAnswer ./internal/grpccall:FuzzAnswerOracle \
@@ -155,7 +155,7 @@ test: prereqs build plugins multus kube containerd istiod verify
 # kube-apiserver tier (each package's apiserver_test.go), which also ran
 # above. The import checks need the go command and the module cache under
 # /root, so they are left to the root run.
-UNIT_NONROOT := daemon/redirect daemon/rpc daemon/workloads plugin internal/grpccall \
+UNIT_NONROOT := daemon/redirect daemon/rpc daemon/workloads daemon/tracing plugin internal/grpccall \
 	daemon/policy daemon/events daemon/kubecache daemon/nodetaint daemon/istioadopt daemon
 unit-nonroot:
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && chmod 755 "$$dir" && \

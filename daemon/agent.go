@@ -5,7 +5,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -23,6 +27,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirection"
 	"github.com/sluicemesh/sluice/daemon/rpc"
+	"github.com/sluicemesh/sluice/daemon/tracing"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/internal/buildinfo"
@@ -78,7 +83,7 @@ func newAgent(cfg *config, log *slog.Logger) (*agent, error) {
 	log.Info("starting", "version", buildinfo.Version, "socket", cfg.socket, "state_dir", cfg.stateDir)
 	// Each step builds one thing and, for an optional part, appends it to
 	// a.parts; a step sees everything the steps before it built.
-	for _, build := range []func() error{a.buildPolicy, a.lockState, a.buildEvents, a.buildTaint, a.buildAmbient,
+	for _, build := range []func() error{a.buildTracing, a.buildPolicy, a.lockState, a.buildEvents, a.buildTaint, a.buildAmbient,
 		a.buildStore, a.buildInstaller, a.addAmbient, a.buildRepair, a.buildCondition, a.buildCNI, a.buildNRI} {
 		if err := build(); err != nil {
 			a.close()
@@ -86,6 +91,34 @@ func newAgent(cfg *config, log *slog.Logger) (*agent, error) {
 		}
 	}
 	return a, nil
+}
+
+// buildTracing installs the tracer provider the OTEL_* environment asks for
+// (daemon/tracing) as OpenTelemetry's global, which rpc, workloads and
+// ztunnel start their spans from. Its queued spans are flushed after the
+// drain, at close, within tracing.FlushTimeout.
+func (a *agent) buildTracing() error {
+	attrs := []attribute.KeyValue{attribute.String("service.version", buildinfo.Version)}
+	if a.cfg.nodeName != "" { // standalone agents may have none
+		attrs = append(attrs, attribute.String("k8s.node.name", a.cfg.nodeName))
+	}
+	// Set first: the SDK reports a bad OTEL_TRACES_SAMPLER while it builds.
+	log := a.log.With("component", "tracing")
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing error", "err", err) }))
+	tp, err := tracing.New(a.ctx, os.Getenv, attrs...)
+	if err != nil {
+		return err
+	}
+	otel.SetTracerProvider(tp.TracerProvider())
+	if p := tp.Exporting(); p != "" {
+		log.Info("exporting spans over OTLP", "protocol", p)
+	}
+	a.closers = append(a.closers, func() {
+		if err := tp.Shutdown(); err != nil {
+			log.Warn("flushing spans at exit", "err", err)
+		}
+	})
+	return nil
 }
 
 func (a *agent) buildPolicy() (err error) {

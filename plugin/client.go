@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -20,12 +21,16 @@ import (
 const apiVersion = cniwire.ApiVersion_API_VERSION_2
 
 // agent is sluice-agent at its socket. Every call is a connection of its
-// own: one exec makes one call.
+// own: one exec makes one call. trace is the runtime's trace context,
+// sent with every call (tracecontext.go).
 type agent struct {
 	socket string
+	trace  []grpccall.Header
 }
 
-func newAgent(socket string) *agent { return &agent{socket: socket} }
+func newAgent(socket string) *agent {
+	return &agent{socket: socket, trace: traceHeaders(os.Getenv)}
+}
 
 // wireRequest and wireResponse are cniwire's messages.
 type wireRequest interface {
@@ -111,7 +116,7 @@ func (a *agent) call(ctx context.Context, method string, req wireRequest, resp w
 	if len(b) > pluginconf.MaxRequestBytes {
 		return &oversizeError{len(b)}
 	}
-	out, err := grpccall.Call(ctx, a.socket, method, b)
+	out, err := grpccall.Call(ctx, a.socket, method, b, a.trace...)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,8 @@ import (
 	"net/netip"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -89,7 +91,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	defer release()
 	ips = s.netnsAddrs(ctx, req.Netns, ips)
 	pod := podOf(req.Pod, ips)
-	d, err := s.Policy.Decide(ctx, pod)
+	d, err := s.decide(ctx, pod)
 	defer func() { s.Decisions.Added(pod, req.ContainerId, req.RequestId, d, err) }()
 	if err != nil {
 		s.captureFailed(pod, req, err)
@@ -152,7 +154,7 @@ func (s *CNI) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluicev1.
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.Policy.Decide(ctx, podOf(req.Pod, s.netnsAddrs(ctx, req.Netns, ips)))
+	d, err := s.decide(ctx, podOf(req.Pod, s.netnsAddrs(ctx, req.Netns, ips)))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -218,7 +220,10 @@ func (s *CNI) markEnabled(ctx context.Context, pod policy.Pod, a workloads.Attac
 	if s.Redirection == nil {
 		return nil
 	}
-	err := s.Redirection.Apply(ctx, pod, "enabled")
+	actx, span := startSpan(ctx, "redirection.annotate")
+	span.SetAttributes(attribute.String("sluice.redirection", "enabled"))
+	err := s.Redirection.Apply(actx, pod, "enabled")
+	endSpan(span, err)
 	if err == nil {
 		return nil
 	}
@@ -238,8 +243,29 @@ const rollbackTimeout = 5 * time.Second
 
 func (s *CNI) annotate(ctx context.Context, pod policy.Pod, value string) {
 	if s.Redirection != nil {
+		ctx, span := startSpan(ctx, "redirection.annotate")
+		span.SetAttributes(attribute.String("sluice.redirection", value))
 		s.Redirection.Set(ctx, pod, value)
+		span.End()
 	}
+}
+
+// decide is Policy.Decide as a step of the call's trace; the call's own
+// span gets the mode decided too (sluice.mode: sidecar, ambient, or
+// passthrough for a pod left alone).
+func (s *CNI) decide(ctx context.Context, pod policy.Pod) (policy.Decision, error) {
+	dctx, span := startSpan(ctx, "policy.decide")
+	d, err := s.Policy.Decide(dctx, pod)
+	if err == nil && span.IsRecording() {
+		mode := attribute.String("sluice.mode", "passthrough")
+		if d.Capture {
+			mode = attribute.String("sluice.mode", string(d.Spec.Mode))
+		}
+		span.SetAttributes(mode)
+		trace.SpanFromContext(ctx).SetAttributes(mode)
+	}
+	endSpan(span, err)
+	return d, err
 }
 
 // netnsAddrs are ips, or when the runtime gave none (no prevResult: an own

@@ -53,7 +53,7 @@ func streamWorkers() uint32 { return uint32(max(8, 2*runtime.NumCPU())) }
 // disallowed peer at the handshake. observe, when non-nil, sees every
 // unary call after the uid check (metrics).
 func NewServer(cni *CNI, debug *Debug, auth *Authorizer, observe grpc.UnaryServerInterceptor, log *slog.Logger) (*grpc.Server, *health.Server) {
-	unary := []grpc.UnaryServerInterceptor{auth.unary, logCalls(log)}
+	unary := []grpc.UnaryServerInterceptor{auth.unary, traceCalls(), logCalls(log)}
 	if observe != nil {
 		unary = append(unary, observe)
 	}

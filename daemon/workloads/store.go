@@ -173,14 +173,20 @@ func (s *Store) EnrollWaitingForZtunnel(ctx context.Context, r Record) error {
 	return s.enroll(ctx, r)
 }
 
-// enroll is one Enroll under r's attachment lock.
-func (s *Store) enroll(ctx context.Context, r Record) error {
+// enroll is one Enroll under r's attachment lock; traced as a step of the
+// call in ctx, with the kernel's apply a step of its own.
+func (s *Store) enroll(ctx context.Context, r Record) (err error) {
+	ctx, span := tracer.Start(ctx, "workloads.enroll")
+	defer func() { endSpan(span, err) }()
 	e, err := s.start(ctx, &r)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	if err := s.commit(e, &r); err != nil {
+	_, apply := tracer.Start(ctx, "nftables.apply")
+	err = s.commit(e, &r)
+	endSpan(apply, err)
+	if err != nil {
 		return err
 	}
 	if isAmbient(&r) {

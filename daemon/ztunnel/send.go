@@ -8,9 +8,15 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/sluicemesh/sluice/api/zds"
 )
+
+// tracer is the global provider's (daemon/tracing); it records nothing
+// without tracing.
+var tracer = otel.Tracer("github.com/sluicemesh/sluice/daemon/ztunnel")
 
 // Add hands w's netns to the newest ztunnel and waits for its ack. Record w
 // where Snapshot will list it before calling Add: a ztunnel connecting in
@@ -19,7 +25,17 @@ import (
 // with ErrNotConnected when no ztunnel is connected (AwaitConnection
 // waits for one), and otherwise within ctx's deadline or the configured
 // Timeout, whichever is first.
-func (s *Server) Add(ctx context.Context, w Workload) error {
+func (s *Server) Add(ctx context.Context, w Workload) (err error) {
+	// Traced as a step of the CNI call in ctx: the wait for ztunnel's ack
+	// is an ambient pod start's one step outside this process.
+	ctx, span := tracer.Start(ctx, "ztunnel.add")
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	c, _ := s.newest()
 	if c == nil {
 		return fmt.Errorf("add workload %s to ztunnel: %w", w.UID, ErrNotConnected)

@@ -113,6 +113,9 @@ func writeDetails(m *md, c config, r *results) {
 	m.p("prevResult → gRPC over the unix socket → agent (policy, journal, netlink) → result → libcni. The")
 	m.p("journal is on tmpfs (the default `--state-dir` under /var/run); the disk row puts it on disk (fsyncs).")
 	m.p("")
+	if r.tracing != nil {
+		writeTracing(m, r.tracing)
+	}
 	m.table("3. Kubernetes mode: the same API-server pods through each plugin", k.loopback, k.standalone, k.sluice, k.istioNFT, k.istioIPT)
 	if k.istioErr != nil {
 		m.p("istio-cni was not measured: `%v`", k.istioErr)

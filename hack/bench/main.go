@@ -56,6 +56,8 @@ type config struct {
 	// fleet is section 9's size; fleetOnly runs it alone (runFleetOnly).
 	fleet     fleetSize
 	fleetOnly bool
+	// tracingOnly runs section 2c alone and writes only it (runTracingOnly).
+	tracingOnly bool
 	// lifeChurn is the node suites' churn pace across the cluster.
 	lifeChurn time.Duration
 	resync    time.Duration
@@ -85,6 +87,7 @@ func main() {
 	flag.IntVar(&c.fleet.grownPods, "fleet-grown-pods", 50000, "pods in the fleet once grown")
 	flag.IntVar(&c.fleet.namespaces, "fleet-namespaces", 10000, "namespaces in the fleet once grown (it starts at 100)")
 	flag.IntVar(&c.fleet.agents, "fleet-agents", 50, "real agents in the fleet, each for its own node")
+	flag.BoolVar(&c.tracingOnly, "tracing-only", false, "run only section 2c (the ADD with the agent's tracing off and on, -e2e-pods each) and write it to -out (default stdout), to paste into docs/benchmarks.md")
 	flag.DurationVar(&c.resync, "resync", time.Minute, "the agent's --resync-interval in the scale run (its default), measured once")
 	flag.Parse()
 	if c.lifeChurn <= 0 {
@@ -180,6 +183,7 @@ type results struct {
 	nri       *nriResult
 	lifecycle *lifecycleResult
 	verify    *verifyResult
+	tracing   *tracingResult
 	profile   *profile
 	disk      series
 	started   time.Time
@@ -234,6 +238,9 @@ func run(c config) (*results, error) {
 	cl.add(nd.cleanupAll)
 	if c.burstOnly {
 		return runBurstOnly(c, tmp, nd, res, &cl)
+	}
+	if c.tracingOnly {
+		return runTracingOnly(c, tmp, nd, res, &cl)
 	}
 	// The agent's journal lives on tmpfs by default (/var/run/sluice/state):
 	// /dev/shm stands in for a node's /run.
@@ -336,6 +343,11 @@ func run(c config) (*results, error) {
 		return nil, err
 	}
 	n.stopAgent()
+
+	step("ADD with the agent's tracing off and on")
+	if res.tracing, err = benchTracing(nd2, tmp, shm, b, c.e2ePods, &cl); err != nil {
+		return nil, err
+	}
 
 	if nri == nil {
 		step(fmt.Sprintf("NRI: runp of %d pods each with no capture, the chained plugin and the NRI plugin", c.nriPods))

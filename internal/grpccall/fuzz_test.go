@@ -54,7 +54,7 @@ func FuzzAnswer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, answer []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		resp, err := call(ctx, byteConn{bytes.NewReader(answer)}, "/sluice.v1.CNI/Add", []byte("req"))
+		resp, err := call(ctx, byteConn{bytes.NewReader(answer)}, "/sluice.v1.CNI/Add", []byte("req"), nil)
 		if err == nil && len(resp) > MaxResponseBytes {
 			t.Fatalf("a %d-byte answer", len(resp))
 		}

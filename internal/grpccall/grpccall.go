@@ -80,8 +80,8 @@ func newStatus(c codes.Code, format string, a ...any) *Status {
 // Call sends req (a marshalled message) to method (e.g.
 // "/sluice.v1.CNI/Add") on the server listening on the unix socket and
 // returns the marshalled answer. Every failure is a *Status. ctx bounds the
-// whole call: dial, write and read.
-func Call(ctx context.Context, socket, method string, req []byte) ([]byte, error) {
+// whole call: dial, write and read. md goes with the request headers.
+func Call(ctx context.Context, socket, method string, req []byte, md ...Header) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ctxStatus(err)
 	}
@@ -96,11 +96,11 @@ func Call(ctx context.Context, socket, method string, req []byte) ([]byte, error
 		return nil, st
 	}
 	defer conn.Close()
-	return call(ctx, conn, method, req)
+	return call(ctx, conn, method, req, md)
 }
 
 // call is Call on a connected conn.
-func call(ctx context.Context, conn net.Conn, method string, req []byte) ([]byte, error) {
+func call(ctx context.Context, conn net.Conn, method string, req []byte, md []Header) ([]byte, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
@@ -108,7 +108,7 @@ func call(ctx context.Context, conn net.Conn, method string, req []byte) ([]byte
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	resp, err := newStream(ctx, conn, method).run(req)
+	resp, err := newStream(ctx, conn, method, md).run(req)
 	if err != nil && ctx.Err() != nil {
 		return nil, ctxStatus(ctx.Err())
 	}

@@ -17,8 +17,22 @@ import (
 // SETTINGS_MAX_HEADER_LIST_SIZE and enforced while decoding).
 const maxHeaderBytes = 16 << 10
 
+// Header is one metadata entry a call sends with its request headers
+// (the plugin's W3C trace context: traceparent, tracestate).
+type Header struct{ Name, Value string }
+
+// check refuses what would break the request or pass for one of gRPC's own
+// headers: a caller's bug, never the server's.
+func (h Header) check() error {
+	if !validName(h.Name) || !validValue(h.Value) || strings.HasPrefix(h.Name, "grpc-") ||
+		h.Name == "content-type" || h.Name == "te" {
+		return newStatus(codes.Internal, "metadata %q cannot be sent", h.Name)
+	}
+	return nil
+}
+
 // requestHeaders is the HPACK block of a unary call's HEADERS frame.
-func requestHeaders(ctx context.Context, method string) ([]byte, error) {
+func requestHeaders(ctx context.Context, method string, md []Header) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := hpack.NewEncoder(&buf)
 	fields := []hpack.HeaderField{
@@ -36,6 +50,12 @@ func requestHeaders(ctx context.Context, method string) ([]byte, error) {
 			return nil, newStatus(codes.DeadlineExceeded, "context deadline exceeded")
 		}
 		fields = append(fields, hpack.HeaderField{Name: "grpc-timeout", Value: encodeTimeout(left)})
+	}
+	for _, h := range md {
+		if err := h.check(); err != nil {
+			return nil, err
+		}
+		fields = append(fields, hpack.HeaderField{Name: h.Name, Value: h.Value})
 	}
 	for _, f := range fields {
 		if err := enc.WriteField(f); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -222,5 +223,31 @@ func TestInteropServerAbsentOrGone(t *testing.T) {
 	_, err = callAdd(context.Background(), sock, &sluicev1.AddRequest{})
 	if c := Code(err); c != codes.Unavailable {
 		t.Fatalf("server stopped mid-call: %v, want Unavailable", err)
+	}
+}
+
+// Metadata arrives at grpc-go's server as its metadata; one that would pass
+// for gRPC's own headers is refused before anything is sent.
+func TestInteropMetadata(t *testing.T) {
+	var got metadata.MD
+	sock, _ := serveGRPC(t, func(ctx context.Context, _ *sluicev1.AddRequest) (*sluicev1.AddResponse, error) {
+		got, _ = metadata.FromIncomingContext(ctx)
+		return &sluicev1.AddResponse{}, nil
+	})
+	b, _ := proto.Marshal(&sluicev1.AddRequest{ContainerId: "c"})
+	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if _, err := Call(context.Background(), sock, sluicev1.CNI_Add_FullMethodName, b,
+		Header{"traceparent", tp}, Header{"tracestate", "a=1,b=2"}); err != nil {
+		t.Fatal(err)
+	}
+	if v := got.Get("traceparent"); len(v) != 1 || v[0] != tp {
+		t.Fatalf("traceparent %q", v)
+	}
+	if v := got.Get("tracestate"); len(v) != 1 || v[0] != "a=1,b=2" {
+		t.Fatalf("tracestate %q", v)
+	}
+	for _, h := range []Header{{"grpc-timeout", "1S"}, {"Upper", "x"}, {"te", "x"}, {"x", "a\nb"}, {":path", "/x"}} {
+		_, err := Call(context.Background(), sock, sluicev1.CNI_Add_FullMethodName, b, h)
+		wantCode(t, err, codes.Internal, "cannot be sent")
 	}
 }

@@ -173,7 +173,7 @@ func FuzzAnswerOracle(f *testing.F) {
 	f.Fuzz(func(t *testing.T, answer []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		got, err := call(ctx, byteConn{bytes.NewReader(answer)}, "/sluice.v1.CNI/Add", []byte("req"))
+		got, err := call(ctx, byteConn{bytes.NewReader(answer)}, "/sluice.v1.CNI/Add", []byte("req"), nil)
 		want, werr := oracle(answer)
 		switch {
 		case err == nil && werr != nil:
@@ -190,7 +190,7 @@ func FuzzAnswerOracle(f *testing.F) {
 // client reads, outside fuzzing too.
 func TestOracleAgreesOnTheSeeds(t *testing.T) {
 	for i, s := range answerSeeds() {
-		got, err := call(context.Background(), byteConn{bytes.NewReader(s)}, "/sluice.v1.CNI/Add", []byte("req"))
+		got, err := call(context.Background(), byteConn{bytes.NewReader(s)}, "/sluice.v1.CNI/Add", []byte("req"), nil)
 		want, werr := oracle(s)
 		if (err == nil) != (werr == nil) || !bytes.Equal(got, want) {
 			t.Errorf("seed %d: client %q, %v; oracle %q, %v", i, got, err, want, werr)

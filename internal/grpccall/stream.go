@@ -21,6 +21,7 @@ const recvWindow = MaxResponseBytes + 5 + 1<<10
 type stream struct {
 	conn   net.Conn
 	method string
+	md     []Header
 	ctx    context.Context
 	fr     frameReader
 	dec    *hpack.Decoder
@@ -41,8 +42,8 @@ type stream struct {
 	result     *Status // how the stream ended; nil until it has
 }
 
-func newStream(ctx context.Context, conn net.Conn, method string) *stream {
-	s := &stream{conn: conn, method: method, ctx: ctx, sendConn: defaultWindow, sendStream: defaultWindow,
+func newStream(ctx context.Context, conn net.Conn, method string, md []Header) *stream {
+	s := &stream{conn: conn, method: method, md: md, ctx: ctx, sendConn: defaultWindow, sendStream: defaultWindow,
 		peerInitial: defaultWindow, peerMaxFrameSize: minMaxFrameSize}
 	s.fr.r = bufio.NewReaderSize(conn, 4<<10)
 	s.dec = hpack.NewDecoder(4096, nil)
@@ -52,7 +53,7 @@ func newStream(ctx context.Context, conn net.Conn, method string) *stream {
 
 // run sends the request and reads until the stream ends.
 func (s *stream) run(req []byte) ([]byte, error) {
-	hdrs, err := requestHeaders(s.ctx, s.method)
+	hdrs, err := requestHeaders(s.ctx, s.method, s.md)
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,8 @@ type node struct {
 	// The agent runs in the node netns unless it must reach a server on the
 	// machine's loopback (the test kube-apiserver).
 	agentInHostNetns bool
+	// agentEnv is added to the agent's environment (OTEL_*).
+	agentEnv []string
 }
 
 func newNode(t *testing.T) *node {
@@ -102,6 +104,9 @@ func (n *node) startAgentNotReady(extra ...string) *agent {
 	cmd := n.NS.Command(filepath.Join(binDir, "sluice-agent"), args...)
 	if n.agentInHostNetns {
 		cmd = exec.Command(filepath.Join(binDir, "sluice-agent"), args...)
+	}
+	if len(n.agentEnv) > 0 {
+		cmd.Env = append(os.Environ(), n.agentEnv...)
 	}
 	a := agenttest.Start(t, cmd)
 	n.agent = a

@@ -47,10 +47,16 @@ func PodRuntime(containerID string, pod *nstest.NS) *libcni.RuntimeConf {
 
 // Add, Del and Check run the chain's verb for rc.
 func (c *Chain) Add(rc *libcni.RuntimeConf) (types.Result, error) {
+	return c.AddContext(context.Background(), rc)
+}
+
+// AddContext is Add with the runtime's ctx: libcni passes the trace
+// context ctx carries to each plugin as TRACEPARENT and TRACESTATE.
+func (c *Chain) AddContext(ctx context.Context, rc *libcni.RuntimeConf) (types.Result, error) {
 	var res types.Result
 	err := c.NS.Do(func() error {
 		var err error
-		res, err = c.Lib.AddNetworkList(context.Background(), c.Conf, rc)
+		res, err = c.Lib.AddNetworkList(ctx, c.Conf, rc)
 		return err
 	})
 	return res, err
