@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"github.com/sluicemesh/sluice/daemon/admission"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -42,20 +41,9 @@ func (p *Publisher) checkFence(ctx context.Context) error {
 	switch {
 	case err == nil:
 		return errUnfenced
-	case isFenceDenial(err):
+	case admission.DeniedBy(err, FenceDenial):
 		return nil
 	default:
 		return fmt.Errorf("check the node-condition admission policy with a dry run on node %s: %w", p.Node, err)
 	}
-}
-
-// isFenceDenial reports whether err is the chart's policy refusing the
-// probe; an RBAC refusal, or another policy's, is not the fence.
-func isFenceDenial(err error) bool {
-	var s apierrors.APIStatus
-	if !errors.As(err, &s) {
-		return false
-	}
-	msg := s.Status().Message
-	return strings.Contains(msg, "ValidatingAdmissionPolicy ") && strings.Contains(msg, "denied request: "+FenceDenial)
 }

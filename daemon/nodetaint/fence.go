@@ -5,11 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/sluicemesh/sluice/daemon/admission"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -62,23 +61,11 @@ func (r *Remover) checkFence(ctx context.Context, node *corev1.Node, kept []core
 	switch {
 	case err == nil:
 		return errUnfenced
-	case isFenceDenial(err):
+	case admission.DeniedBy(err, FenceDenial):
 		return nil
 	default:
 		return fmt.Errorf("check the startup-taint admission policy with a dry run on node %s: %w", r.Node, err)
 	}
-}
-
-// isFenceDenial reports whether err is the chart's policy refusing the
-// probe. An RBAC refusal, a webhook's or another policy's (which need
-// not limit the agent to its own node) is not the fence.
-func isFenceDenial(err error) bool {
-	var s apierrors.APIStatus
-	if !errors.As(err, &s) {
-		return false
-	}
-	msg := s.Status().Message
-	return strings.Contains(msg, "ValidatingAdmissionPolicy ") && strings.Contains(msg, "denied request: "+FenceDenial)
 }
 
 // reportUnfenced records a Warning Event on the node, once each time the
