@@ -45,7 +45,7 @@ func FindPodNetns(hostProc, podUID string, podIPs []netip.Addr) (string, error) 
 	for _, ip := range podIPs {
 		want = append(want, ip.Unmap())
 	}
-	procs, err := scanProcs(hostProc, self)
+	procs, unreadable, err := scanProcs(hostProc, self)
 	if err != nil {
 		return "", err
 	}
@@ -61,8 +61,8 @@ func FindPodNetns(hostProc, podUID string, podIPs []netip.Addr) (string, error) 
 	if ok {
 		return p.path(), nil
 	}
-	return "", fmt.Errorf("find netns of pod %s: no process under %s in a cgroup naming pod%s or pod%s, and none of %d pod network namespaces holds any of %v: %w",
-		podUID, hostProc, podUID, systemdUID(podUID), len(distinctNetns(procs)), want, ErrPodNetnsNotFound)
+	return "", fmt.Errorf("find netns of pod %s: no process under %s in a cgroup naming pod%s or pod%s, and none of %d pod network namespaces holds any of %v (%d processes' ns/net not readable: that needs CAP_SYS_PTRACE): %w",
+		podUID, hostProc, podUID, systemdUID(podUID), len(distinctNetns(procs)), want, unreadable, ErrPodNetnsNotFound)
 }
 
 // proc is one process outside the agent's netns.
@@ -93,13 +93,15 @@ func ownNetns() (nsID, error) {
 // scanProcs lists the processes under hostProc that are not in the agent's
 // netns (host-network pods and the node's daemons are never a pod's netns),
 // oldest first. Processes that exit during the scan, and kernel threads,
-// are skipped.
-func scanProcs(hostProc string, self nsID) ([]proc, error) {
+// are skipped; unreadable counts those whose ns/net the kernel refused:
+// reading another process's namespace link needs ptrace read access,
+// which a pod's process (its capabilities not a subset of the agent's)
+// grants only to CAP_SYS_PTRACE.
+func scanProcs(hostProc string, self nsID) (out []proc, unreadable int, err error) {
 	entries, err := os.ReadDir(hostProc)
 	if err != nil {
-		return nil, fmt.Errorf("find pod netns: list processes in %s: %w", hostProc, err)
+		return nil, 0, fmt.Errorf("find pod netns: list processes in %s: %w", hostProc, err)
 	}
-	var out []proc
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
@@ -107,7 +109,10 @@ func scanProcs(hostProc string, self nsID) ([]proc, error) {
 		}
 		p := proc{pid: pid, netPath: filepath.Join(hostProc, e.Name(), "ns", "net")}
 		var st unix.Stat_t
-		if unix.Stat(p.netPath, &st) != nil {
+		if err := unix.Stat(p.netPath, &st); err != nil {
+			if err == unix.EACCES || err == unix.EPERM {
+				unreadable++
+			}
 			continue
 		}
 		p.ns = nsID{st.Dev, st.Ino}
@@ -127,7 +132,7 @@ func scanProcs(hostProc string, self nsID) ([]proc, error) {
 	slices.SortFunc(out, func(a, b proc) int {
 		return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.pid, b.pid))
 	})
-	return out, nil
+	return out, unreadable, nil
 }
 
 // startTime is field 22 of /proc/<pid>/stat. The command name (field 2)
