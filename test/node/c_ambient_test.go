@@ -51,7 +51,7 @@ func ztunnelDaemonSet() *appsv1.DaemonSet {
 
 // A pod in a namespace labelled ambient is handed to the ztunnel stand-in,
 // its outbound and inbound TCP land on it; removing the label unenrols the
-// pod live.
+// pod live, and labelling a running pod's namespace enrols it live.
 func TestAmbient(t *testing.T) {
 	requireAgent(t)
 	cs := client(t)
@@ -103,4 +103,20 @@ func TestAmbient(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A pod running before its namespace joins the mesh is enrolled live:
+	// no ADD names its netns, so the agent finds it through the pod's
+	// process, /proc/<pid>/ns/net, which the kernel opens for the agent
+	// only with CAP_SYS_PTRACE (the process holds capabilities the agent
+	// does not).
+	early := namespace(t, nil)
+	e := createPod(t, early, plainPod("early", unreachable))
+	e = runningPod(t, early, e.Name, time.Minute)
+	patch = []byte(`{"metadata":{"labels":{"` + labelDataplane + `":"ambient"}}}`)
+	if _, err := cs.CoreV1().Namespaces().Patch(t.Context(), early, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("label a running pod's namespace ambient: %v", err)
+	}
+	logShows(t, releaseNS, zt, "istio-proxy", 30*time.Second, "ztunnel add "+string(e.UID))
+	logShows(t, early, e.Name, "app", 30*time.Second,
+		"app dial "+unreachable+": ztunnel "+string(e.UID)+" captured on :15001 original dst "+unreachable)
 }
