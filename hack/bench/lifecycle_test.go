@@ -32,7 +32,29 @@ func TestLifecycleSamples(t *testing.T) {
 	writeLifecycleGoals(m, &r)
 	writeLifecycle(m, &r)
 	for _, want := range []string{"| sluice chained | 3 | ", "+74.6 %", "missed", "| sluice NRI | 3 | 805 ms | ", "+0.1 %",
-		"Scenario counts not measured: `not run`"} {
+		"Scenario counts not measured: `not run`", "create → app started (resolves the relist's steps) | not measured"} {
+		if !strings.Contains(m.b.String(), want) {
+			t.Errorf("section lacks %q:\n%s", want, m.b.String())
+		}
+	}
+	// With the app's start: its own column and goal row.
+	const withApp = `{"modes":[{"mode":"none","start_ns":[804330679],"app_ns":[402000000]},` +
+		`{"mode":"istio-cni","start_ns":[1404396200],"app_ns":[530000000]},` +
+		`{"mode":"sluice","start_ns":[804292326],"app_ns":[410000000]},` +
+		`{"mode":"sluice-nri","start_ns":[805112233],"app_ns":[404000000]}]}`
+	if err := os.WriteFile(file, []byte(withApp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var a lifecycleResult
+	if err := a.load(file); err != nil {
+		t.Fatal(err)
+	}
+	m = &md{}
+	writeLifecycleGoals(m, &a)
+	writeLifecycle(m, &a)
+	for _, want := range []string{"| sluice chained | 1 | 804 ms | 804 ms | -0.0 % | 410 ms | 410 ms | +2.0 % |",
+		"create → app started, chained sluice over no mesh CNI | +2.0 % (410 ms vs 402 ms) | met",
+		"| istio-cni (sidecar mode) | 1 | 1404 ms | 1404 ms | +74.6 % | 530 ms | 530 ms | +31.8 % |"} {
 		if !strings.Contains(m.b.String(), want) {
 			t.Errorf("section lacks %q:\n%s", want, m.b.String())
 		}

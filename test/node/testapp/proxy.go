@@ -85,6 +85,9 @@ func runApp(args []string) error {
 	if err != nil {
 		return fmt.Errorf("app: %w", err)
 	}
+	// The first line: its log timestamp is when the app ran, which times pod
+	// start finer than the kubelet's status (test/peer's BenchmarkPodStart).
+	fmt.Printf("app listening on %s\n", l.Addr())
 	go func() {
 		for {
 			c, err := l.Accept()
