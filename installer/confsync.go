@@ -197,6 +197,9 @@ func (in *Installer) syncOwn() error {
 			return err
 		}
 	}
+	// A chained run's conflist sorts first: left in place, every pod would
+	// still run sluice in the default network too. Ours goes once own is in.
+	defer in.removeOwnedConfs(func(string) bool { return in.placed[path] })
 	cur, err := readConf(path)
 	switch {
 	case err == nil && bytes.Equal(cur.data, in.own):

@@ -53,5 +53,6 @@
 // directories re-watched once recreated. A write counts as a restore only
 // if the target was in place before; more than 5 restores of one file in
 // a minute log a warning. Switching to chained mode removes the
-// non-chained file, and 00-sluice.conflist is removed in both modes.
+// non-chained file, switching back removes our chained conflists once
+// OwnConfName is in place, and 00-sluice.conflist is removed in both modes.
 package installer

@@ -74,8 +74,9 @@ func (in *Installer) dropEntry(path string) error {
 	})
 }
 
-// ownedConfs lists our conflists in the conf dir. Only a file that holds
-// a sluice entry counts as ours, whatever its name.
+// ownedConfs lists our chained conflists in the conf dir (not the
+// non-chained OwnConfName, whose name shares the suffix). Only a file that
+// holds a sluice entry counts as ours, whatever its name.
 func (in *Installer) ownedConfs() []string {
 	entries, err := os.ReadDir(in.conf)
 	if err != nil {
@@ -83,7 +84,11 @@ func (in *Installer) ownedConfs() []string {
 	}
 	var owned []string
 	for _, e := range entries {
-		if path := filepath.Join(in.conf, e.Name()); strings.HasSuffix(e.Name(), chainedSuffix) && isOwned(path) {
+		name := e.Name()
+		if name == OwnConfName || name == legacyOwnConfName || !strings.HasSuffix(name, chainedSuffix) {
+			continue
+		}
+		if path := filepath.Join(in.conf, name); isOwned(path) {
 			owned = append(owned, path)
 		}
 	}

@@ -183,3 +183,63 @@ func TestPrimaryRenamedWhileAway(t *testing.T) {
 	}
 	assertOnly(t, e.conf, "11-calico-sluice.conflist", "11-calico.conflist")
 }
+
+// TestOwnRemovesChainedConflist: after a switch from chained to non-chained
+// mode (Multus) the chained run's conflist would sort first and keep sluice
+// in the default network's chain, so it goes once YYY-sluice.conflist is in.
+func TestOwnRemovesChainedConflist(t *testing.T) {
+	e := newEnv(t)
+	primary := filepath.Join(e.conf, "10-flannel.conflist")
+	writeTestFile(t, primary, testdata(t, "10-flannel.conflist"), 0o644)
+	e.newInstaller(t, e.config(true)).sync()
+	if !fileExists(ownedConfFor(primary)) {
+		t.Fatal("chained run wrote no conflist")
+	}
+	in := e.newInstaller(t, e.config(false))
+	in.sync()
+	if ok, why := in.Ready(); !ok {
+		t.Fatalf("not ready: %s", why)
+	}
+	assertOnly(t, e.conf, "10-flannel.conflist", OwnConfName)
+	if !fileIs(primary, testdata(t, "10-flannel.conflist")) {
+		t.Error("the primary changed")
+	}
+}
+
+// TestUninstallDropsEarlierEntry: an entry an earlier version inserted into
+// the primary goes with uninstall, the rest of the file byte for byte.
+func TestUninstallDropsEarlierEntry(t *testing.T) {
+	e := newEnv(t)
+	primary := filepath.Join(e.conf, "10-calico.conflist")
+	original := testdata(t, "10-calico.conflist")
+	writeTestFile(t, primary, mustInsert(t, original), 0o644)
+	if err := e.newInstaller(t, e.config(true)).Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	assertOnly(t, e.conf, "10-calico.conflist")
+	if !fileIs(primary, original) {
+		t.Fatalf("the earlier version's entry is left:\n%s", readTestFile(t, primary))
+	}
+}
+
+// TestChainedRemovesOwnConflist: after a switch from non-chained to chained
+// mode the old 00-sluice.conflist would sort first and hand every pod to
+// sluice alone, so it goes.
+func TestChainedRemovesOwnConflist(t *testing.T) {
+	e := newEnv(t)
+	e.newInstaller(t, e.config(false)).sync()
+	primary := filepath.Join(e.conf, "10-flannel.conflist")
+	writeTestFile(t, primary, testdata(t, "10-flannel.conflist"), 0o644)
+
+	in := e.newInstaller(t, e.config(true))
+	in.sync()
+	if ok, why := in.Ready(); !ok {
+		t.Fatalf("not ready: %s", why)
+	}
+	if fileExists(filepath.Join(e.conf, OwnConfName)) {
+		t.Error("non-chained conflist left in place")
+	}
+	if !chainedFrom(t, primary, testdata(t, "10-flannel.conflist")) {
+		t.Error("not chained from the primary")
+	}
+}

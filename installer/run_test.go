@@ -321,19 +321,6 @@ func TestUninstall(t *testing.T) {
 		in.sync() // a running installer must not put it back
 		assertOnly(t, e.conf, "10-calico.conflist")
 	})
-	t.Run("entry of an earlier version in the primary", func(t *testing.T) {
-		e := newEnv(t)
-		primary := filepath.Join(e.conf, "10-calico.conflist")
-		original := testdata(t, "10-calico.conflist")
-		writeTestFile(t, primary, mustInsert(t, original), 0o644)
-		if err := e.newInstaller(t, e.config(true)).Uninstall(); err != nil {
-			t.Fatal(err)
-		}
-		assertOnly(t, e.conf, "10-calico.conflist")
-		if !fileIs(primary, original) {
-			t.Fatalf("the earlier version's entry is left:\n%s", readTestFile(t, primary))
-		}
-	})
 	t.Run("single-plugin conf", func(t *testing.T) {
 		e := newEnv(t)
 		conf := testdata(t, "05-cilium.conf")
@@ -392,27 +379,5 @@ func TestNewRejectsBadConfig(t *testing.T) {
 				t.Fatal("New accepted the config")
 			}
 		})
-	}
-}
-
-// TestChainedRemovesOwnConflist: after a switch from non-chained to chained
-// mode the old 00-sluice.conflist would sort first and hand every pod to
-// sluice alone, so it goes.
-func TestChainedRemovesOwnConflist(t *testing.T) {
-	e := newEnv(t)
-	e.newInstaller(t, e.config(false)).sync()
-	primary := filepath.Join(e.conf, "10-flannel.conflist")
-	writeTestFile(t, primary, testdata(t, "10-flannel.conflist"), 0o644)
-
-	in := e.newInstaller(t, e.config(true))
-	in.sync()
-	if ok, why := in.Ready(); !ok {
-		t.Fatalf("not ready: %s", why)
-	}
-	if fileExists(filepath.Join(e.conf, OwnConfName)) {
-		t.Error("non-chained conflist left in place")
-	}
-	if !chainedFrom(t, primary, testdata(t, "10-flannel.conflist")) {
-		t.Error("not chained from the primary")
 	}
 }
