@@ -6,7 +6,8 @@
 #
 # Needs docker (a running engine), kind and kubectl on PATH; helm comes from
 # hack/helm/helm.sh. kind's own CNI (kindnet) stays the primary; sluice is
-# chained after it in /etc/cni/net.d/10-kindnet.conflist.
+# chained after it in /etc/cni/net.d/10-kindnet-sluice.conflist, which sorts
+# just before kindnet's own file.
 #
 # Usage: hack/kind-up.sh [extra helm args, e.g. --set ambient.enabled=true]
 # Env:   KIND_CLUSTER (sluice), KIND_NODES (workers, 1), NAMESPACE (kube-system),

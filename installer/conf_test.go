@@ -57,8 +57,10 @@ func TestConfPrimaryNeverConverted(t *testing.T) {
 	}
 }
 
-// TestConfPrimaryDeleted: our conflist mirrors the .conf, so it goes with
-// it; a deleted primary is waited for, not recreated.
+// TestConfPrimaryDeleted: with no primary left our conflist stays, so new
+// pods fail closed rather than start through a file its CNI writes again
+// before the agent reacts; not ready, saying so. It goes once another
+// config is the primary and ours for it is in place.
 func TestConfPrimaryDeleted(t *testing.T) {
 	e := newEnv(t)
 	conf := filepath.Join(e.conf, "10-bridge.conf")
@@ -66,29 +68,44 @@ func TestConfPrimaryDeleted(t *testing.T) {
 	in := e.newInstaller(t, e.config(true))
 	start(t, in)
 	waitFor(t, "ready", ready(in))
+	ours := filepath.Join(e.conf, "10-bridge-sluice.conflist")
+	kept := readTestFile(t, ours)
 	if err := os.Remove(conf); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "not ready, waiting", notReadyBecause(in, "waiting"))
-	waitFor(t, "our conflist removed", func() bool { return !fileExists(filepath.Join(e.conf, "10-bridge-sluice.conflist")) })
-	assertOnly(t, e.conf)
+	waitFor(t, "not ready, keeping our conflist", notReadyBecause(in, "keeping"))
+	in.sync()
+	assertOnly(t, e.conf, "10-bridge-sluice.conflist")
+	if !fileIs(ours, kept) {
+		t.Fatal("our conflist changed while no primary exists")
+	}
+
+	calico := filepath.Join(e.conf, "10-calico.conflist")
+	writeTestFile(t, calico, testdata(t, "10-calico.conflist"), 0o644)
+	waitFor(t, "chained from the new primary, the old conflist gone", func() bool {
+		return chainedFrom(t, calico, testdata(t, "10-calico.conflist")) && !fileExists(ours)
+	})
+	waitFor(t, "ready", ready(in))
 }
 
-// TestConfTargetNotOurs: a file already at our conflist's name that is not
-// ours (no sluice entry) is never overwritten.
-func TestConfTargetNotOurs(t *testing.T) {
+// TestConfTargetWithoutEntryReplaced: a file at our conflist's name sorts
+// just before the primary, so one without a sluice entry (ours stripped by
+// hand, or anyone's) would start pods uncaptured: it is replaced.
+func TestConfTargetWithoutEntryReplaced(t *testing.T) {
 	e := newEnv(t)
 	writeTestFile(t, filepath.Join(e.conf, "10-bridge.conf"), testdata(t, "10-bridge.conf"), 0o644)
 	theirs := filepath.Join(e.conf, "10-bridge-sluice.conflist")
-	other := testdata(t, "11-bridge.conflist")
-	writeTestFile(t, theirs, other, 0o644)
+	writeTestFile(t, theirs, testdata(t, "11-bridge.conflist"), 0o644)
 	in := e.newInstaller(t, e.config(true))
 	in.sync()
-	if ok, why := in.Ready(); ok || !strings.Contains(why, "10-bridge-sluice.conflist") {
-		t.Fatalf("ready=%v %q, want not ready naming the file in the way", ok, why)
+	if ok, why := in.Ready(); !ok {
+		t.Fatalf("not ready: %s", why)
 	}
-	if !fileIs(theirs, other) {
-		t.Fatal("a file that is not ours was overwritten")
+	if !fileIs(theirs, mustInsert(t, mustFromConf(t, testdata(t, "10-bridge.conf")))) {
+		t.Fatalf("the file at our name was not replaced:\n%s", readTestFile(t, theirs))
+	}
+	if !strings.Contains(e.logs.String(), "has no sluice entry") {
+		t.Error("the replacement was not logged")
 	}
 }
 

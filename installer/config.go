@@ -37,11 +37,10 @@ type Config struct {
 	// means the lexically first valid .conf/.conflist/.json that is not
 	// OwnConfName, which is the file runtimes use. Unused when not Chained.
 	ConfName string
-	// Chained inserts the sluice entry as the last plugin of the primary
-	// conflist; for a single-plugin .conf primary, which is never edited,
-	// into a conflist of ours that sorts just before it. Otherwise the
-	// installer writes OwnConfName holding only the sluice plugin and leaves
-	// every other file alone.
+	// Chained keeps "<stem>-sluice.conflist", the primary's network with
+	// the sluice entry last, sorting just before the primary, which is
+	// never edited. Otherwise the installer writes OwnConfName holding only
+	// the sluice plugin and leaves every other file alone.
 	Chained bool
 	// NetworkName is the network name of OwnConfName (non-chained mode),
 	// which Multus matches against a NetworkAttachmentDefinition's name

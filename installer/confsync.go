@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sluicemesh/sluice/installer/conflist"
+	"github.com/sluicemesh/sluice/internal/atomicfile"
 )
 
 const ownConfPerm fs.FileMode = 0o644
@@ -26,11 +27,11 @@ func (in *Installer) syncConf() error {
 	return in.syncOwn()
 }
 
-// syncChained keeps our entry last in the primary conflist (or in our own
-// conflist chained from a single-plugin primary). A deleted primary is not
-// recreated: its CNI may have removed it on purpose, and a config for a CNI
-// that is gone would break every new pod. The installer waits, not ready,
-// until a primary appears.
+// syncChained keeps our conflist, "<stem>-sluice.conflist": the primary's
+// network byte for byte with our entry last, sorting just before the
+// primary, so the runtime's first config always holds sluice. The primary
+// is never edited, except to take out what is not its CNI's: the entry an
+// earlier version inserted, and istio-cni's when asked.
 func (in *Installer) syncChained() error {
 	// A file left by a non-chained run would hand every pod to sluice alone
 	// (00-) or sit unused (YYY-); both are ours.
@@ -43,85 +44,129 @@ func (in *Installer) syncChained() error {
 			}
 		}
 	}
-	// Our conflist for a .conf that is gone must go too: it would keep a
-	// removed CNI's config in use.
-	in.removeChainedConfs(func(path string) bool { return !chainedSourceExists(path) })
 	return retryChanged(in.chainOnce)
 }
 
+// chainOnce writes ours for the current primary, and only then removes
+// what it replaces, so there is never a moment with neither: our conflists
+// for other primaries, and our entry in the primary itself.
+//
+// With no primary at all ours stays, a copy of the last one: a CNI that
+// removed its file may write it again before the agent is back (a reboot),
+// and until then ours fails every ADD closed (no agent, no pod) where no
+// file of ours would start the new file's pods uncaptured. Not ready.
 func (in *Installer) chainOnce() error {
 	p, err := in.findPrimary()
+	if errors.Is(err, errNoPrimary) {
+		if kept := in.ownedConfs(); len(kept) > 0 {
+			return fmt.Errorf("%w; keeping %s so that pods fail closed until it is back", err, in.show(strings.Join(kept, ", ")))
+		}
+	}
 	if err != nil {
 		return err
 	}
 	target := p.target()
-	if in.primary != "" && in.primary != target {
-		in.log.Info("primary CNI config changed, moving the sluice entry", "from", in.show(in.primary), "to", in.show(target))
-		if err := in.dropEntry(in.primary); err != nil {
-			in.log.Warn("could not remove the sluice entry from the former primary", "path", in.show(in.primary), "err", err)
-		}
-		in.primary = ""
+	base, err := in.primaryWithoutExtras(p)
+	if err != nil {
+		return err
 	}
-	in.removeChainedConfs(func(path string) bool { return path != target })
+	want, err := conflist.InsertEntry(base, in.entry)
+	if err != nil {
+		return fmt.Errorf("build %s from %s: %w", target, p.path, err)
+	}
+	if in.owned != "" && in.owned != target {
+		in.log.Info("primary CNI config changed, following it", "from", in.show(in.owned), "to", in.show(target))
+	}
+	if err := in.placeOwned(p, target, want); err != nil {
+		return err
+	}
+	in.owned = target
+	in.placed[target] = true
+	in.removeOwnedConfs(func(path string) bool { return path != target })
+	return in.cleanPrimary(p, base)
+}
+
+// primaryWithoutExtras is the primary as a conflist without our entry (an
+// earlier version inserted it there) and, when asked, without istio-cni's.
+func (in *Installer) primaryWithoutExtras(p primaryConf) ([]byte, error) {
 	list, err := in.listWithoutLeftovers(p)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	want, err := conflist.InsertEntry(list, in.entry)
-	if err != nil {
-		return fmt.Errorf("insert sluice entry into %s: %w", p.path, err)
-	}
-	if p.conflist {
-		err = in.placeInPrimary(p, want)
-	} else {
-		err = in.placeChainedConf(p, target, want)
+	out, err := conflist.RemoveEntry(list)
+	if errors.Is(err, conflist.ErrOnlyPlugin) {
+		// A list of sluice alone is not ours to empty; InsertEntry keeps it.
+		return list, nil
 	}
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("read %s without the sluice entry: %w", p.path, err)
 	}
-	in.primary = target
-	in.placed[target] = true
-	return nil
+	return out, nil
 }
 
-// placeInPrimary rewrites the primary conflist with our entry unless it
-// already holds exactly that; the rename is dropped (errChanged) if the
-// primary's CNI wrote the file since it was read.
-func (in *Installer) placeInPrimary(p primaryConf, want []byte) error {
-	if bytes.Equal(want, p.data) {
+// cleanPrimary takes out of a primary conflist what primaryWithoutExtras
+// left out, once ours is in place; the rename is dropped (errChanged) if
+// the primary's CNI wrote the file since it was read.
+func (in *Installer) cleanPrimary(p primaryConf, base []byte) error {
+	if !p.conflist || bytes.Equal(base, p.data) || hasEntry(base) {
 		return nil
 	}
-	in.repairing(p.path, describeChange(p.data))
-	if err := rewrite(p.snapshot, want); err != nil {
-		return fmt.Errorf("write CNI config: %w", err)
+	in.countWrite()
+	in.log.Info("taking what is not its CNI's out of the primary config, now that "+filepath.Base(p.target())+" holds the chain",
+		"path", in.show(p.path), "change", describeChange(p.data))
+	if err := rewrite(p.snapshot, base); err != nil {
+		return fmt.Errorf("write %s without the sluice entry: %w", p.path, err)
 	}
 	return nil
 }
 
-// placeChainedConf keeps our conflist for a single-plugin primary: the
-// primary's plugin followed by ours. A file at that name that is not ours
-// is never overwritten.
-func (in *Installer) placeChainedConf(p primaryConf, target string, want []byte) error {
+// placeOwned keeps our conflist at target holding want, built from p. It
+// is renamed into place only while p is still what want was built from
+// (errChanged otherwise, and the next try follows the new bytes). Whatever
+// is at that name is replaced: it sorts just before the primary, so a file
+// there without our entry would start every pod uncaptured.
+func (in *Installer) placeOwned(p primaryConf, target string, want []byte) error {
 	cur, err := readConf(target)
+	var unchanged func() error
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		in.repairing(target, fmt.Sprintf("chaining single-plugin config %s", filepath.Base(p.path)))
-		if err := writeFile(target, want, p.info.Mode().Perm()); err != nil {
-			return fmt.Errorf("write CNI config: %w", err)
-		}
-		return nil
+		in.repairing(target, fmt.Sprintf("chaining %s", filepath.Base(p.path)))
+		unchanged = p.unchanged
 	case err != nil:
-		return fmt.Errorf("cannot chain %s through %s: %w", p.path, target, err)
+		// A link, a FIFO, a huge file: the name is ours.
+		in.repairing(target, err.Error())
+		unchanged = p.unchanged
 	case bytes.Equal(cur.data, want):
 		return nil
 	case !hasEntry(cur.data):
-		return fmt.Errorf("cannot chain %s: %s exists and is not sluice's (it has no sluice entry); refusing to overwrite it", p.path, target)
+		in.log.Warn("replacing a file at the sluice conflist's name that has no sluice entry: sorting first, it would start pods uncaptured", "path", in.show(target))
+		in.repairing(target, describeChange(cur.data))
+		unchanged = func() error { return errors.Join(p.unchanged(), cur.unchanged()) }
+	case in.entryIntact(cur.data):
+		// Ours is intact and the primary changed: following it is no
+		// repair, and ours keeps sluice in the chain meanwhile.
+		in.countWrite()
+		in.log.Info("following a rewrite of the primary CNI config", "primary", in.show(p.path), "path", in.show(target))
+		unchanged = func() error { return errors.Join(p.unchanged(), cur.unchanged()) }
+	default:
+		in.repairing(target, describeChange(cur.data))
+		unchanged = func() error { return errors.Join(p.unchanged(), cur.unchanged()) }
 	}
-	in.repairing(target, fmt.Sprintf("single-plugin config %s changed, or the sluice conflist was edited", filepath.Base(p.path)))
-	if err := rewrite(cur, want); err != nil {
+	if err := replaceFile(target, p.info.Mode().Perm(), atomicfile.Bytes(want), unchanged); err != nil {
 		return fmt.Errorf("write CNI config: %w", err)
 	}
 	return nil
+}
+
+// entryIntact reports whether our conflist cur holds our entry last, as
+// this agent would insert it, so only the primary's part can differ.
+func (in *Installer) entryIntact(cur []byte) bool {
+	base, err := conflist.RemoveEntry(cur)
+	if err != nil {
+		return false
+	}
+	again, err := conflist.InsertEntry(base, in.entry)
+	return err == nil && bytes.Equal(again, cur)
 }
 
 // describeChange says what happened to a primary that needs a write, in
@@ -152,6 +197,9 @@ func (in *Installer) syncOwn() error {
 			return err
 		}
 	}
+	// A chained run's conflist sorts first: left in place, every pod would
+	// still run sluice in the default network too. Ours goes once own is in.
+	defer in.removeOwnedConfs(func(string) bool { return in.placed[path] })
 	cur, err := readConf(path)
 	switch {
 	case err == nil && bytes.Equal(cur.data, in.own):

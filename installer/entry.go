@@ -46,14 +46,10 @@ func (in *Installer) listWithoutLeftovers(p primaryConf) ([]byte, error) {
 	return out, nil
 }
 
-// dropEntry takes our entry out of path: a conflist of ours is removed, any
-// other keeps its mode and every other byte. A missing file or one without
-// our entry is fine.
+// dropEntry takes the entry an earlier version inserted out of a primary
+// conflist, keeping its mode and every other byte. A missing file or one
+// without our entry is fine.
 func (in *Installer) dropEntry(path string) error {
-	if ours(filepath.Base(path)) {
-		in.removeChainedConfs(func(p string) bool { return p == path })
-		return nil
-	}
 	return retryChanged(func() error {
 		cur, err := readConf(path)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -78,20 +74,31 @@ func (in *Installer) dropEntry(path string) error {
 	})
 }
 
-// removeChainedConfs removes each conflist of ours chained from a
-// single-plugin config for which drop holds. Only a file that holds a
-// sluice entry counts as ours, whatever its name.
-func (in *Installer) removeChainedConfs(drop func(path string) bool) {
+// ownedConfs lists our chained conflists in the conf dir (not the
+// non-chained OwnConfName, whose name shares the suffix). Only a file that
+// holds a sluice entry counts as ours, whatever its name.
+func (in *Installer) ownedConfs() []string {
 	entries, err := os.ReadDir(in.conf)
 	if err != nil {
-		return
+		return nil
 	}
+	var owned []string
 	for _, e := range entries {
-		path := filepath.Join(in.conf, e.Name())
-		if !strings.HasSuffix(e.Name(), chainedSuffix) || !drop(path) {
+		name := e.Name()
+		if name == OwnConfName || name == legacyOwnConfName || !strings.HasSuffix(name, chainedSuffix) {
 			continue
 		}
-		if cur, err := readConf(path); err != nil || !hasEntry(cur.data) {
+		if path := filepath.Join(in.conf, name); isOwned(path) {
+			owned = append(owned, path)
+		}
+	}
+	return owned
+}
+
+// removeOwnedConfs removes each conflist of ours for which drop holds.
+func (in *Installer) removeOwnedConfs(drop func(path string) bool) {
+	for _, path := range in.ownedConfs() {
+		if !drop(path) {
 			continue
 		}
 		in.countWrite()
@@ -103,11 +110,10 @@ func (in *Installer) removeChainedConfs(drop func(path string) bool) {
 	}
 }
 
-// chainedSourceExists reports whether the single-plugin config a conflist
-// of ours was chained from is still there.
-func chainedSourceExists(path string) bool {
-	stem := strings.TrimSuffix(path, chainedSuffix)
-	return fileExists(stem+".conf") || fileExists(stem+".json")
+// isOwned reports whether path is a config of ours: it holds our entry.
+func isOwned(path string) bool {
+	cur, err := readConf(path)
+	return err == nil && hasEntry(cur.data)
 }
 
 // hasEntry reports whether a conflist holds a sluice entry.

@@ -149,3 +149,10 @@ func mustInsert(t *testing.T, list []byte) []byte {
 
 // syncBuffer is a log sink safe for the installer goroutine and the test.
 type syncBuffer = syncbuf.Buffer
+
+// chainedFrom reports whether the conflist primary holds list untouched
+// and our conflist for it holds list with our entry last.
+func chainedFrom(t *testing.T, primary string, list []byte) bool {
+	t.Helper()
+	return fileIs(primary, list) && fileIs(ownedConfFor(primary), mustInsert(t, list))
+}

@@ -2,6 +2,7 @@ package installer
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,7 +31,7 @@ type Installer struct {
 	uninstalled bool
 	verified    map[string]stamp // binaries whose content matched srcHash
 	placed      map[string]bool  // targets that were in place once: writing one again is a restore
-	primary     string           // the conflist our entry was last placed in
+	owned       string           // chained mode: our conflist as last written
 	warnedOnce  map[string]bool  // log lines that would repeat on every resync
 	restores    restoreLog
 	pins        map[string]*pinnedDir // configured dir → the one written in (pindir.go)
@@ -108,11 +109,12 @@ func (in *Installer) Stats() Stats {
 	return in.stats
 }
 
-// Uninstall removes our entry from the primary conflist, or our conflist
-// chained from a single-plugin primary (chained), or OwnConfName
-// (non-chained), atomically, and stops a running Run from
-// putting it back. The plugin binary stays: a pod sandbox being torn down
-// may still need it for DEL, and a config without our entry never calls it.
+// Uninstall removes our conflist (chained: every one, and any entry an
+// earlier version left in the primary) or OwnConfName (non-chained),
+// atomically, and stops a running Run from putting it back. The primary
+// is otherwise left as it is. The plugin binary stays: a pod sandbox being
+// torn down may still need it for DEL, and a config without our entry
+// never calls it.
 func (in *Installer) Uninstall() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -129,17 +131,17 @@ func (in *Installer) Uninstall() error {
 		in.countWrite()
 		return removeFile(filepath.Join(in.conf, OwnConfName))
 	}
-	// Every conflist of ours chained from a single-plugin config goes.
-	in.removeChainedConfs(func(string) bool { return true })
-	path := in.primary
-	if path == "" {
-		p, err := in.findPrimary()
-		if err != nil {
-			return fmt.Errorf("find primary config to uninstall from: %w", err)
-		}
-		path = p.target()
+	in.removeOwnedConfs(func(string) bool { return true })
+	p, err := in.findPrimary()
+	switch {
+	case errors.Is(err, errNoPrimary):
+		return nil
+	case err != nil:
+		return fmt.Errorf("find the primary config to check for an earlier version's entry: %w", err)
+	case !p.conflist:
+		return nil
 	}
-	return in.dropEntry(path)
+	return in.dropEntry(p.path)
 }
 
 // sync makes one pass: every binary, then the config. It is idempotent:

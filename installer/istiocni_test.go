@@ -24,7 +24,7 @@ func withIstioCNI(t *testing.T) []byte {
 
 // TestLeftoverIstioCNIEntry: an istio-cni entry left in the primary after a
 // migration is reported and kept by default, and removed, byte-preserving,
-// when the operator asks for it.
+// from ours and from the primary when the operator asks for it.
 func TestLeftoverIstioCNIEntry(t *testing.T) {
 	t.Run("warn", func(t *testing.T) {
 		e := newEnv(t)
@@ -34,8 +34,8 @@ func TestLeftoverIstioCNIEntry(t *testing.T) {
 		in := e.newInstaller(t, e.config(true))
 		in.sync()
 		in.sync()
-		if !fileIs(primary, mustInsert(t, list)) {
-			t.Fatalf("want the istio-cni entry kept and ours last:\n%s", readTestFile(t, primary))
+		if !chainedFrom(t, primary, list) {
+			t.Fatalf("want the istio-cni entry kept and ours last:\n%s", readTestFile(t, ownedConfFor(primary)))
 		}
 		if n := strings.Count(e.logs.String(), "--remove-istio-cni-entry"); n != 1 {
 			t.Errorf("the istio-cni warning was logged %d times, want once:\n%s", n, e.logs.String())
@@ -50,8 +50,8 @@ func TestLeftoverIstioCNIEntry(t *testing.T) {
 		in := e.newInstaller(t, cfg)
 		in.sync()
 		flannel := testdata(t, "10-flannel.conflist")
-		if !fileIs(primary, mustInsert(t, flannel)) {
-			t.Fatalf("want flannel's bytes exactly, plus our entry:\n%s", readTestFile(t, primary))
+		if !chainedFrom(t, primary, flannel) {
+			t.Fatalf("want flannel's bytes exactly in the primary, and with our entry in ours:\n%s", readTestFile(t, ownedConfFor(primary)))
 		}
 		if err := in.Uninstall(); err != nil {
 			t.Fatal(err)

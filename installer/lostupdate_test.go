@@ -8,9 +8,9 @@ import (
 )
 
 // TestConcurrentRewriteNotReverted: the primary's CNI rewrites its file
-// after the installer read it and before the installer's rename. The
-// rewrite must survive, with our entry inserted into it, not be replaced
-// by our edit of the old bytes.
+// after the installer read it and before the rename of our conflist. The
+// rewrite must survive, and ours must follow it, not publish a copy of the
+// old bytes.
 func TestConcurrentRewriteNotReverted(t *testing.T) {
 	for _, how := range []string{"in place", "by rename"} {
 		t.Run(how, func(t *testing.T) {
@@ -22,7 +22,7 @@ func TestConcurrentRewriteNotReverted(t *testing.T) {
 
 			var injected atomic.Bool
 			testHookBeforeRename = func(path string) {
-				if filepath.Base(path) != filepath.Base(primary) || !injected.CompareAndSwap(false, true) {
+				if filepath.Base(path) != filepath.Base(ownedConfFor(primary)) || !injected.CompareAndSwap(false, true) {
 					return
 				}
 				if how == "in place" {
@@ -41,8 +41,8 @@ func TestConcurrentRewriteNotReverted(t *testing.T) {
 			if !injected.Load() {
 				t.Fatal("the installer never reached the rename")
 			}
-			if !fileIs(primary, mustInsert(t, rewritten)) {
-				t.Fatalf("the CNI's concurrent rewrite was lost:\n%s", readTestFile(t, primary))
+			if !chainedFrom(t, primary, rewritten) {
+				t.Fatalf("the CNI's concurrent rewrite was lost or not followed:\n%s", readTestFile(t, ownedConfFor(primary)))
 			}
 			if ok, why := in.Ready(); !ok {
 				t.Fatalf("not ready: %s", why)

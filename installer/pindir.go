@@ -98,7 +98,7 @@ func (in *Installer) rekey(old, now string) {
 		}
 		return p
 	}
-	in.primary = move(in.primary)
+	in.owned = move(in.owned)
 	in.placed = rekeyed(in.placed, move)
 	in.verified = rekeyed(in.verified, move)
 }

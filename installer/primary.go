@@ -12,29 +12,30 @@ import (
 	"github.com/sluicemesh/sluice/installer/conflist"
 )
 
-// chainedSuffix names the conflist the installer writes for a single-plugin
-// primary "<stem>.conf": "<stem>-sluice.conflist". '-' sorts before '.', so
-// it comes just before the .conf and runtimes use it, while the .conf (the
-// primary CNI's own file) is never edited, converted or deleted.
+// chainedSuffix names the conflist the installer owns in chained mode: for
+// a primary "<stem>.conflist" (or .conf, .json) it is
+// "<stem>-sluice.conflist", the primary's network with our entry last.
+// '-' sorts before '.', so it comes just before the primary and runtimes
+// use it; a rewrite of the primary by its CNI, with the agent running or
+// not, never takes sluice out of the chain the runtime reads.
 const chainedSuffix = "-sluice.conflist"
 
-// primaryConf is the config file our entry is chained into, as read.
+// errNoPrimary: the conf dir has no config to chain from (yet).
+var errNoPrimary = errors.New("no primary CNI config")
+
+// primaryConf is the config file our conflist is built from, as read.
 type primaryConf struct {
 	snapshot
-	conflist bool // false: a single-plugin .conf/.json, chained through our own file
+	conflist bool // false: a single-plugin .conf/.json
 }
 
-// target is the file our entry lives in: the primary conflist itself, or
-// for a single-plugin conf the conflist of ours that sorts just before it.
+// target is our conflist for this primary, which sorts just before it.
 func (p primaryConf) target() string {
-	if p.conflist {
-		return p.path
-	}
-	return chainedConfFor(p.path)
+	return ownedConfFor(p.path)
 }
 
-func chainedConfFor(conf string) string {
-	return strings.TrimSuffix(conf, filepath.Ext(conf)) + chainedSuffix
+func ownedConfFor(primary string) string {
+	return strings.TrimSuffix(primary, filepath.Ext(primary)) + chainedSuffix
 }
 
 // ours reports whether name is a config file the installer creates, and so
@@ -71,23 +72,25 @@ func (in *Installer) findPrimary() (primaryConf, error) {
 		}
 		return p, nil
 	}
-	return primaryConf{}, fmt.Errorf("no CNI config in %s to chain into yet, waiting for one", dir)
+	return primaryConf{}, fmt.Errorf("%w in %s to chain from yet, waiting for one", errNoPrimary, dir)
 }
 
 // namedPrimary reads an operator-named primary. Earlier versions converted
 // a named .conf to a .conflist of the same stem and removed the .conf; that
-// .conflist, holding our entry, is the primary then.
+// .conflist is the primary then.
 func (in *Installer) namedPrimary(path string) (primaryConf, error) {
 	p, err := readPrimary(path)
 	if errors.Is(err, fs.ErrNotExist) && !p.conflist {
-		// Only a conversion of ours, recognised by our entry: another
-		// network's .conflist of the same stem is not the named file.
-		if conv, cerr := readPrimary(strings.TrimSuffix(path, filepath.Ext(path)) + ".conflist"); cerr == nil && hasEntry(conv.data) {
+		// Only a conversion of ours, recognised by our entry in it or by
+		// our conflist built from it: another network's .conflist of the
+		// same stem is not the named file.
+		conv, cerr := readPrimary(strings.TrimSuffix(path, filepath.Ext(path)) + ".conflist")
+		if cerr == nil && (hasEntry(conv.data) || isOwned(conv.target())) {
 			p, err = conv, nil
 		}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return p, fmt.Errorf("primary CNI config %s does not exist yet, waiting for it", path)
+		return p, fmt.Errorf("%w: %s does not exist yet, waiting for it", errNoPrimary, path)
 	}
 	if err != nil {
 		return p, fmt.Errorf("the primary CNI config (--cni-conf-name) is unusable, waiting for it and writing nothing meanwhile: %w", err)

@@ -59,6 +59,7 @@ func TestRepairsTampering(t *testing.T) {
 	primary := filepath.Join(e.conf, "10-flannel.conflist")
 	original := testdata(t, "10-flannel.conflist")
 	writeTestFile(t, primary, original, 0o644)
+	ours := ownedConfFor(primary)
 	want := mustInsert(t, original)
 	binary := filepath.Join(e.bin, conflist.PluginType)
 	plugin := readTestFile(t, e.src)
@@ -68,7 +69,7 @@ func TestRepairsTampering(t *testing.T) {
 	cfg.OnChange = r.record
 	in := e.newInstaller(t, cfg)
 	start(t, in)
-	waitFor(t, "initial install", func() bool { return fileIs(primary, want) && fileIs(binary, plugin) })
+	waitFor(t, "initial install", func() bool { return fileIs(ours, want) && fileIs(binary, plugin) })
 	waitFor(t, "ready", ready(in))
 
 	for _, tc := range []struct {
@@ -77,21 +78,21 @@ func TestRepairsTampering(t *testing.T) {
 		check  func() bool
 	}{
 		{"entry removed in place", func(t *testing.T) {
-			without, err := conflist.RemoveEntry(readTestFile(t, primary))
+			without, err := conflist.RemoveEntry(readTestFile(t, ours))
 			if err != nil {
 				t.Fatal(err)
 			}
-			writeTestFile(t, primary, without, 0o644) // truncate and write, like an editor
-		}, func() bool { return fileIs(primary, want) }},
-		{"file rewritten by its CNI", func(t *testing.T) {
-			if err := writeFile(primary, original, 0o644); err != nil { // rename, like an installer
+			writeTestFile(t, ours, without, 0o644) // truncate and write, like an editor
+		}, func() bool { return fileIs(ours, want) }},
+		{"our conflist deleted", func(t *testing.T) {
+			if err := os.Remove(ours); err != nil {
 				t.Fatal(err)
 			}
-		}, func() bool { return fileIs(primary, want) }},
+		}, func() bool { return fileIs(ours, want) }},
 		{"entry moved first", func(t *testing.T) {
 			moved := bytes.Replace(original, []byte(`"plugins": [`), []byte("\"plugins\": [\n    {\"type\":\"sluice\"},"), 1)
-			writeTestFile(t, primary, moved, 0o644)
-		}, func() bool { return fileIs(primary, want) }},
+			writeTestFile(t, ours, moved, 0o644)
+		}, func() bool { return fileIs(ours, want) }},
 		{"binary deleted", func(t *testing.T) {
 			if err := os.Remove(binary); err != nil {
 				t.Fatal(err)
@@ -188,7 +189,7 @@ func TestInvalidPrimaryUntouched(t *testing.T) {
 
 			fixed := testdata(t, "10-flannel.conflist")
 			writeTestFile(t, primary, fixed, 0o644)
-			waitFor(t, "installed after the fix", func() bool { return fileIs(primary, mustInsert(t, fixed)) })
+			waitFor(t, "installed after the fix", func() bool { return chainedFrom(t, primary, fixed) })
 			waitFor(t, "ready", ready(in))
 
 			// Breaking it again drops readiness promptly and is left alone.
@@ -204,8 +205,8 @@ func TestInvalidPrimaryUntouched(t *testing.T) {
 
 func TestMissingPrimary(t *testing.T) {
 	for _, tc := range []struct{ file, confName, result string }{
-		{"10-calico.conflist", "", "10-calico.conflist"},
-		{"10-calico.conflist", "10-calico.conflist", "10-calico.conflist"},
+		{"10-calico.conflist", "", "10-calico-sluice.conflist"},
+		{"10-calico.conflist", "10-calico.conflist", "10-calico-sluice.conflist"},
 		{"10-bridge.conf", "", "10-bridge-sluice.conflist"},
 		{"10-bridge.conf", "10-bridge.conf", "10-bridge-sluice.conflist"},
 	} {
@@ -230,23 +231,25 @@ func TestMissingPrimary(t *testing.T) {
 			result := filepath.Join(e.conf, tc.result)
 			waitFor(t, "installed", func() bool { return fileIs(result, mustInsert(t, data)) })
 			waitFor(t, "ready", ready(in))
-			if tc.result != tc.file && !fileIs(filepath.Join(e.conf, tc.file), testdata(t, tc.file)) {
-				t.Error("the single-plugin primary was changed")
+			if !fileIs(filepath.Join(e.conf, tc.file), testdata(t, tc.file)) {
+				t.Error("the primary was changed")
 			}
 
-			// A deleted primary is not recreated: its CNI may be gone.
+			// A deleted primary is not recreated, and ours stays: new pods
+			// fail closed until a primary is back.
 			if err := os.Remove(filepath.Join(e.conf, tc.file)); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, "not ready", func() bool { return !ready(in)() })
 			in.sync()
-			assertOnly(t, e.conf)
+			assertOnly(t, e.conf, tc.result)
 		})
 	}
 }
 
 // TestPrimaryChangeMovesEntry: a config that sorts first appears (a CNI
-// migration); the entry moves there and the old file gets its bytes back.
+// migration); our conflist for it is written, and only then the one for
+// the old primary goes. Neither primary is edited.
 func TestPrimaryChangeMovesEntry(t *testing.T) {
 	e := newEnv(t)
 	old := filepath.Join(e.conf, "10-flannel.conflist")
@@ -254,9 +257,9 @@ func TestPrimaryChangeMovesEntry(t *testing.T) {
 	writeTestFile(t, old, original, 0o600)
 	in := e.newInstaller(t, e.config(true))
 	start(t, in)
-	waitFor(t, "installed", func() bool { return fileIs(old, mustInsert(t, original)) })
-	if fi, _ := os.Stat(old); fi.Mode().Perm() != 0o600 {
-		t.Errorf("mode of the primary changed to %v", fi.Mode().Perm())
+	waitFor(t, "installed", func() bool { return chainedFrom(t, old, original) })
+	if fi, _ := os.Stat(ownedConfFor(old)); fi.Mode().Perm() != 0o600 {
+		t.Errorf("our conflist has mode %v, not the primary's", fi.Mode().Perm())
 	}
 
 	cilium := testdata(t, "05-cilium.conflist")
@@ -264,7 +267,9 @@ func TestPrimaryChangeMovesEntry(t *testing.T) {
 	if err := writeFile(next, cilium, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "entry moved", func() bool { return fileIs(next, mustInsert(t, cilium)) && fileIs(old, original) })
+	waitFor(t, "chained from the new primary", func() bool {
+		return chainedFrom(t, next, cilium) && fileIs(old, original) && !fileExists(ownedConfFor(old))
+	})
 }
 
 func TestRestoreWarning(t *testing.T) {
@@ -303,6 +308,7 @@ func TestUninstall(t *testing.T) {
 		if err := in.Uninstall(); err != nil {
 			t.Fatal(err)
 		}
+		assertOnly(t, e.conf, "10-calico.conflist")
 		if !fileIs(primary, original) {
 			t.Fatalf("after Uninstall the primary is not the original:\n%s", readTestFile(t, primary))
 		}
@@ -313,9 +319,7 @@ func TestUninstall(t *testing.T) {
 			t.Error("ready after Uninstall")
 		}
 		in.sync() // a running installer must not put it back
-		if !fileIs(primary, original) {
-			t.Error("entry reinstalled after Uninstall")
-		}
+		assertOnly(t, e.conf, "10-calico.conflist")
 	})
 	t.Run("single-plugin conf", func(t *testing.T) {
 		e := newEnv(t)
@@ -375,27 +379,5 @@ func TestNewRejectsBadConfig(t *testing.T) {
 				t.Fatal("New accepted the config")
 			}
 		})
-	}
-}
-
-// TestChainedRemovesOwnConflist: after a switch from non-chained to chained
-// mode the old 00-sluice.conflist would sort first and hand every pod to
-// sluice alone, so it goes.
-func TestChainedRemovesOwnConflist(t *testing.T) {
-	e := newEnv(t)
-	e.newInstaller(t, e.config(false)).sync()
-	primary := filepath.Join(e.conf, "10-flannel.conflist")
-	writeTestFile(t, primary, testdata(t, "10-flannel.conflist"), 0o644)
-
-	in := e.newInstaller(t, e.config(true))
-	in.sync()
-	if ok, why := in.Ready(); !ok {
-		t.Fatalf("not ready: %s", why)
-	}
-	if fileExists(filepath.Join(e.conf, OwnConfName)) {
-		t.Error("non-chained conflist left in place")
-	}
-	if !fileIs(primary, mustInsert(t, testdata(t, "10-flannel.conflist"))) {
-		t.Error("entry not chained into the primary")
 	}
 }

@@ -128,7 +128,7 @@ func (d *demo) printKept() {
 	fmt.Printf("    ip netns exec %s-pod-a nft list table inet sluice\n", d.prefix)
 	fmt.Printf("    %s workloads --socket %s\n", agent, d.socket)
 	fmt.Printf("    %s get demo/pod-a --socket %s\n", agent, d.socket)
-	fmt.Printf("    cat %s\n", filepath.Join(d.confDir(), "10-demo.conflist"))
+	fmt.Printf("    cat %s\n", filepath.Join(d.confDir(), "10-demo-sluice.conflist"))
 	note("the toy proxy ended with the demo: pod-a's captured connections are now refused")
 	fmt.Println("  remove it all:")
 	fmt.Printf("    make demo DEMO_ARGS=\"--teardown %s\"\n", d.prefix)

@@ -107,12 +107,14 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 
-	step("sluice-agent installed itself: %s", filepath.Join(d.confDir(), "10-demo.conflist"))
+	// Its own conflist: the primary's chain plus sluice, sorting just
+	// before the primary, which stays as its CNI wrote it.
+	step("sluice-agent installed itself: %s", filepath.Join(d.confDir(), "10-demo-sluice.conflist"))
 	conf, err := libcni.LoadConfList(d.confDir(), "demo")
 	if err != nil {
 		return err
 	}
-	installed, _ := os.ReadFile(filepath.Join(d.confDir(), "10-demo.conflist"))
+	installed, _ := os.ReadFile(filepath.Join(d.confDir(), "10-demo-sluice.conflist"))
 	for _, l := range strings.Split(strings.TrimSpace(string(installed)), "\n") {
 		fmt.Println("  |", l)
 	}

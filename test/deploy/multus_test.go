@@ -78,8 +78,8 @@ func TestMultusRender(t *testing.T) {
 	})
 }
 
-// Values that cannot work fail at helm time with a reason: Multus with the
-// entry chained into the primary (no file would carry the NAD's network), an
+// Values that cannot work fail at helm time with a reason: Multus with
+// sluice chained after the primary (no file would carry the NAD's network), an
 // unknown provider, a NAD name that is no Kubernetes name.
 func TestMultusRenderRejects(t *testing.T) {
 	for set, want := range map[string]string{

@@ -226,8 +226,8 @@ func capInstaller(t *testing.T, caps []string) error {
 	if _, err := os.Stat(filepath.Join(n.cniBin, "sluice")); err != nil {
 		return fmt.Errorf("plugin not installed: %w", err)
 	}
-	if b, _ := os.ReadFile(primaryPath); !bytes.Contains(b, []byte(`"sluice"`)) {
-		return fmt.Errorf("no sluice entry in the primary conflist:\n%s", b)
+	if b, _ := os.ReadFile(n.ownedConflist("10-bridge.conflist")); !bytes.Contains(b, []byte(`"sluice"`)) {
+		return fmt.Errorf("no sluice entry in the installer's conflist:\n%s", b)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 // `sluice-agent cleanup` with the agent's own flags: refused while the agent
 // runs; once it stopped (keeping everything, as an upgrade does), it
-// removes the pod's capture table, the conflist entry, the plugin, the
+// removes the pod's capture table, its conflist, the plugin, the
 // journal and the socket, and nothing else: the primary conflist is as it
 // was before sluice, another plugin and another nft table stay, the pod
 // keeps its address. A second run finds nothing to do and succeeds.
@@ -66,6 +66,9 @@ func TestCleanupRestoresTheNode(t *testing.T) {
 	if b, _ := os.ReadFile(primaryPath); !bytes.Equal(b, primary) {
 		t.Errorf("primary conflist after cleanup:\n%s\nwant as before sluice:\n%s", b, primary)
 	}
+	if _, err := os.Lstat(n.ownedConflist("10-bridge.conflist")); !os.IsNotExist(err) {
+		t.Errorf("sluice's conflist left after cleanup (%v)", err)
+	}
 	for _, gone := range []string{filepath.Join(n.cniBin, "sluice"), n.StateDir, n.Socket} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s left after cleanup (%v)", gone, err)
@@ -104,6 +107,9 @@ func TestCleanupOnUninstall(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(primaryPath); !bytes.Equal(b, primary) {
 		t.Errorf("primary conflist after uninstall:\n%s", b)
+	}
+	if _, err := os.Lstat(n.ownedConflist("10-bridge.conflist")); !os.IsNotExist(err) {
+		t.Errorf("sluice's conflist left after the agent's uninstall (%v)", err)
 	}
 	for _, gone := range []string{filepath.Join(n.cniBin, "sluice"), n.StateDir, n.Socket} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {

@@ -43,11 +43,11 @@ func TestContainerdSandboxCaptured(t *testing.T) {
 	if err := os.WriteFile(primaryPath, []byte(primary), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Ready means the installer's entry is in place, so containerd's first
-	// load of the conf dir already sees sluice.
+	// Ready means the installer's conflist is in place, so containerd's
+	// first load of the conf dir already sees sluice.
 	n.startAgent("--install=true", "--netns-roots", "/var/run/netns,/run/netns")
-	if b, _ := os.ReadFile(primaryPath); !strings.Contains(string(b), `"sluice"`) {
-		t.Fatalf("agent ready but no sluice entry in the primary:\n%s", b)
+	if b, _ := os.ReadFile(n.ownedConflist(filepath.Base(primaryPath))); !strings.Contains(string(b), `"sluice"`) {
+		t.Fatalf("agent ready but no sluice entry in the installer's conflist:\n%s", b)
 	}
 
 	c := n.startContainerd(crictl)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,6 +132,13 @@ func (n *node) agentArgs(extra ...string) []string {
 		"--plugin-binary", filepath.Join(binDir, "sluice"),
 		"--install=false",
 	}, extra...)
+}
+
+// ownedConflist is where the installer keeps the chain, sluice last, for
+// the primary config named primary: "<stem>-sluice.conflist", sorting
+// just before it.
+func (n *node) ownedConflist(primary string) string {
+	return filepath.Join(n.confDir, strings.TrimSuffix(primary, filepath.Ext(primary))+"-sluice.conflist")
 }
 
 // conflist is the demo's chain: bridge + host-local, then sluice.

@@ -23,7 +23,8 @@ func (n *node) bridgeOnly() []byte {
 
 // The agent installs the real plugin into the node's CNI dirs; libcni then
 // loads the dir and runs a pod through the chain, captured; the agent keeps
-// its entry in place and removes it on SIGTERM (standalone).
+// its conflist first and following the primary, and removes it on SIGTERM
+// (standalone), the primary never edited.
 func TestInstalledChainCapturesAndUninstalls(t *testing.T) {
 	n := newNode(t)
 	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
@@ -54,21 +55,26 @@ func TestInstalledChainCapturesAndUninstalls(t *testing.T) {
 	}
 	p.expect(t, "10.96.0.10:443")
 
-	// Another CNI rewrites its file without us: the entry comes back.
-	if err := os.WriteFile(primaryPath, primary, 0o644); err != nil {
+	// The primary's CNI rewrites its file: ours, still first, follows it.
+	rewritten := bytes.Replace(primary, []byte(`"isGateway": true`), []byte(`"isGateway": true, "hairpinMode": true`), 1)
+	if err := os.WriteFile(primaryPath, rewritten, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	nstest.Eventually(t, time.Second, func() bool {
-		b, _ := os.ReadFile(primaryPath)
-		return bytes.Contains(b, []byte(`"sluice"`))
-	}, "entry not restored after the primary was rewritten")
+		b, _ := os.ReadFile(n.ownedConflist("10-bridge.conflist"))
+		return bytes.Contains(b, []byte(`"sluice"`)) && bytes.Contains(b, []byte(`"hairpinMode": true`))
+	}, "sluice's conflist did not follow the rewritten primary")
+	primary = rewritten
 
 	if err := c.Del(rt("inst1", pod)); err != nil {
 		t.Fatal(err)
 	}
 	a.Stop(t)
 	if b, _ := os.ReadFile(primaryPath); !bytes.Equal(b, primary) {
-		t.Fatalf("after SIGTERM the primary is not the original:\n%s", b)
+		t.Fatalf("after SIGTERM the primary is not as its CNI wrote it:\n%s", b)
+	}
+	if _, err := os.Lstat(n.ownedConflist("10-bridge.conflist")); !os.IsNotExist(err) {
+		t.Fatalf("sluice's conflist left after SIGTERM (%v)", err)
 	}
 	if _, err := os.Stat(filepath.Join(n.cniBin, "sluice")); err != nil {
 		t.Fatal("binary removed on exit; pods may still need it for DEL")

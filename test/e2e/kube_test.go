@@ -218,7 +218,7 @@ func TestKubeUninstallOnlyWhenDaemonSetGoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	hasEntry := func() bool {
-		b, _ := os.ReadFile(primaryPath)
+		b, _ := os.ReadFile(n.ownedConflist(filepath.Base(primaryPath)))
 		return strings.Contains(string(b), `"sluice"`)
 	}
 	args := []string{"--install=true", "--pod-name", self.Name, "--pod-namespace", agentNS}

@@ -76,8 +76,8 @@ func sameDir(a, b map[string]string) bool {
 
 // The conf dir swapped for a link to another CNI's conf dir: the installer
 // edits nothing there and goes not ready saying why; the real directory
-// back, it is ready again with its entry in the real primary, and the
-// other directory is as it was.
+// back, it is ready again with its conflist in the real directory, and
+// the other directory is as it was.
 func TestConfDirSwappedForALink(t *testing.T) {
 	n := newNode(t)
 	conf, _ := n.installing(t)
@@ -86,7 +86,7 @@ func TestConfDirSwappedForALink(t *testing.T) {
 		t.Fatal(e)
 	}
 	before := ruleset(t, victim)
-	withEntry, err := os.ReadFile(filepath.Join(conf, "10-flannel.conflist"))
+	withEntry, err := os.ReadFile(filepath.Join(conf, "10-flannel-sluice.conflist"))
 	if err != nil || !bytes.Contains(withEntry, []byte(`"sluice"`)) {
 		t.Fatalf("no sluice entry installed: %v\n%s", err, withEntry)
 	}

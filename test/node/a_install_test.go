@@ -88,7 +88,7 @@ func podCondition(p *corev1.Pod, typ corev1.PodConditionType) *corev1.PodConditi
 }
 
 // The chart's DaemonSet pod becomes Ready through its own probes, the
-// installer has chained sluice last into the node's primary conflist and
+// installer has chained sluice last in the conflist the runtime uses and
 // put the plugin in the node's bin dir, and the agent's log is readable
 // as `kubectl logs` reads it.
 func TestHelmInstall(t *testing.T) {
@@ -112,11 +112,12 @@ func TestHelmInstall(t *testing.T) {
 	})
 }
 
-// conflistTypes are the plugin types of the node's primary conflist, in
-// order.
+// conflistTypes are the plugin types, in order, of the conflist the
+// node's runtime uses: the first in its conf dir (sluice's own, sorting
+// just before the primary, once sluice is chained).
 func conflistTypes(t testing.TB) []string {
 	t.Helper()
-	b, err := os.ReadFile(cluster.ConfDir(nodetest.PrimaryConflist))
+	_, b, err := cluster.RuntimeConflist()
 	if err != nil {
 		t.Fatalf("read node conflist: %v", err)
 	}

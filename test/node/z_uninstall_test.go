@@ -10,8 +10,9 @@ import (
 	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
-// helm uninstall takes the agent away and, with it, the sluice entry:
-// the primary conflist is left byte for byte as the primary CNI wrote it.
+// helm uninstall takes the agent away and, with it, sluice's conflist: the
+// runtime uses the primary conflist again, left byte for byte as the
+// primary CNI wrote it.
 // It runs last (file order).
 func TestHelmUninstall(t *testing.T) {
 	requireAgent(t)
@@ -27,6 +28,9 @@ func TestHelmUninstall(t *testing.T) {
 		}
 		if !bytes.Equal(got, primary) {
 			return fmt.Errorf("conflist differs from the primary's:\n%s\nwant:\n%s", got, primary)
+		}
+		if name, _, err := cluster.RuntimeConflist(); err != nil || name != nodetest.PrimaryConflist {
+			return fmt.Errorf("the runtime uses %s (%v), not the primary", name, err)
 		}
 		return nil
 	})

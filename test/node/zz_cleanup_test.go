@@ -42,6 +42,9 @@ func TestUninstallCleansTheNode(t *testing.T) {
 		if got, _ := os.ReadFile(cluster.ConfDir(nodetest.PrimaryConflist)); !bytes.Equal(got, primary) {
 			return fmt.Errorf("conflist differs from the primary's:\n%s", got)
 		}
+		if name, _, err := cluster.RuntimeConflist(); err != nil || name != nodetest.PrimaryConflist {
+			return fmt.Errorf("the runtime uses %s (%v), not the primary", name, err)
+		}
 		for _, p := range []string{"/opt/cni/bin/sluice", "/run/sluice/state", "/run/sluice/agent.sock", "/run/ztunnel/ztunnel.sock"} {
 			if _, err := os.Lstat(cluster.NodePath(p)); !os.IsNotExist(err) {
 				return fmt.Errorf("%s still on the node (%v)", p, err)

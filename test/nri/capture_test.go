@@ -52,9 +52,10 @@ func TestNRICapturesPod(t *testing.T) {
 	nstest.Eventually(t, 5*time.Second, func() bool { return len(n.workloads()) == 0 }, "workloads left after rmp")
 }
 
-// An agent switched to --trigger nri removes the entry a cni or both agent
-// left in the primary conflist once the runtime has confirmed NRI, and
-// leaves the rest of the file alone.
+// An agent switched to --trigger nri removes what a cni or both agent left
+// once the runtime has confirmed NRI: its own conflist, sorting just before
+// the primary, and the entry an earlier version put in the primary itself,
+// leaving the rest of that file alone.
 func TestNRIDropsLeftoverEntry(t *testing.T) {
 	n := newNode(t)
 	c := n.startContainerd(containerdOptions{})
@@ -70,6 +71,10 @@ func TestNRIDropsLeftoverEntry(t *testing.T) {
 	if err := os.WriteFile(primary, []byte(withEntry), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	owned := filepath.Join(n.dir, "net.d", "10-pods-sluice.conflist")
+	if err := os.WriteFile(owned, []byte(withEntry), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	a := n.startAgent()
 	nstest.Eventually(t, 10*time.Second, func() bool {
 		return a.Logs.Count("NRI confirmed; no sluice conflist entry is left") > 0
@@ -77,6 +82,9 @@ func TestNRIDropsLeftoverEntry(t *testing.T) {
 	after, _ := os.ReadFile(primary)
 	if strings.Contains(string(after), `"sluice"`) || !strings.Contains(string(after), `"bridge"`) {
 		t.Fatalf("primary after the drop:\n%s", after)
+	}
+	if _, err := os.Lstat(owned); !os.IsNotExist(err) {
+		t.Fatalf("sluice's conflist left after the drop (%v)", err)
 	}
 	expectCaptured(t, n.netns(c.runPod("shop", "after-drop")))
 }

@@ -93,11 +93,12 @@ func TestIstioCNIInstall(t *testing.T) {
 	}
 }
 
-// conflistTypes are the plugin types of the node's primary conflist, in
-// order.
+// conflistTypes are the plugin types, in order, of the conflist the
+// node's runtime uses: the first in its conf dir (sluice's own, sorting
+// just before the primary, once sluice is chained).
 func conflistTypes(t testing.TB) []string {
 	t.Helper()
-	b, err := os.ReadFile(cluster.ConfDir(nodetest.PrimaryConflist))
+	_, b, err := cluster.RuntimeConflist()
 	if err != nil {
 		t.Fatalf("read node conflist: %v", err)
 	}

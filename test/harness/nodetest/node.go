@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -138,6 +139,24 @@ func (c *Cluster) NodePath(path string) string {
 // ConfDir is a path in the node's /etc/cni/net.d, as the machine sees it.
 func (c *Cluster) ConfDir(name ...string) string {
 	return c.path(append([]string{"cni/net.d"}, name...)...)
+}
+
+// RuntimeConflist is the config the node's containerd uses for its next
+// pod: the lexically first .conf, .conflist or .json in its conf dir. With
+// sluice chained, that is sluice's "<primary stem>-sluice.conflist".
+func (c *Cluster) RuntimeConflist() (name string, data []byte, err error) {
+	entries, err := os.ReadDir(c.ConfDir())
+	if err != nil {
+		return "", nil, err
+	}
+	for _, e := range entries { // sorted by name
+		switch filepath.Ext(e.Name()) {
+		case ".conf", ".conflist", ".json":
+			data, err := os.ReadFile(c.ConfDir(e.Name()))
+			return e.Name(), data, err
+		}
+	}
+	return "", nil, fmt.Errorf("no CNI config in %s", c.ConfDir())
 }
 
 // registerWithTaints is the kubelet config's taint list for the node's
