@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/workloads"
 )
 
 // registerMetrics registers every metric read at scrape time: the core's
@@ -14,6 +15,8 @@ func (a *agent) registerMetrics() {
 		[]string{string(redirect.ModeSidecar), string(redirect.ModeAmbient)}, a.store.CountByMode)
 	m.Func("counter", "ruleset_reasserts_total", "Rulesets reasserted (re-applied) because the kernel drifted.",
 		func() float64 { return float64(a.store.Reasserts()) })
+	m.ByLabel("counter", "capture_restored_total", "Capture restored in running pods, by what was lost (a reassert counts each kind its drift named).",
+		"what", workloads.RestoredKinds, a.store.Restored)
 	m.ByLabel("counter", "pods_passed_through_total", "ADDs the agent passed through uncaptured, by reason (the log line has the full text).",
 		"reason", events.PassReasons, a.decisions.PassedThrough)
 	m.Func("counter", "istio_init_pods_total", "Pods seen with istio-init injected (istiod not in CNI mode), once each.",

@@ -270,6 +270,9 @@ func reassertsAndDrops(t *testing.T, pass func(*Store) error) {
 	if s.Reasserts() != 1 {
 		t.Errorf("reasserts = %d, want 1", s.Reasserts())
 	}
+	if got := s.Restored(); got[RestoredRuleset] != 1 || got[RestoredRoutes]+got[RestoredAddresses]+got[RestoredHostTable] != 0 {
+		t.Errorf("restored by what = %v, want one ruleset", got)
+	}
 	if got := u.reasserted(); len(got) != 1 || got[0] != "tampered/eth0: table inet sluice: a rule was changed (tampered)" {
 		t.Errorf("OnReassert heard %q", got)
 	}

@@ -121,6 +121,7 @@ func (s *Store) reassertHostIPs(r *Record) error {
 		if rerr := s.ambient.RestoreHost(); rerr != nil {
 			return fmt.Errorf("reconcile %s: host probe table: %w (writing it again: %w)", r.Attachment, err, rerr)
 		}
+		s.restored.add(RestoredHostTable)
 		err = s.kernel.AddHostIPs(host, podAddrs(r)...)
 	}
 	if err != nil {
@@ -157,6 +158,7 @@ func (s *Store) reassert(ns netns.NsHandle, r Record, since redirect.Gen) error 
 	r.genPending = true
 	s.noteGen(r, gen)
 	s.reasserts.Add(1)
+	s.restored.add(driftKinds(drift)...)
 	if s.onReassert != nil {
 		s.onReassert(r, drift)
 	}

@@ -114,6 +114,7 @@ type Store struct {
 	recs map[Attachment]*Record
 
 	reasserts atomic.Int64
+	restored  restoreCounts
 
 	// released holds attachments whose kernel state is gone but whose
 	// journal record could not be deleted: they are never reasserted, and

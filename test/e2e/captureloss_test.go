@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,43 @@ func TestCaptureLossRestoredWithinTenSeconds(t *testing.T) {
 			return err == nil && strings.Contains(body, want)
 		}, "%s: /metrics lacks %q", f.name, want)
 	}
+	// Each fault lost rules of the pod's table: counted by what was lost.
+	want := `sluice_capture_restored_total{what="ruleset"} 3`
+	if _, body, err := n.HTTPGet("http://127.0.0.1:9890/metrics"); err != nil || !strings.Contains(body, want) {
+		t.Errorf("/metrics lacks %q (%v):\n%s", want, err, grepLines(body, "capture_restored"))
+	}
+}
+
+// grepLines is body's lines that contain s.
+func grepLines(body, s string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// restoredAtLeast waits for sluice_capture_restored_total{what} to reach min.
+func restoredAtLeast(t *testing.T, n *node, what string, min int) {
+	t.Helper()
+	re := regexp.MustCompile(`sluice_capture_restored_total\{what="` + what + `"\} (\d+)`)
+	var last string
+	nstest.Eventually(t, 2*time.Second, func() bool {
+		_, body, err := n.HTTPGet("http://127.0.0.1:9890/metrics")
+		if err != nil {
+			return false
+		}
+		m := re.FindStringSubmatch(body)
+		if m == nil {
+			last = grepLines(body, "capture_restored")
+			return false
+		}
+		last = m[0]
+		v, _ := strconv.Atoi(m[1])
+		return v >= min
+	}, "restored %s: want at least %d, /metrics says %s", what, min, lastSeen(func() any { return last }))
 }
 
 // deleteRule deletes the rule with comment in chain of the pod's table.
@@ -159,6 +197,11 @@ func TestAmbientCaptureLossRestoredWithinTenSeconds(t *testing.T) {
 		}
 		p.expect(t, "10.96.0.10:80")
 	}
+	// Counted by what was lost: the pod's rules (twice), its policy routes,
+	// the node's probe table (twice).
+	restoredAtLeast(t, n, "ruleset", 2)
+	restoredAtLeast(t, n, "routes", 1)
+	restoredAtLeast(t, n, "host_probe_table", 2)
 }
 
 // lastSeen prints what its func returns when the message is formatted,
