@@ -55,7 +55,7 @@ func (a *agent) buildRepair() error {
 	if err != nil {
 		return err
 	}
-	a.redirection = c.Redirection()
+	a.mesh = c.Mesh()
 	a.parts = append(a.parts, &repairPart{checker: c, log: a.log})
 	return nil
 }
