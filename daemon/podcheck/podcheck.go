@@ -79,6 +79,9 @@ type Config struct {
 	// IstioTakeover adopts sidecar pods istio-cni captured
 	// (--istio-takeover).
 	IstioTakeover bool
+	// Mesh enrols ambient pods and marks them (the agent's one
+	// ambientmesh.Mesh); nil builds one over Store and Client.
+	Mesh *ambientmesh.Mesh
 	// IstioCNI reads and removes istio-cni's capture; nil is the kernel.
 	IstioCNI istioadopt.Kernel
 	// ZtunnelReady reports whether a ztunnel holds its snapshot; an ambient
@@ -150,7 +153,10 @@ func New(cfg Config) (*Checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	mesh := ambientmesh.New(cfg.Store, cfg.Client, cfg.Log.With("component", "redirection"))
+	mesh := cfg.Mesh
+	if mesh == nil {
+		mesh = ambientmesh.New(cfg.Store, cfg.Client, cfg.Log.With("component", "redirection"))
+	}
 	adopter, err := istioadopt.NewAdopter(istioadopt.Config{Store: cfg.Store, HostProc: cfg.HostProc, Takeover: cfg.IstioTakeover,
 		Kernel: cfg.IstioCNI, ZtunnelReady: cfg.ZtunnelReady, Events: cfg.Events, Mesh: mesh, Log: cfg.Log})
 	if err != nil {
@@ -172,7 +178,7 @@ func New(cfg Config) (*Checker, error) {
 }
 
 // Mesh is the ambient owner whose annotator the Checker keeps retrying
-// (Run runs it), for the ADD path to share.
+// (Run runs it).
 func (c *Checker) Mesh() *ambientmesh.Mesh { return c.mesh }
 
 // Run waits for the pod and namespace caches, checks every pod of this
