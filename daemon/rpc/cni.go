@@ -1,6 +1,8 @@
 // Package rpc serves the sluice.v1 gRPC API on the agent's unix socket. It
 // validates requests, asks policy what a pod gets, and hands the work to
-// workloads; it keeps no state and no logic of its own.
+// workloads, an ambient pod's to ambientmesh (which owns the ztunnel wait,
+// the hand-over's order and the redirection annotation; rpc does not
+// import ztunnel); it keeps no state and no logic of its own.
 //
 // The socket is the agent's most exposed door, so its walls are here. The
 // socket's mode (0600 in a 0700 dir) is the first; the peer's uid is read
