@@ -2,17 +2,23 @@
 // order and its rollback. rpc's ADD, ambientpods' live enrolment and
 // istioadopt's adoption call it; nothing else writes the redirection
 // annotation. Istio's node agent holds the same order in one function
-// (AddPodToMesh in cni/pkg/nodeagent).
+// (AddPodToMesh in cni/pkg/nodeagent, "ordering is important"). A new
+// step goes into Add or Remove here, with its reason below; a step that
+// must share the attachment's lock and rollback goes into the store's
+// handOver or takeBack (workloads/ambient.go), named in step 2.
 //
 // Add's order, and why it is this one:
 //
-//  1. With Wait, a ztunnel to hand the pod to, before any lock: a CNI ADD
-//     meeting a ztunnel restart waits for it within its deadline rather
-//     than fail into the kubelet's backoff; a DEL needs the locks.
+//  1. With Wait, a ztunnel to hand the pod to (ztunnel.Server's
+//     AwaitConnection), before any lock: a CNI ADD meeting a ztunnel
+//     restart waits for it within its deadline rather than fail into the
+//     kubelet's backoff; a DEL needs the locks. A hand-over that then finds
+//     the connection dead is rolled back and waits once more.
 //  2. The in-pod rules, then the pod's probe addresses in the host table,
-//     then ztunnel's ack (workloads.Store.EnrollAmbient, under the
-//     attachment's lock, journaled first): rules before ztunnel, so the
-//     netns ztunnel gets already sends it the pod's traffic; probe
+//     then ztunnel's ack, under the attachment's lock, journaled first.
+//     Steps 1 and 2 are workloads.Store.EnrollAmbient(ctx, rec, wait): the
+//     lock, the journal and the rollback are the store's. Rules before ztunnel,
+//     so the netns ztunnel gets already sends it the pod's traffic; probe
 //     addresses before ztunnel, as they are harmless without it. All or
 //     nothing: an ambient pod without ztunnel is a black hole, so a
 //     refusal rolls back to what the attachment had.
