@@ -19,13 +19,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/health"
 	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
-	"github.com/sluicemesh/sluice/daemon/redirection"
 	"github.com/sluicemesh/sluice/daemon/rpc"
 	"github.com/sluicemesh/sluice/daemon/tracing"
 	"github.com/sluicemesh/sluice/daemon/workloads"
@@ -53,21 +53,21 @@ type agent struct {
 	// parts are the optional parts present, in start order (parts.go).
 	parts []part
 
-	rc          *rest.Config     // nil: standalone
-	informers   *kubecache.Cache // nil: standalone
-	kube        *policy.Kube     // nil: standalone
-	pol         rpc.Policy
-	opener      *podns.Opener
-	metrics     *metrics.Metrics
-	client      kubernetes.Interface
-	rec         *events.Recorder // nil records nothing (standalone)
-	decisions   *events.Decisions
-	amb         *ambientNode // nil without --ambient; the store and Debug use it
-	store       *workloads.Store
-	checks      *health.Checks
-	redirection *redirection.Annotator // nil standalone
-	cni         *rpc.CNI
-	auth        *rpc.Authorizer
+	rc        *rest.Config     // nil: standalone
+	informers *kubecache.Cache // nil: standalone
+	kube      *policy.Kube     // nil: standalone
+	pol       rpc.Policy
+	opener    *podns.Opener
+	metrics   *metrics.Metrics
+	client    kubernetes.Interface
+	rec       *events.Recorder // nil records nothing (standalone)
+	decisions *events.Decisions
+	amb       *ambientNode // nil without --ambient; the store and Debug use it
+	store     *workloads.Store
+	checks    *health.Checks
+	mesh      *ambientmesh.Mesh // the ambient owner; nil standalone
+	cni       *rpc.CNI
+	auth      *rpc.Authorizer
 
 	gs   *grpc.Server
 	hs   *grpchealth.Server
@@ -227,9 +227,7 @@ func (a *agent) run(sig context.Context) error {
 func (a *agent) buildCNI() error {
 	a.cni = &rpc.CNI{Policy: a.pol, Workloads: a.store, Ready: a.checks.Ready, Inflight: rpc.NewInflight(a.cfg.maxInflight),
 		Events: a.rec, Decisions: a.decisions, Addrs: a.opener}
-	if a.redirection != nil {
-		a.cni.Redirection = a.redirection
-	}
+	a.cni.Ambient = a.mesh
 	return nil
 }
 

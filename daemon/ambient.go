@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/istioadopt"
 	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/metrics"
@@ -103,11 +105,18 @@ type ambientPart struct {
 	done chan struct{}
 }
 
-// addAmbient adds the ambient node as a part, once the store it feeds
-// exists: with Kubernetes, the pod addresses the API server reports reach
-// the host probe table (learnProbeAddrs, registered before the informers
-// run).
+// addAmbient builds the agent's one ambient owner (ambientmesh.Mesh, with
+// the redirection annotator when there is Kubernetes), which the CNI
+// service, live enrolment and adoption share, and adds the ambient node as
+// a part, once the store it feeds exists: with Kubernetes, the pod
+// addresses the API server reports reach the host probe table
+// (learnProbeAddrs, registered before the informers run).
 func (a *agent) addAmbient() error {
+	var client kubernetes.Interface
+	if a.kube != nil {
+		client = a.client
+	}
+	a.mesh = ambientmesh.New(a.store, client, a.log.With("component", "redirection"))
 	if a.amb == nil {
 		return nil
 	}

@@ -132,6 +132,9 @@ func (noZtunnel) Add(context.Context, ztunnel.Workload) error {
 }
 func (noZtunnel) Del(context.Context, string) error { return nil }
 
+// AwaitConnection does not wait: no ztunnel will come.
+func (noZtunnel) AwaitConnection(context.Context, ztunnel.Workload) error { return nil }
+
 // uninstallFiles removes the conflist entry (or own conflist) and the
 // plugin binary from every bin dir.
 func uninstallFiles(cfg *config, log *slog.Logger) error {

@@ -25,6 +25,9 @@ type ackingZtunnel struct{}
 func (ackingZtunnel) Add(context.Context, ztunnel.Workload) error { return nil }
 func (ackingZtunnel) Del(context.Context, string) error           { return nil }
 
+// AwaitConnection finds the fake connected.
+func (ackingZtunnel) AwaitConnection(context.Context, ztunnel.Workload) error { return nil }
+
 // An ambient pod ADDed with no IPs gets the host probe SNAT once its status
 // lists its IPs, as Istio's node agent does it: before, the host table was
 // fed only from ADD records, and the pod's kubelet probes failed for life.

@@ -51,11 +51,10 @@ func (a *agent) buildRepair() error {
 	}
 	c, err := podcheck.New(podcheck.Config{Policy: a.kube, Pods: a.informers.Pods, Namespaces: a.informers.Namespaces,
 		Store: a.store, Client: a.client, Events: a.rec, HostProc: a.cfg.hostProc, Mode: a.cfg.repairMode, Label: label,
-		NodeName: a.cfg.nodeName, Log: a.log.With("component", "repair"), IstioTakeover: a.cfg.istioTakeover, ZtunnelReady: ztunnelReady})
+		NodeName: a.cfg.nodeName, Log: a.log.With("component", "repair"), IstioTakeover: a.cfg.istioTakeover, ZtunnelReady: ztunnelReady, Mesh: a.mesh})
 	if err != nil {
 		return err
 	}
-	a.redirection = c.Redirection()
 	a.parts = append(a.parts, &repairPart{checker: c, log: a.log})
 	return nil
 }

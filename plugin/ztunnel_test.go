@@ -24,6 +24,9 @@ func (absentZtunnel) Add(_ context.Context, w ztunnel.Workload) error {
 }
 func (absentZtunnel) Del(context.Context, string) error { return nil }
 
+// AwaitConnection does not wait: none is configured.
+func (absentZtunnel) AwaitConnection(context.Context, ztunnel.Workload) error { return nil }
+
 // With the agent up and no ztunnel, an ambient ADD is retried (11) and the
 // error names ztunnel: it must not say the agent is not available, which
 // sends an operator to a healthy agent.

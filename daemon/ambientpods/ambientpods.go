@@ -8,12 +8,12 @@ package ambientpods
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/late"
 	"github.com/sluicemesh/sluice/daemon/policy"
@@ -29,13 +29,13 @@ const OutcomeEnrolled = "ambient-enrolled"
 // Enroller enrols and unenrols running pods as policy's ambient answer for
 // them changes.
 type Enroller struct {
-	Store *workloads.Store
+	// Mesh enrols, unenrols and marks the pods (the ambient owner).
+	Mesh *ambientmesh.Mesh
 	// HostProc is the host's /proc as the agent sees it (--host-proc),
 	// where a pod's netns is found.
-	HostProc    string
-	Events      *events.Recorder       // nil records nothing
-	Redirection *redirection.Annotator // nil marks nothing (standalone)
-	Log         *slog.Logger
+	HostProc string
+	Events   *events.Recorder // nil records nothing
+	Log      *slog.Logger
 }
 
 // Reconcile handles a pod that has enrolled attachments: an ambient pod
@@ -56,38 +56,38 @@ func (e *Enroller) Reconcile(ctx context.Context, pod *corev1.Pod, recs []worklo
 		}
 		return nil
 	}
-	var errs []error
-	for _, rec := range recs {
-		errs = append(errs, e.Store.Release(ctx, rec.Attachment, ""))
-	}
-	if err := errors.Join(errs...); err != nil {
+	_, marked := pod.Annotations[redirection.Annotation]
+	if err := e.Mesh.Remove(ctx, policyPod(pod), recs, marked); err != nil {
 		return fmt.Errorf("unenroll ambient pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	e.Log.Info("unenrolled an ambient pod", "pod", pod.Namespace+"/"+pod.Name, "why", d.Reason)
 	e.Events.Pod(pod.Namespace, pod.Name, pod.UID, corev1.EventTypeNormal, events.ReasonAmbientUnenrolled, "removed from the ambient mesh: "+d.Reason)
-	if _, ok := pod.Annotations[redirection.Annotation]; ok {
-		e.annotate(ctx, pod, "")
-	}
 	return nil
 }
 
-// Enroll enrols a running pod that became ambient.
+// Enroll enrols a running pod that became ambient, under its late id; the
+// Mesh marks it (or marks it "pending" when ztunnel refused it).
 func (e *Enroller) Enroll(ctx context.Context, pod *corev1.Pod, d policy.Decision) error {
-	if err := late.Enroll(ctx, e.Store, e.HostProc, pod, d, e.Log); err != nil {
-		// As Istio marks a pod ztunnel refused, but only when nothing of
-		// the pod stays captured (see rpc's ADD).
-		if errors.Is(err, workloads.ErrZtunnel) && !e.Store.PodEnrolled(string(pod.UID)) {
-			e.annotate(ctx, pod, "pending")
-		}
+	netns, err := late.FindNetns(e.HostProc, pod)
+	if err != nil {
 		return err
 	}
+	rec := late.Record(pod, d, netns)
+	if err := e.Mesh.Add(ctx, policyPod(pod), rec, ambientmesh.NoWait); err != nil {
+		return fmt.Errorf("enroll pod %s/%s late: %w", pod.Namespace, pod.Name, err)
+	}
+	e.Log.Info("programmed capture for a running pod", "pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID,
+		"netns", netns, "attachment", rec.Attachment.String(), "mode", d.Spec.Mode)
 	e.Events.Pod(pod.Namespace, pod.Name, pod.UID, corev1.EventTypeNormal, events.ReasonAmbientEnrolled, "enrolled in the ambient mesh: "+d.Reason)
-	e.annotate(ctx, pod, "enabled")
 	return nil
 }
 
 // annotate sets (value non-empty) or removes the redirection annotation;
-// the Annotator retries it until it sticks.
+// it is retried until it sticks.
 func (e *Enroller) annotate(ctx context.Context, pod *corev1.Pod, value string) {
-	e.Redirection.Set(ctx, policy.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}, value)
+	e.Mesh.Mark(ctx, policyPod(pod), value)
+}
+
+func policyPod(pod *corev1.Pod) policy.Pod {
+	return policy.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}
 }

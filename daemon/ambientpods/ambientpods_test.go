@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
@@ -46,7 +47,7 @@ func TestReconcile(t *testing.T) {
 				pod.Annotations = map[string]string{redirection.Annotation: tc.annotated}
 			}
 			client := fake.NewClientset(pod)
-			e := &Enroller{Store: store, Redirection: redirection.New(client, slog.New(slog.DiscardHandler)), Log: slog.New(slog.DiscardHandler)}
+			e := &Enroller{Mesh: &ambientmesh.Mesh{Store: store, Redirection: redirection.New(client, slog.New(slog.DiscardHandler))}, Log: slog.New(slog.DiscardHandler)}
 			recs := []workloads.Record{{Attachment: workloads.Attachment{ContainerID: "c1", IfName: "eth0"}, PodUID: "u-1", Spec: tc.rec}}
 			if err := e.Reconcile(context.Background(), pod, recs, tc.d); err != nil {
 				t.Fatal(err)

@@ -14,12 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/late"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/daemon/redirection"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 )
 
@@ -53,8 +53,8 @@ type Config struct {
 	// ZtunnelReady reports whether a ztunnel holds its snapshot; an
 	// ambient pod istio-cni enrolled is adopted only then. Nil: always.
 	ZtunnelReady func() (bool, string)
-	Events       *events.Recorder       // nil records nothing
-	Redirection  *redirection.Annotator // marks an adopted ambient pod
+	Events       *events.Recorder  // nil records nothing
+	Mesh         *ambientmesh.Mesh // marks an adopted ambient pod; nil marks nothing
 	Log          *slog.Logger
 }
 
@@ -142,7 +142,9 @@ func (a *Adopter) Check(ctx context.Context, pod *corev1.Pod, d policy.Decision)
 		return "", true, err
 	}
 	if ambient {
-		a.cfg.Redirection.Set(ctx, policy.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}, "enabled")
+		// Taken over with its rules and ztunnel's hold as istio-cni left
+		// them: only the annotation is the mesh's to write.
+		a.cfg.Mesh.Mark(ctx, policy.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}, "enabled")
 	}
 	a.mu.Lock()
 	delete(a.left, pod.UID)

@@ -244,3 +244,6 @@ func (z *refusingZtunnel) Del(context.Context, string) error {
 	z.dels++
 	return nil
 }
+
+// AwaitConnection finds the fake connected.
+func (z *refusingZtunnel) AwaitConnection(context.Context, ztunnel.Workload) error { return nil }

@@ -23,11 +23,11 @@ import (
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/ambientpods"
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/istioadopt"
 	"github.com/sluicemesh/sluice/daemon/policy"
-	"github.com/sluicemesh/sluice/daemon/redirection"
 	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 )
@@ -79,6 +79,9 @@ type Config struct {
 	// IstioTakeover adopts sidecar pods istio-cni captured
 	// (--istio-takeover).
 	IstioTakeover bool
+	// Mesh enrols ambient pods and marks them (the agent's one
+	// ambientmesh.Mesh); nil builds one over Store and Client.
+	Mesh *ambientmesh.Mesh
 	// IstioCNI reads and removes istio-cni's capture; nil is the kernel.
 	IstioCNI istioadopt.Kernel
 	// ZtunnelReady reports whether a ztunnel holds its snapshot; an ambient
@@ -96,13 +99,13 @@ type Config struct {
 
 // Checker watches this node's pods and routes each to its job.
 type Checker struct {
-	cfg         Config
-	pods        corev1listers.PodLister
-	log         *slog.Logger
-	redirection *redirection.Annotator
-	repair      *repair.Repairer
-	adopter     *istioadopt.Adopter
-	ambient     *ambientpods.Enroller
+	cfg     Config
+	pods    corev1listers.PodLister
+	log     *slog.Logger
+	mesh    *ambientmesh.Mesh
+	repair  *repair.Repairer
+	adopter *istioadopt.Adopter
+	ambient *ambientpods.Enroller
 	// retries spaces a failing pod's tries: client-go's per-item
 	// exponential backoff, RetryAfter doubling up to MaxRetryAfter.
 	retries workqueue.TypedRateLimiter[string]
@@ -150,30 +153,33 @@ func New(cfg Config) (*Checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ann := redirection.New(cfg.Client, cfg.Log.With("component", "redirection"))
+	mesh := cfg.Mesh
+	if mesh == nil {
+		mesh = ambientmesh.New(cfg.Store, cfg.Client, cfg.Log.With("component", "redirection"))
+	}
 	adopter, err := istioadopt.NewAdopter(istioadopt.Config{Store: cfg.Store, HostProc: cfg.HostProc, Takeover: cfg.IstioTakeover,
-		Kernel: cfg.IstioCNI, ZtunnelReady: cfg.ZtunnelReady, Events: cfg.Events, Redirection: ann, Log: cfg.Log})
+		Kernel: cfg.IstioCNI, ZtunnelReady: cfg.ZtunnelReady, Events: cfg.Events, Mesh: mesh, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}
 	return &Checker{
-		cfg:         cfg,
-		pods:        cfg.Pods.Lister(),
-		log:         cfg.Log,
-		redirection: ann,
-		repair:      rep,
-		adopter:     adopter,
-		ambient:     &ambientpods.Enroller{Store: cfg.Store, HostProc: cfg.HostProc, Events: cfg.Events, Redirection: ann, Log: cfg.Log},
-		retries:     workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryAfter, cfg.MaxRetryAfter),
-		failedAt:    map[string]failure{},
-		outcomes:    map[string]int{},
-		swept:       make(chan struct{}),
+		cfg:      cfg,
+		pods:     cfg.Pods.Lister(),
+		log:      cfg.Log,
+		mesh:     mesh,
+		repair:   rep,
+		adopter:  adopter,
+		ambient:  &ambientpods.Enroller{Mesh: mesh, HostProc: cfg.HostProc, Events: cfg.Events, Log: cfg.Log},
+		retries:  workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryAfter, cfg.MaxRetryAfter),
+		failedAt: map[string]failure{},
+		outcomes: map[string]int{},
+		swept:    make(chan struct{}),
 	}, nil
 }
 
-// Redirection is the annotator the Checker keeps retrying (Run runs it),
-// for the ADD path to share.
-func (c *Checker) Redirection() *redirection.Annotator { return c.redirection }
+// Mesh is the ambient owner whose annotator the Checker keeps retrying
+// (Run runs it).
+func (c *Checker) Mesh() *ambientmesh.Mesh { return c.mesh }
 
 // Run waits for the pod and namespace caches, checks every pod of this
 // node, then every pod added or updated, until ctx ends.
@@ -183,7 +189,7 @@ func (c *Checker) Run(ctx context.Context) error {
 	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, synced); err != nil {
 		return fmt.Errorf("repair: wait for the pod and namespace caches: %w", err)
 	}
-	go c.redirection.Run(ctx)
+	go c.mesh.Run(ctx)
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(c.retries, workqueue.TypedRateLimitingQueueConfig[string]{Name: "repair"})
 	// Registered on a synced informer, the handler is first sent every
 	// cached pod: that is the sweep at start.

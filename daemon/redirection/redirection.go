@@ -1,9 +1,11 @@
 // Package redirection keeps ambient.istio.io/redirection on ambient pods,
 // as Istio's node agent does: istiod sends a workload HBONE only once it
 // reads "enabled", and Istio's tooling (istioctl, ztunnel-config) reads it
-// to tell a pod is enrolled. The ADD path sets it once and fails when it
-// cannot (Apply); live enrolment and adoption set it and leave the retries
-// to the Annotator's rate-limited workqueue (Set, Run).
+// to tell a pod is enrolled. daemon/ambientmesh, the owner of ambient
+// enrolment, builds the one Annotator and is its only caller: the ADD path
+// sets it once and fails when it cannot (Apply); live enrolment and
+// adoption set it and leave the retries to the Annotator's rate-limited
+// workqueue (Set, Run).
 //
 // On the ADD path the patch goes to pods/status within the call's
 // deadline less 100 ms: enabled once ztunnel acked, pending when it did

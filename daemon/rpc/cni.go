@@ -1,6 +1,8 @@
 // Package rpc serves the sluice.v1 gRPC API on the agent's unix socket. It
 // validates requests, asks policy what a pod gets, and hands the work to
-// workloads; it keeps no state and no logic of its own.
+// workloads, an ambient pod's to ambientmesh (which owns the ztunnel wait,
+// the hand-over's order and the redirection annotation; rpc does not
+// import ztunnel); it keeps no state and no logic of its own.
 //
 // The socket is the agent's most exposed door, so its walls are here. The
 // socket's mode (0600 in a 0700 dir) is the first; the peer's uid is read
@@ -20,9 +22,7 @@ package rpc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -30,12 +30,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
-	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
 
 // Policy decides what a pod gets.
@@ -54,10 +54,10 @@ type CNI struct {
 	Ready     Readiness
 	Inflight  *Inflight
 	Events    EventSink // nil records nothing (standalone)
-	// Redirection, when set, marks ambient pods for istiod
-	// (ambient.istio.io/redirection) before the ADD returns; nil in
-	// standalone mode.
-	Redirection Annotator
+	// Ambient enrols ambient pods (ambientmesh owns the order: rules,
+	// probe addresses, ztunnel's ack, the redirection annotation); nil
+	// enrols them over Workloads and marks nothing (standalone).
+	Ambient *ambientmesh.Mesh
 	// Decisions logs each ADD's outcome and counts pass-throughs; nil logs
 	// nothing.
 	Decisions *events.Decisions
@@ -69,14 +69,6 @@ type CNI struct {
 // NetnsAddrs lists the addresses a pod's netns holds (podns.Opener.Addrs).
 type NetnsAddrs interface {
 	Addrs(ctx context.Context, netnsPath string) ([]netip.Prefix, error)
-}
-
-// Annotator sets ambient.istio.io/redirection on a pod ("" removes it)
-// within ctx (redirection.Annotator): Set retries on its own when that fails,
-// Apply tries once and says.
-type Annotator interface {
-	Set(ctx context.Context, pod policy.Pod, value string)
-	Apply(ctx context.Context, pod policy.Pod, value string) error
 }
 
 func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddResponse, error) {
@@ -111,26 +103,19 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 		ServiceAccount: d.ServiceAccount,
 		IPs:            ips,
 	}
-	ambient := d.Spec.Mode == redirect.ModeAmbient
-	_, had := s.Workloads.Get(a)
-	// An ambient pod that meets a ztunnel restart waits for it within the
-	// deadline, rather than fail into the kubelet's backoff.
-	if err = s.Workloads.EnrollWaitingForZtunnel(ctx, rec); err != nil {
-		s.captureFailed(pod, req, err)
-		// As Istio marks a pod ztunnel refused, but only when nothing of
-		// the pod stays captured: a refused re-ADD rolls back to the
-		// capture it had, and "pending" would have istiod send the
-		// captured pod plain text.
-		if ambient && errors.Is(err, workloads.ErrZtunnel) && (pod.UID == "" || !s.Workloads.PodEnrolled(pod.UID)) {
-			s.annotate(ctx, pod, "pending")
-		}
-		return nil, withRequestID(toStatus(err), req.RequestId)
+	if d.Spec.Mode == redirect.ModeAmbient {
+		// An ambient pod that meets a ztunnel restart waits for it within
+		// the deadline, rather than fail into the kubelet's backoff.
+		err = s.mesh().Add(ctx, pod, rec, ambientmesh.WaitForZtunnel)
+	} else {
+		err = s.Workloads.Enroll(ctx, rec)
 	}
-	if ambient {
-		if err = s.markEnabled(ctx, pod, a, req.Netns, had); err != nil {
-			s.captureFailed(pod, req, err)
+	if err != nil {
+		s.captureFailed(pod, req, err)
+		if errors.Is(err, ambientmesh.ErrNotTold) {
 			return nil, withRequestID(status.Error(codes.Unavailable, err.Error()), req.RequestId)
 		}
+		return nil, withRequestID(toStatus(err), req.RequestId)
 	}
 	return &sluicev1.AddResponse{Enrolled: true, Mode: modeOf(d.Spec.Mode), Reason: d.Reason}, nil
 }
@@ -210,44 +195,13 @@ func (s *CNI) captureFailed(pod policy.Pod, req *sluicev1.AddRequest, err error)
 	}
 }
 
-// markEnabled tells istiod the pod is captured (redirection "enabled")
-// before the ADD returns: istiod sends a pod HBONE only once it reads it.
-// When the API server does not take it the ADD fails, as Istio's does:
-// running, the pod would pass its probes and be a Ready endpoint that
-// istiod sends plaintext, which its STRICT mTLS refuses. A fresh enrolment
-// is rolled back; a retried ADD's earlier one stays for the runtime's DEL.
-func (s *CNI) markEnabled(ctx context.Context, pod policy.Pod, a workloads.Attachment, netnsPath string, had bool) error {
-	if s.Redirection == nil {
-		return nil
+// mesh is the ambient owner: Ambient, or one over Workloads that marks
+// nothing.
+func (s *CNI) mesh() *ambientmesh.Mesh {
+	if s.Ambient != nil {
+		return s.Ambient
 	}
-	actx, span := startSpan(ctx, "redirection.annotate")
-	span.SetAttributes(attribute.String("sluice.redirection", "enabled"))
-	err := s.Redirection.Apply(actx, pod, "enabled")
-	endSpan(span, err)
-	if err == nil {
-		return nil
-	}
-	err = fmt.Errorf("the ambient pod is captured, but istiod cannot be told (the API server did not take the redirection annotation): %w", err)
-	if !had {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer cancel()
-		if rerr := s.Workloads.Release(rctx, a, netnsPath); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("rolling the enrolment back: %w", rerr))
-		}
-	}
-	return err
-}
-
-// rollbackTimeout bounds undoing an enrolment whose ADD fails late.
-const rollbackTimeout = 5 * time.Second
-
-func (s *CNI) annotate(ctx context.Context, pod policy.Pod, value string) {
-	if s.Redirection != nil {
-		ctx, span := startSpan(ctx, "redirection.annotate")
-		span.SetAttributes(attribute.String("sluice.redirection", value))
-		s.Redirection.Set(ctx, pod, value)
-		span.End()
-	}
+	return &ambientmesh.Mesh{Store: s.Workloads}
 }
 
 // decide is Policy.Decide as a step of the call's trace; the call's own
@@ -336,7 +290,7 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, policy.ErrPodNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, ztunnel.ErrNotConnected):
+	case errors.Is(err, ambientmesh.ErrNotConnected):
 		// ztunnel restarts and upgrades are routine: the runtime retries.
 		// The cause comes first: the agent is up, ztunnel is not.
 		return status.Error(codes.Unavailable, "no ztunnel is connected to the agent, ambient pods wait for one (is ztunnel running on this node?): "+err.Error())

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
@@ -163,6 +164,9 @@ type fakeZtunnel struct{ refuse error }
 func (z *fakeZtunnel) Add(context.Context, ztunnel.Workload) error { return z.refuse }
 func (z *fakeZtunnel) Del(context.Context, string) error           { return nil }
 
+// AwaitConnection finds the fake connected.
+func (z *fakeZtunnel) AwaitConnection(context.Context, ztunnel.Workload) error { return nil }
+
 // An ambient ADD marks the pod for istiod before it returns, as Istio's
 // does; one ztunnel refused marks it pending.
 func TestAmbientAddAnnotatesBeforeReturning(t *testing.T) {
@@ -176,7 +180,7 @@ func TestAmbientAddAnnotatesBeforeReturning(t *testing.T) {
 	f := newCNIFixtureWith(t, t.TempDir(), &workloads.Ambient{Ztunnel: zt, Host: h})
 	f.cni.Policy = &policy.Static{Spec: redirect.DefaultAmbientSpec()}
 	ann := &fakeAnnotator{}
-	f.cni.Redirection = ann
+	f.cni.Ambient = &ambientmesh.Mesh{Store: f.store, Redirection: ann}
 	add := func(id string) error {
 		ns := nstest.NewIn(t, f.root, id)
 		_, err := f.cni.Add(context.Background(), &sluicev1.AddRequest{ApiVersion: sluicev1.ApiVersion_API_VERSION_2,

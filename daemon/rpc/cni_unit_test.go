@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
@@ -195,7 +196,7 @@ func TestUnitAmbientAdd(t *testing.T) {
 	})
 	u.cni.Policy = capture(redirect.DefaultAmbientSpec())
 	ann := &fakeAnnotator{}
-	u.cni.Redirection = ann
+	u.cni.Ambient = &ambientmesh.Mesh{Store: u.store, Redirection: ann}
 	if resp, _, err := u.add("ok"); err != nil || resp.Mode != sluicev1.Mode_MODE_AMBIENT {
 		t.Fatalf("ambient ADD: %v %v", resp, err)
 	}

@@ -6,7 +6,6 @@ import (
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/workloads"
-	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
 
 // What the services need of the parts below them, each the narrowest
@@ -15,9 +14,10 @@ import (
 
 // Workloads is what CNI asks of the enrolled-workload store.
 type Workloads interface {
-	// EnrollWaitingForZtunnel is the ADD's: an ambient pod that finds no
-	// ztunnel waits for one, before any lock.
-	EnrollWaitingForZtunnel(ctx context.Context, r workloads.Record) error
+	// EnrollAmbient is the ambient owner's (ambientmesh.Store): rpc
+	// enrols only sidecar pods itself (Enroll).
+	EnrollAmbient(ctx context.Context, r workloads.Record, wait bool) error
+	Enroll(ctx context.Context, r workloads.Record) error
 	Get(a workloads.Attachment) (workloads.Record, bool)
 	PodEnrolled(podUID string) bool
 	Release(ctx context.Context, a workloads.Attachment, netnsPath string) error
@@ -37,14 +37,14 @@ type EventSink interface {
 	CaptureFailed(pod events.PodRef, sb events.Sandbox, err error)
 }
 
-// ZtunnelLink is what Debug reads of the ZDS server (ztunnel.Server).
+// ZtunnelLink is what Debug reads of the ZDS server (ztunnel.Server; the
+// agent asserts it: rpc does not import ztunnel).
 type ZtunnelLink interface {
 	Connections() int
 	Ready() (bool, string)
 }
 
 var (
-	_ Workloads   = (*workloads.Store)(nil)
-	_ Inventory   = (*workloads.Store)(nil)
-	_ ZtunnelLink = (*ztunnel.Server)(nil)
+	_ Workloads = (*workloads.Store)(nil)
+	_ Inventory = (*workloads.Store)(nil)
 )

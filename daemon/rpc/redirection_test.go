@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
@@ -50,7 +51,7 @@ func TestAmbientAddFailsWhenTheRedirectionPatchIsDenied(t *testing.T) {
 	zt := &fakeZtunnel{}
 	f := newCNIFixtureWith(t, t.TempDir(), &workloads.Ambient{Ztunnel: zt, Host: h})
 	f.cni.Policy = &policy.Static{Spec: redirect.DefaultAmbientSpec()}
-	f.cni.Redirection = redirection.New(kubernetes.NewForConfigOrDie(e.Config(user)), slog.New(slog.DiscardHandler))
+	f.cni.Ambient = &ambientmesh.Mesh{Store: f.store, Redirection: redirection.New(kubernetes.NewForConfigOrDie(e.Config(user)), slog.New(slog.DiscardHandler))}
 	ns := nstest.NewIn(t, f.root, "c1")
 	add := func() error {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)

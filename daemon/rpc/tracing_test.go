@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
@@ -73,7 +74,7 @@ func ambientUnit(t *testing.T, zt *fakeZtunnel) (*unit, *fakeAnnotator) {
 	})
 	u.cni.Policy = capture(redirect.DefaultAmbientSpec())
 	ann := &fakeAnnotator{}
-	u.cni.Redirection = ann
+	u.cni.Ambient = &ambientmesh.Mesh{Store: u.store, Redirection: ann}
 	return u, ann
 }
 

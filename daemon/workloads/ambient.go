@@ -21,21 +21,17 @@ type Ambient struct {
 	Ztunnel interface {
 		Add(ctx context.Context, w ztunnel.Workload) error
 		Del(ctx context.Context, uid string) error
+		// AwaitConnection (ztunnel.Server's) waits for a connected
+		// ztunnel: an ambient ADD that finds none waits for one before
+		// it takes any lock (the attachment's or the pod's), which a DEL
+		// of any container or pod of that stripe needs.
+		AwaitConnection(ctx context.Context, w ztunnel.Workload) error
 	}
 	// Host is the netns holding the `inet sluice-host` table.
 	Host netns.NsHandle
 	// RestoreHost writes the host table again as the agent configured it,
 	// empty, when a pass finds it gone; nil leaves it gone.
 	RestoreHost func() error
-}
-
-// connectWaiter is the ztunnel server's wait for a connection
-// (ztunnel.Server.AwaitConnection): an ambient ADD that finds no ztunnel
-// waits for one before it takes any lock (the attachment's or the pod's),
-// which a DEL of any container or pod of that stripe needs. Fakes without
-// it fail such an ADD at once.
-type connectWaiter interface {
-	AwaitConnection(ctx context.Context, w ztunnel.Workload) error
 }
 
 // ErrZtunnel is wrapped when an ambient enrolment failed because ztunnel
@@ -92,7 +88,7 @@ func (s *Store) enrollAmbient(ctx context.Context, r Record, wait bool) error {
 	return err
 }
 
-// awaitZtunnel waits, where the ztunnel server can, for a ztunnel to be
+// awaitZtunnel waits for a ztunnel to be
 // connected before r's enrolment takes any lock; nothing has changed yet,
 // so a wait that gives up leaves the netns as it was. The wait keeps
 // rollbackReserve of the deadline back, as the ack does.
@@ -100,13 +96,9 @@ func (s *Store) awaitZtunnel(ctx context.Context, r *Record) error {
 	if s.ambient == nil {
 		return errors.New("ambient pod, but the agent runs without --ambient")
 	}
-	w, ok := s.ambient.Ztunnel.(connectWaiter)
-	if !ok {
-		return nil
-	}
 	waitCtx, cancel := ackContext(ctx)
 	defer cancel()
-	if err := w.AwaitConnection(waitCtx, ztunnelWorkload(r)); err != nil {
+	if err := s.ambient.Ztunnel.AwaitConnection(waitCtx, ztunnelWorkload(r)); err != nil {
 		return fmt.Errorf("hand %s to ztunnel: %w: %w", r.Attachment, ErrZtunnel, err)
 	}
 	return nil

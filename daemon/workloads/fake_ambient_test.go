@@ -29,6 +29,7 @@ func newAmbientUnit(t *testing.T) (*unit, *fakeZtunnel) {
 func newAmbientUnitWith(t *testing.T, zt interface {
 	Add(ctx context.Context, w ztunnel.Workload) error
 	Del(ctx context.Context, uid string) error
+	AwaitConnection(ctx context.Context, w ztunnel.Workload) error
 }) *unit {
 	t.Helper()
 	u := &unit{state: t.TempDir(), ns: redirecttest.NewNamespaces(t), kernel: redirecttest.NewFake()}
@@ -215,7 +216,7 @@ func TestUnitZtunnelWaitHoldsNoPodLock(t *testing.T) {
 	u.ns.Add("/netns/a")
 	added := make(chan error, 1)
 	go func() {
-		added <- u.store.EnrollWaitingForZtunnel(context.Background(), ambientUnitRecord("a", other, "10.0.0.1/24"))
+		added <- u.store.EnrollAmbient(context.Background(), ambientUnitRecord("a", other, "10.0.0.1/24"), true)
 	}()
 	<-zt.waiting
 	released := make(chan error, 1)
@@ -261,7 +262,7 @@ func TestUnitZtunnelWaitHoldsNoAttachmentLock(t *testing.T) {
 	u.ns.Add("/netns/a")
 	added := make(chan error, 1)
 	go func() {
-		added <- u.store.EnrollWaitingForZtunnel(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24"))
+		added <- u.store.EnrollAmbient(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24"), true)
 	}()
 	<-zt.waiting
 	done := make(chan error, 2)
@@ -313,7 +314,7 @@ func TestUnitDeadZtunnelConnectionGoesBackToWaiting(t *testing.T) {
 	zt := &deadOnceZtunnel{fakeZtunnel: &fakeZtunnel{}}
 	u := newAmbientUnitWith(t, zt)
 	ino := u.ns.Add("/netns/a")
-	if err := u.store.EnrollWaitingForZtunnel(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24")); err != nil {
+	if err := u.store.EnrollAmbient(context.Background(), ambientUnitRecord("a", "uid-a", "10.0.0.1/24"), true); err != nil {
 		t.Fatalf("ADD after a dead connection: %v", err)
 	}
 	if zt.adds != 2 || zt.waits != 2 {

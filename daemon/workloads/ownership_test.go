@@ -284,6 +284,9 @@ func (z *fakeZtunnel) Del(_ context.Context, uid string) error {
 	return nil
 }
 
+// AwaitConnection finds the fake connected.
+func (z *fakeZtunnel) AwaitConnection(context.Context, ztunnel.Workload) error { return nil }
+
 func (z *fakeZtunnel) dels() int {
 	z.mu.Lock()
 	defer z.mu.Unlock()

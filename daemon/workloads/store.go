@@ -163,13 +163,13 @@ func (s *Store) Enroll(ctx context.Context, r Record) error {
 	return s.enroll(ctx, r)
 }
 
-// EnrollWaitingForZtunnel is Enroll for a CNI ADD: an ambient r that finds
-// no ztunnel connected waits for one (the ztunnel server's ConnectWait,
-// within ctx) before it takes any lock, rather than fail into the
-// kubelet's backoff.
-func (s *Store) EnrollWaitingForZtunnel(ctx context.Context, r Record) error {
+// EnrollAmbient is Enroll of an ambient r for ambientmesh, which owns the
+// order around it. With wait (a CNI ADD) an r that finds no ztunnel
+// connected waits for one (the ztunnel server's ConnectWait, within ctx)
+// before it takes any lock, rather than fail into the kubelet's backoff.
+func (s *Store) EnrollAmbient(ctx context.Context, r Record, wait bool) error {
 	if isAmbient(&r) {
-		return s.enrollAmbient(ctx, r, true)
+		return s.enrollAmbient(ctx, r, wait)
 	}
 	return s.enroll(ctx, r)
 }

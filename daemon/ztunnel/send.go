@@ -62,7 +62,7 @@ const MaxWaiting = 16
 // that follows. With none connected it waits for a ztunnel's hello while
 // a waiting slot is free, within ctx and ConnectWait, and fails with
 // ErrNotConnected when none comes. Only the CNI ADD path calls it
-// (workloads.Store.EnrollWaitingForZtunnel): a ztunnel restart takes
+// (ambientmesh.Mesh.Add with WaitForZtunnel): a ztunnel restart takes
 // seconds, and a failed ADD is retried by the kubelet only after its
 // backoff (10 s and more); background enrolments retry through their work
 // queues and must not hold the waiting slots. Call it before taking any
