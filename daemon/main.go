@@ -8,10 +8,11 @@
 // its informers, the ambient node, the installer, the running-pod checks,
 // NRI, the startup taint) are each a part (parts.go): start before the
 // socket serves, serving after, metrics, leavesState, and stop before and
-// after the drain. run, registerMetrics and shutdown walk the list in
-// build order, so the order that keeps pods safe (the conflist entry out
-// before the drain, the host table out after it, the ZDS socket waited
-// for) lives in one place. The store and the ZDS server need each other:
+// after the drain. run and registerMetrics walk the list in build order,
+// shutdown in reverse (a failed start stops what started, in reverse), so
+// the order that keeps pods safe (the conflist entry out before the drain,
+// the host table out after it, the ZDS socket waited for) lives in one
+// place. The store and the ZDS server need each other:
 // the store hands pods to ztunnel and ztunnel's snapshot reads the store,
 // so buildAmbient late-binds the snapshot func, read only once ZDS serves,
 // after the journal is loaded. The start-up reconcile runs before the

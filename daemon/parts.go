@@ -44,10 +44,18 @@ func (basePart) metrics(*metrics.Metrics)                 {}
 func (basePart) leavesState() bool                        { return false }
 func (basePart) stop(bool, bool)                          {}
 
-// startParts starts every part in order.
+// startParts starts every part in order. When one fails, the parts
+// already started are stopped as at shutdown, in reverse, and never as
+// leaving (a failed start is not an uninstall): stop before the drain,
+// the background ended, stop after it. The failing part's own start
+// leaves nothing running.
 func (a *agent) startParts() error {
-	for _, p := range a.parts {
+	for i, p := range a.parts {
 		if err := p.start(a.ctx, a.fail); err != nil {
+			started := a.parts[:i]
+			stopInReverse(started, false, false)
+			a.stopBackground()
+			stopInReverse(started, false, true)
 			return err
 		}
 	}
@@ -67,8 +75,15 @@ func (a *agent) leavesState() bool {
 	return false
 }
 
+// stopParts stops every part, last started first: a part may rely on one
+// built before it (the kubelet's uid follower writes into the ambient
+// node's host table, so it stops before that table is removed).
 func (a *agent) stopParts(leaving, drained bool) {
-	for _, p := range a.parts {
-		p.stop(leaving, drained)
+	stopInReverse(a.parts, leaving, drained)
+}
+
+func stopInReverse(parts []part, leaving, drained bool) {
+	for i := len(parts) - 1; i >= 0; i-- {
+		parts[i].stop(leaving, drained)
 	}
 }
