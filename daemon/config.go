@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicemesh/sluice/daemon/cli"
 	"github.com/sluicemesh/sluice/daemon/nodetaint"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
@@ -188,10 +189,7 @@ func printUsage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintln(w, "       sluice-agent cleanup [flags]\n           with the agent stopped, remove what it put on the node (pods' rules, conflist entry, plugin, journal, sockets); the flags name where, as for the agent")
 	fmt.Fprintln(w, "       sluice-agent migrate-values FILE|-\n           an istio-cni values file as the sluice chart's values (docs/migrate-from-istio-cni.md)")
 	fmt.Fprintln(w, "       sluice-agent sysdump [-o FILE|-] [flags]\n           a support bundle of this node's agent, secrets redacted (docs/operations.md)")
-	for _, name := range commandNames() {
-		cmd := commands[name]
-		fmt.Fprintf(w, "       %s\n           %s\n", strings.TrimSpace("sluice-agent "+name+" [--socket PATH] [-o table|json|yaml] "+cmd.usage), cmd.help)
-	}
+	cli.PrintUsage(w)
 	fmt.Fprintln(w, "\nflags (each also read from its env var; the command line wins):")
 	fs.SetOutput(w)
 	fs.PrintDefaults()

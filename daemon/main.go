@@ -46,12 +46,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicemesh/sluice/daemon/cli"
 	"github.com/sluicemesh/sluice/internal/buildinfo"
 )
 
 func main() {
-	if isCommand(os.Args[1:]) {
-		os.Exit(runCommand(os.Args[1], os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	if cli.IsCommand(os.Args[1:]) {
+		os.Exit(cli.Run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr, agentFlags))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "cleanup" {
 		os.Exit(runCleanup(os.Args[2:], os.Getenv, os.Stderr))

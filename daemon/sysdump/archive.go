@@ -3,7 +3,7 @@
 // archive and passes every byte through the redactor, the redactor itself,
 // and a reader that takes only regular files from a directory (no symlink
 // followed, no FIFO or device opened). What goes in the bundle, section by
-// section, is the command's (daemon/cli_sysdump.go); this package decides
+// section, is the command's (daemon/cli/sysdump.go); this package decides
 // only that nothing unbounded, unredacted or outside the named dirs does.
 package sysdump
 

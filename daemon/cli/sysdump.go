@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -44,7 +44,7 @@ type sysdumpFlags struct {
 	timeout   time.Duration
 }
 
-func runSysdump(args []string, getenv func(string) string, out, errOut io.Writer) int {
+func runSysdump(args []string, getenv func(string) string, out, errOut io.Writer, flags AgentFlags) int {
 	opts, agentArgs, err := parseSysdump(args, getenv, errOut)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -55,9 +55,9 @@ func runSysdump(args []string, getenv func(string) string, out, errOut io.Writer
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.timeout)
 	defer cancel()
-	ag := findAgent(opts.socket, agentArgs, getenv)
+	ag := findAgent(opts.socket, agentArgs, getenv, flags)
 	now := time.Now()
-	node := ag.cfg.nodeName
+	node := ag.cfg.NodeName
 	if node == "" {
 		node, _ = os.Hostname()
 	}
@@ -170,8 +170,8 @@ type agentView struct {
 	// flags after -- and this process's env.
 	argv   []string
 	env    []string
-	cfg    *config
-	rows   []flagRow
+	cfg    *AgentConfig
+	rows   []FlagRow
 	notes  []string
 	socket string
 	conn   *grpc.ClientConn
@@ -180,7 +180,7 @@ type agentView struct {
 
 // findAgent asks the kernel who serves the socket and reads that process's
 // flags. Everything it cannot learn becomes a note and a default.
-func findAgent(socket string, fallbackArgs []string, getenv func(string) string) *agentView {
+func findAgent(socket string, fallbackArgs []string, getenv func(string) string, flags AgentFlags) *agentView {
 	ag := &agentView{socket: socket}
 	pid, err := socketPeer(socket)
 	switch {
@@ -202,7 +202,7 @@ func findAgent(socket string, fallbackArgs []string, getenv func(string) string)
 	} else {
 		ag.env = os.Environ()
 	}
-	cfg, rows, err := agentFlags(args, lookup)
+	cfg, rows, err := flags(args, lookup)
 	if err != nil {
 		ag.note("the agent's flags: %v", err)
 	}
@@ -290,53 +290,6 @@ func envLookup(env []string) func(string) string {
 		}
 	}
 	return func(k string) string { return m[k] }
-}
-
-// flagRow is one of the agent's effective flags and where its value came from.
-type flagRow struct{ name, value, source string }
-
-// agentFlags parses the agent's argv and env with the agent's own flag
-// set, without the start-up checks: a dump is wanted most when the agent's
-// configuration is wrong. What parsed before an error is kept.
-func agentFlags(args []string, getenv func(string) string) (*config, []flagRow, error) {
-	c := &config{}
-	fs := flag.NewFlagSet("sluice-agent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c.nodeFlags(fs)
-	c.policyFlags(fs, getenv)
-	err := errors.Join(envDefaults(fs, getenv), fs.Parse(args))
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var rows []flagRow
-	fs.VisitAll(func(f *flag.Flag) {
-		r := flagRow{name: f.Name, value: f.Value.String(), source: "default"}
-		switch env := envName(f.Name); {
-		case set[f.Name] && getenv(env) != "" && !slicesContainsFlag(args, f.Name):
-			r.source = "env " + env
-		case set[f.Name]:
-			r.source = "command line"
-		}
-		if sysdump.SecretName(f.Name) {
-			r.value = sysdump.Redacted
-		}
-		rows = append(rows, r)
-	})
-	return c, rows, err
-}
-
-// slicesContainsFlag reports whether args set the flag (-name, --name,
-// with or without =value).
-func slicesContainsFlag(args []string, name string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		a = strings.TrimLeft(a, "-")
-		if a == name || strings.HasPrefix(a, name+"=") {
-			return true
-		}
-	}
-	return false
 }
 
 // safeName keeps a node name fit for a file name.

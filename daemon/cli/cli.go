@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -61,11 +61,17 @@ type cliFlags struct {
 	output string
 }
 
+// Run runs the command args[0] names with the rest; flags reads the
+// agent's own flags (sysdump).
+func Run(args []string, getenv func(string) string, out, errOut io.Writer, flags AgentFlags) int {
+	return runCommand(args[0], args[1:], getenv, out, errOut, flags)
+}
+
 // runCommand runs one command and returns its exit code: 0 done, 1 the
 // agent could not be asked or is not ready, 2 a usage error.
-func runCommand(name string, args []string, getenv func(string) string, out, errOut io.Writer) int {
+func runCommand(name string, args []string, getenv func(string) string, out, errOut io.Writer, flags AgentFlags) int {
 	if name == "sysdump" {
-		return runSysdump(args, getenv, out, errOut)
+		return runSysdump(args, getenv, out, errOut, flags)
 	}
 	cmd := commands[name]
 	c := clients{}
@@ -295,7 +301,7 @@ func short(id string) string {
 	return id
 }
 
-func isCommand(args []string) bool {
+func IsCommand(args []string) bool {
 	if len(args) == 0 {
 		return false
 	}
@@ -303,8 +309,16 @@ func isCommand(args []string) bool {
 	return ok || args[0] == "sysdump" // cli_sysdump.go: writes an archive, not a view
 }
 
-// commandNames lists the commands for --help, sorted.
-func commandNames() []string {
+// PrintUsage writes the commands' lines of sluice-agent --help.
+func PrintUsage(w io.Writer) {
+	for _, name := range CommandNames() {
+		cmd := commands[name]
+		fmt.Fprintf(w, "       %s\n           %s\n", strings.TrimSpace("sluice-agent "+name+" [--socket PATH] [-o table|json|yaml] "+cmd.usage), cmd.help)
+	}
+}
+
+// CommandNames lists the commands for --help, sorted.
+func CommandNames() []string {
 	var out []string
 	for name := range commands {
 		out = append(out, name)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -48,9 +48,9 @@ func collect(ctx context.Context, a *sysdump.Archive, ag *agentView, opts sysdum
 	dumpAgent(ctx, a, ag)
 	dumpFlags(a, ag)
 	dumpHealth(ctx, a, ag, opts.lim.File)
-	dumpDir(a, ag.root, ag.cfg.cniConfDir, "cni/conf", opts.lim.File, true)
+	dumpDir(a, ag.root, ag.cfg.CNIConfDir, "cni/conf", opts.lim.File, true)
 	dumpInstaller(a, ag)
-	dumpDir(a, ag.root, ag.cfg.stateDir, "journal", opts.lim.File, true)
+	dumpDir(a, ag.root, ag.cfg.StateDir, "journal", opts.lim.File, true)
 	dumpLogs(a, ag, opts.podLogDir, opts.lim.File)
 }
 
@@ -211,7 +211,7 @@ func dumpFlags(a *sysdump.Archive, ag *agentView) {
 	}
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	for _, r := range ag.rows {
-		fmt.Fprintf(tw, "--%s=%s\t(%s)\n", r.name, r.value, r.source)
+		fmt.Fprintf(tw, "--%s=%s\t(%s)\n", r.Name, r.Value, r.Source)
 	}
 	_ = tw.Flush()
 	a.Add("agent/flags.txt", b.Bytes())
@@ -229,7 +229,7 @@ func dumpFlags(a *sysdump.Archive, ag *agentView) {
 func dumpHealth(ctx context.Context, a *sysdump.Archive, ag *agentView, max int64) {
 	for _, p := range []struct{ path, name string }{{"/healthz", "health/healthz.txt"}, {"/readyz", "health/readyz.txt"}, {"/metrics", "health/metrics.txt"}} {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		code, body, err := sysdump.Get(cctx, ag.cfg.healthAddr, p.path, max+1)
+		code, body, err := sysdump.Get(cctx, ag.cfg.HealthAddr, p.path, max+1)
 		cancel()
 		if err != nil {
 			a.Add(p.name, []byte(fmt.Sprintf("# %v\n", err)))
@@ -245,8 +245,8 @@ func dumpInstaller(a *sysdump.Archive, ag *agentView) {
 	var b bytes.Buffer
 	c := ag.cfg
 	fmt.Fprintf(&b, "install %v, chained %v, trigger %s, cni-conf-name %q, conf dir %s, bin dirs %s\n",
-		c.install, c.chained, c.trigger, c.cniConfName, c.cniConfDir, c.cniBinDirs)
-	d, err := sysdump.OpenDir(ag.root, c.cniConfDir)
+		c.Install, c.Chained, c.Trigger, c.CNIConfName, c.CNIConfDir, strings.Join(c.CNIBinDirs, ","))
+	d, err := sysdump.OpenDir(ag.root, c.CNIConfDir)
 	if err != nil {
 		fmt.Fprintf(&b, "conf dir: %v\n", err)
 	} else {
@@ -282,7 +282,7 @@ func dumpInstaller(a *sysdump.Archive, ag *agentView) {
 		}
 		d.Close()
 	}
-	for _, dir := range splitList(c.cniBinDirs) {
+	for _, dir := range c.CNIBinDirs {
 		p := pluginIn(ag.root, dir, "")
 		if p.Error != "" {
 			fmt.Fprintf(&b, "%s: %s\n", p.Path, p.Error)
@@ -298,7 +298,7 @@ func dumpInstaller(a *sysdump.Archive, ag *agentView) {
 // keeps no log of its own: it writes to stderr and the runtime keeps that.
 func dumpLogs(a *sysdump.Archive, ag *agentView, dir string, max int64) {
 	howto := "Get the agent's logs with kubectl -n <namespace> logs <agent pod> (--previous for the last restart),\nor run sysdump on the node as root, where the kubelet's pod log dir (--pod-log-dir) is readable.\n"
-	ns, pod := ag.cfg.podNamespace, ag.cfg.podName
+	ns, pod := ag.cfg.PodNamespace, ag.cfg.PodName
 	if ns == "" || pod == "" {
 		a.Add("logs/README.txt", []byte("The agent's pod is not known (--pod-name, --pod-namespace are empty): no logs collected.\n"+howto))
 		return

@@ -1,6 +1,7 @@
-package main
+package cli
 
 import (
+	"flag"
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
@@ -64,7 +65,7 @@ func TestSysdumpWithoutAnAgentSurvivesAHostileStateDir(t *testing.T) {
 		code <- runSysdump([]string{"--socket", filepath.Join(base, "no-agent.sock"), "-o", out,
 			"--max-file-size", "64Ki", "--max-size", "1Mi", "--pod-log-dir", filepath.Join(base, "no-logs"),
 			"--", "--state-dir", state, "--cni-conf-dir", conf, "--cni-bin-dir", base, "--health-addr", "127.0.0.1:1"},
-			os.Getenv, io.Discard, &errOut)
+			os.Getenv, io.Discard, &errOut, testAgentFlags)
 	}()
 	select {
 	case c := <-code:
@@ -159,32 +160,9 @@ func readDump(t *testing.T, raw []byte) (map[string][]byte, []byte) {
 	}
 }
 
-// Flags are reported with where their value came from, and a value set by
-// env is told from one on the command line.
-func TestSysdumpAgentFlagsSayTheirSource(t *testing.T) {
-	env := map[string]string{"SLUICE_LOG_LEVEL": "debug", "SLUICE_STATE_DIR": "/env/state"}
-	cfg, rows, err := agentFlags([]string{"--state-dir=/cli/state", "--ambient"}, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.stateDir != "/cli/state" || cfg.logLevel != "debug" || !cfg.ambient {
-		t.Errorf("config: state %q, log level %q, ambient %v", cfg.stateDir, cfg.logLevel, cfg.ambient)
-	}
-	got := map[string]string{}
-	for _, r := range rows {
-		got[r.name] = r.value + " " + r.source
-	}
-	for name, want := range map[string]string{"state-dir": "/cli/state command line", "log-level": "debug env SLUICE_LOG_LEVEL",
-		"ambient": "true command line", "socket": "/var/run/sluice/agent.sock default"} {
-		if got[name] != want {
-			t.Errorf("--%s: %q, want %q", name, got[name], want)
-		}
-	}
-}
-
 func TestSysdumpRefusesBadSizes(t *testing.T) {
 	for _, args := range [][]string{{"--max-size", "0"}, {"--max-file-size", "-1Mi"}, {"--max-size", "12Ti"}, {"--timeout", "0s"}} {
-		if code := runSysdump(args, func(string) string { return "" }, io.Discard, io.Discard); code != 2 {
+		if code := runSysdump(args, func(string) string { return "" }, io.Discard, io.Discard, testAgentFlags); code != 2 {
 			t.Errorf("sysdump %v: exit %d, want 2", args, code)
 		}
 	}
@@ -192,4 +170,22 @@ func TestSysdumpRefusesBadSizes(t *testing.T) {
 	if err := b.Set("3Mi"); err != nil || b != 3<<20 {
 		t.Errorf("3Mi = %d, %v", b, err)
 	}
+}
+
+// testAgentFlags stands in for the agent's flag set (the agent's main
+// package passes its own; TestSysdumpAgentFlagsSayTheirSource there tests
+// it): the flags naming where the agent's files are.
+func testAgentFlags(args []string, _ func(string) string) (*AgentConfig, []FlagRow, error) {
+	c := &AgentConfig{}
+	fs := flag.NewFlagSet("sluice-agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/sluice", "")
+	fs.StringVar(&c.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "")
+	bins := fs.String("cni-bin-dir", "/opt/cni/bin", "")
+	fs.StringVar(&c.HealthAddr, "health-addr", "127.0.0.1:9890", "")
+	err := fs.Parse(args)
+	c.CNIBinDirs = strings.Split(*bins, ",")
+	var rows []FlagRow
+	fs.VisitAll(func(f *flag.Flag) { rows = append(rows, FlagRow{Name: f.Name, Value: f.Value.String(), Source: "test"}) })
+	return c, rows, err
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -91,7 +91,7 @@ func cliAgentFor(t *testing.T, zds rpc.ZtunnelLink, uid uint32) string {
 func cli(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = runCommand(args[0], args[1:], func(string) string { return "" }, &out, &errOut)
+	code = runCommand(args[0], args[1:], func(string) string { return "" }, &out, &errOut, nil)
 	return out.String(), errOut.String(), code
 }
 

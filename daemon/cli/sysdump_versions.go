@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func dumpVersions(ctx context.Context, a *sysdump.Archive, ag *agentView) {
 		}
 	}
 	own := ownPlugin(ag)
-	for _, dir := range splitList(ag.cfg.cniBinDirs) {
+	for _, dir := range ag.cfg.CNIBinDirs {
 		v.Plugins = append(v.Plugins, pluginIn(ag.root, dir, own))
 	}
 	var u unix.Utsname
@@ -65,7 +65,7 @@ func dumpVersions(ctx context.Context, a *sysdump.Archive, ag *agentView) {
 // ownPlugin is the plugin the agent installs (--plugin-binary, or sluice
 // beside its executable), by hash.
 func ownPlugin(ag *agentView) string {
-	p := ag.cfg.pluginBinary
+	p := ag.cfg.PluginBinary
 	if p == "" && ag.pid != 0 {
 		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", ag.pid))
 		if err != nil {
