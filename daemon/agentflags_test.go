@@ -24,4 +24,3 @@ func TestSysdumpAgentFlagsSayTheirSource(t *testing.T) {
 		}
 	}
 }
-

@@ -1,12 +1,12 @@
 package cli
 
 import (
-	"flag"
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -186,6 +186,8 @@ func testAgentFlags(args []string, _ func(string) string) (*AgentConfig, []FlagR
 	err := fs.Parse(args)
 	c.CNIBinDirs = strings.Split(*bins, ",")
 	var rows []FlagRow
-	fs.VisitAll(func(f *flag.Flag) { rows = append(rows, FlagRow{Name: f.Name, Value: f.Value.String(), Source: "test"}) })
+	fs.VisitAll(func(f *flag.Flag) {
+		rows = append(rows, FlagRow{Name: f.Name, Value: f.Value.String(), Source: "test"})
+	})
 	return c, rows, err
 }

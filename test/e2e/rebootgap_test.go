@@ -25,15 +25,13 @@ func firstConfig(dir string) (string, *libcni.NetworkConfigList, error) {
 		return "", nil, fmt.Errorf("no CNI config in %s (%v)", dir, err)
 	}
 	sort.Strings(files)
-	if filepath.Ext(files[0]) == ".conflist" {
-		list, err := libcni.ConfListFromFile(files[0])
-		return filepath.Base(files[0]), list, err
+	// Every config this test writes, and every one the installer writes
+	// before a primary, is a conflist: a first file of another kind is the
+	// test's failure, not a chain to read.
+	if filepath.Ext(files[0]) != ".conflist" {
+		return filepath.Base(files[0]), nil, fmt.Errorf("the first CNI config %s is not a conflist", files[0])
 	}
-	conf, err := libcni.ConfFromFile(files[0])
-	if err != nil {
-		return filepath.Base(files[0]), nil, err
-	}
-	list, err := libcni.ConfListFromConf(conf)
+	list, err := libcni.ConfListFromFile(files[0])
 	return filepath.Base(files[0]), list, err
 }
 
