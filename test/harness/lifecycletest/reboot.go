@@ -33,7 +33,7 @@ type rebootPod struct {
 // records a reboot Count.
 func Reboot(t *testing.T, m *Mesh) {
 	node := m.Cluster
-	pods := m.startRebootPods(t, node.NodeName)
+	pods := m.startRebootPods(t, node.NodeName, 2)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	pr := newProber(ctx, t, node)
@@ -117,16 +117,16 @@ func appendNew(s []string, v string) []string {
 	return append(s, v)
 }
 
-// startRebootPods starts two pods of each mesh kind on node and waits for
-// them.
-func (m *Mesh) startRebootPods(t *testing.T, node string) []*rebootPod {
+// startRebootPods starts perKind pods of each mesh kind on node and waits
+// for them.
+func (m *Mesh) startRebootPods(t *testing.T, node string, perKind int) []*rebootPod {
 	var pods []*rebootPod
 	nss := m.kindNamespaces(t, "reboot")
 	for _, k := range m.Kinds {
 		if k == KindPlain {
 			continue
 		}
-		for i := range 2 {
+		for i := range perKind {
 			pods = append(pods, &rebootPod{ns: nss[k], name: fmt.Sprintf("%s-%d", k, i), kind: k})
 		}
 	}

@@ -34,6 +34,9 @@ const (
 	ScenarioUpgrade  = "upgrade"  // helm upgrade to another image under churn
 	ScenarioRollback = "rollback" // helm rollback under the same churn
 	ScenarioReboot   = "reboot"   // a node rebooted with pods running, probed throughout
+	// ScenarioRebootRace: reboots of a node with 20 mesh pods while a
+	// stand-in primary CNI rewrites its conflist throughout the boot.
+	ScenarioRebootRace = "reboot-racing-primary"
 )
 
 // Results is the file ResultsEnv names.

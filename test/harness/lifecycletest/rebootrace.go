@@ -1,0 +1,127 @@
+package lifecycletest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Racing-primary reboot sizes: make test runs RaceReboots reboots of a
+// node holding RacePods mesh pods; make bench sets more reboots
+// (SLUICE_REBOOT_RACE_REBOOTS).
+const (
+	RacePods    = 20
+	RaceReboots = 2
+	// raceRewrite is how often the stand-in primary rewrites its conflist
+	// while the node boots.
+	raceRewrite = 200 * time.Millisecond
+	// raceAfterReady is how long the rewrites go on once the agent is
+	// Ready again: past +2 s of its start, the far end of the window the
+	// issue's primary CNIs land in.
+	raceAfterReady = 3 * time.Second
+)
+
+// RebootRacingPrimary reboots the cluster's first node reboots times while
+// a stand-in primary CNI (nodetest.RacingPrimary) rewrites its conflist,
+// without any mesh CNI's entry, every 200 ms from the moment the node goes
+// down until 3 s after the mesh agent is Ready again, and once more while
+// the node runs: as Cilium and Calico write theirs at boot, at every
+// offset around the agent's start (−2 s to +2 s and beyond) rather than at
+// one. RacePods mesh pods (half sidecar, half ambient where the mesh has
+// both) run there, their apps dialling out the moment they start.
+// Counted from the pods' side only: each restarted app's first connection
+// must be captured (answered by its proxy or ztunnel with the original
+// destination), and a prober outside the node must never be answered by
+// an app itself. It fails t on any count and records the total.
+func RebootRacingPrimary(t *testing.T, m *Mesh, reboots int) {
+	node := m.Cluster
+	kinds := 0
+	for _, k := range m.Kinds {
+		if k != KindPlain {
+			kinds++
+		}
+	}
+	pods := m.startRebootPods(t, node.NodeName, RacePods/kinds)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	pr := newProber(ctx, t, node)
+	go m.watchIPs(ctx, pr, pods)
+	m.waitCaptured(t, pr, pods, 2*time.Minute)
+
+	n := Count{CNI: m.CNI, Scenario: ScenarioRebootRace, Nodes: len(node.Nodes())}
+	var back []time.Duration
+	never, rewrites := 0, 0
+	agentID := m.agentNot(t, node.NodeName, "", time.Minute)
+	for round := range reboots {
+		race := node.RacePrimary(raceRewrite)
+		rebooted := time.Now()
+		if err := node.Reboot(ctx); err != nil {
+			race.Stop()
+			t.Fatal(err)
+		}
+		agentID = m.agentNot(t, node.NodeName, agentID, 3*time.Minute)
+		time.Sleep(raceAfterReady) // the rewrites go on past the agent's start
+		r, err := race.Stop()
+		if err != nil {
+			t.Fatalf("reboot %d: the stand-in primary: %v", round+1, err)
+		}
+		rewrites += r
+		m.waitBack(t, pods, rebooted, 3*time.Minute)
+		// Once more while the node runs.
+		if err := node.RewritePrimary(); err != nil {
+			t.Fatal(err)
+		}
+		rewrites++
+		pr.forget()
+		m.waitCaptured(t, pr, pods, 2*time.Minute)
+		t.Logf("reboot %d: %d rewrites of the primary; every pod captured again %v after the reboot began",
+			round+1, r+1, time.Since(rebooted).Round(time.Millisecond))
+		for _, p := range pods {
+			n.Pods++
+			n.Kinds = appendNew(n.Kinds, p.kind)
+			m.tallyRebootPod(t, p, &n)
+			switch {
+			case p.back != 0:
+				back = append(back, p.back)
+			case p.failed != "" || p.evicted:
+				never++
+			}
+		}
+		m.nextRound(t, pods)
+	}
+	p50, p99 := StartPercentiles(back, never)
+	n.StartP50NS, n.StartP99NS = int64(p50), int64(p99)
+	stop()
+	pr.wg.Wait()
+	probes, app, addrs, where := pr.tally()
+	n.Probes, n.UncapturedProbes, n.Uncaptured = probes, app, n.Uncaptured+addrs
+	if app > 0 {
+		n.Failures = append(n.Failures, fmt.Sprintf("the app itself answered the prober %d times, uncaptured: %v", app, where))
+	}
+	t.Logf("figure: reboot racing the primary (%s): %d reboots, %d pod starts, %d uncaptured, %d failed, %d evicted, %d rewrites of the primary",
+		m.CNI, reboots, n.Pods, n.Uncaptured, n.Failed, n.Evicted, rewrites)
+	judgeReboot(t, n)
+	if err := Record(n); err != nil {
+		t.Errorf("record the racing reboot: %v", err)
+	}
+}
+
+// nextRound readies the pods for another reboot: each one's current app
+// container is the one the next reboot must replace. A pod that failed
+// stays failed.
+func (m *Mesh) nextRound(t *testing.T, pods []*rebootPod) {
+	cs := m.Client(t)
+	for _, p := range pods {
+		if p.failed != "" {
+			continue
+		}
+		got, err := cs.CoreV1().Pods(p.ns).Get(t.Context(), p.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pod %s/%s: %v", p.ns, p.name, err)
+		}
+		p.appID, p.back = AppID(got), 0
+	}
+}
