@@ -16,6 +16,7 @@ const (
 
 // The node-lifecycle scenarios, in the table's order. A scenario no suite
 // records shows as not recorded, and the goal cannot be met without it.
-var scenarioNames = []string{lifecycletest.ScenarioOutage, lifecycletest.ScenarioUpgrade, lifecycletest.ScenarioRollback, lifecycletest.ScenarioReboot}
+var scenarioNames = []string{lifecycletest.ScenarioOutage, lifecycletest.ScenarioUpgrade, lifecycletest.ScenarioRollback, lifecycletest.ScenarioReboot,
+	lifecycletest.ScenarioRebootRace}
 
 func loadLifecycleRows(file string) (lifecycleRows, error) { return lifecycletest.LoadResults(file) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,13 @@ type scenarioResult struct {
 // benchScenarios runs the node suites with the results file named by the
 // env var the scenarios record their counts in. Smoke runs skip it: each
 // suite starts a test cluster and takes minutes.
+// benchRaceReboots is how many reboots racing the primary's conflist make
+// bench runs for each CNI.
+const (
+	benchRaceReboots = 50
+	rebootRaceEnv    = "SLUICE_REBOOT_RACE_REBOOTS"
+)
+
 func benchScenarios(root, tmp string, churn time.Duration, smoke bool, cl *cleanups) *scenarioResult {
 	res := &scenarioResult{churn: churn}
 	if smoke {
@@ -40,8 +48,11 @@ func benchScenarios(root, tmp string, churn time.Duration, smoke bool, cl *clean
 	}
 	file := filepath.Join(tmp, "lifecycle-results.json")
 	for _, s := range scenarioSuites {
+		// 50 racing reboots a CNI (test/lifecycle's and test/peer's
+		// racing-primary tests; make test runs 2): about half an hour each.
 		if _, err := runGoTest(root, cl, s.pkg, []string{lifecycleResultsEnv + "=" + file,
-			lifecycletest.ChurnIntervalEnv + "=" + churn.String()}, "-v"); err != nil {
+			lifecycletest.ChurnIntervalEnv + "=" + churn.String(), rebootRaceEnv + "=" + strconv.Itoa(benchRaceReboots)},
+			"-v", "-timeout", "150m"); err != nil {
 			res.suiteErrs = append(res.suiteErrs, fmt.Sprintf("%s (%s): %v", s.pkg, s.cni, err))
 		}
 	}
@@ -127,7 +138,7 @@ func countDelay(c lifecycleCount) (p50, p99 time.Duration) {
 
 // writeScenarioGoals is the side-by-side goal: sluice never worse than istio-cni.
 func writeScenarioGoals(m *md, r *scenarioResult) {
-	const goal = "sluice never worse than istio-cni on any count (uncaptured, failed, evicted, start delay; outage, upgrade, rollback, reboot)"
+	const goal = "sluice never worse than istio-cni on any count (uncaptured, failed, evicted, start delay; outage, upgrade, rollback, reboot, reboot racing the primary's conflist)"
 	if r == nil || r.err != nil {
 		m.p("| %s | not measured: %v | %s |", goal, scenarioErr(r), verdict(false))
 		return
@@ -193,7 +204,9 @@ func writeScenarios(m *md, r *scenarioResult) {
 	m.p("running again. A pod that failed for good or was evicted is counted in its column and, in the")
 	m.p("delays, as never started (`never`), after every pod that started: leaving it out would let a CNI")
 	m.p("whose pods fail show a shorter delay than one whose pods wait and start. The outage takes the first")
-	m.p("node's agent away for %v.", lifecycletest.OutageHold)
+	m.p("node's agent away for %v. The reboot racing the primary's conflist runs %d reboots of a node with", lifecycletest.OutageHold, benchRaceReboots)
+	m.p("%d mesh pods for each CNI, a stand-in primary rewriting its conflist every 200 ms from the node going", lifecycletest.RacePods)
+	m.p("down until 3 s after the agent is Ready, and once more while the node runs (`$%s`; make test runs %d).", rebootRaceEnv, lifecycletest.RaceReboots)
 	for _, e := range r.suiteErrs {
 		m.p("")
 		m.p("A suite failed (its counts above are what it recorded): `%s`", tail(e, 3))

@@ -50,6 +50,10 @@ type Mesh struct {
 	// are counted but do not fail the test: the peer's measured
 	// behaviour, not the rule sluice is held to.
 	FailedTolerated string
+	// RaceMeasured, when not empty, says why the racing-primary reboot's
+	// counts are recorded and logged but do not fail the test: the peer
+	// measured side by side, not held to sluice's rule.
+	RaceMeasured string
 }
 
 // Client is the cluster's API client.
