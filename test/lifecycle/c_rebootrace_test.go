@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"testing"
@@ -25,5 +26,39 @@ func TestRebootRacingPrimary(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_REBOOT_RACE_REBOOTS")); err == nil && v > 0 {
 		reboots = v
 	}
-	lifecycletest.RebootRacingPrimary(t, sluiceMesh(), reboots)
+	lifecycletest.RebootRacingPrimary(t, sluiceMesh(), lifecycletest.ScenarioRebootRace, reboots)
+}
+
+// The same racing reboot with sluice as an NRI plugin of the node's
+// containerd (trigger=nri), set up as docs/nri.md tells an operator to:
+// the runtime's validator requires the plugin, the agent's own pod
+// tolerates its absence. sluice has no conflist entry there, so the
+// rewrites cannot take it out of anything; what the reboot races is the
+// agent's connection to the runtime, which the validator holds every
+// container to. The node's containerd drops the validator again and the
+// chart goes back to chained mode afterwards, through one more reboot.
+func TestRebootRacingPrimaryNRI(t *testing.T) {
+	requireMesh(t)
+	const plugin, tolerate = "sluice", "sluice.dev/tolerate-missing-nri"
+	t.Cleanup(func() {
+		if err := cluster.RequireNRIPlugin("", ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.Reboot(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		helm(t, chartArgs("upgrade", tagA)...)
+		rolledOut(t, tagA)
+	})
+	helm(t, append(chartArgs("upgrade", tagA), "--set", "trigger=nri",
+		"--set-string", "podAnnotations.sluice\\.dev/tolerate-missing-nri=true")...)
+	rolledOut(t, tagA)
+	if err := cluster.RequireNRIPlugin(plugin, tolerate); err != nil {
+		t.Fatal(err)
+	}
+	reboots := lifecycletest.RaceReboots
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_REBOOT_RACE_REBOOTS")); err == nil && v > 0 {
+		reboots = v
+	}
+	lifecycletest.RebootRacingPrimary(t, sluiceMesh(), lifecycletest.ScenarioRebootRaceNRI, reboots)
 }

@@ -22,5 +22,5 @@ func TestIstioCNIRebootRacingPrimary(t *testing.T) {
 	}
 	m := istioMesh()
 	m.RaceMeasured = "istio-cni measured against the racing primary, side by side with sluice"
-	lifecycletest.RebootRacingPrimary(t, m, reboots)
+	lifecycletest.RebootRacingPrimary(t, m, lifecycletest.ScenarioRebootRace, reboots)
 }

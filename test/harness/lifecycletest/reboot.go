@@ -20,6 +20,7 @@ type rebootPod struct {
 	back           time.Duration // reboot → running again with a new app container
 	failed         string
 	evicted        bool
+	gone           bool // failed or evicted, counted in an earlier round
 }
 
 // Reboot runs scenario 5 on the cluster's first node: with two pods of
@@ -33,7 +34,7 @@ type rebootPod struct {
 // records a reboot Count.
 func Reboot(t *testing.T, m *Mesh) {
 	node := m.Cluster
-	pods := m.startRebootPods(t, node.NodeName, 2)
+	pods := m.startRebootPods(t, node.NodeName, "reboot", 2)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	pr := newProber(ctx, t, node)
@@ -117,11 +118,11 @@ func appendNew(s []string, v string) []string {
 	return append(s, v)
 }
 
-// startRebootPods starts perKind pods of each mesh kind on node and waits
-// for them.
-func (m *Mesh) startRebootPods(t *testing.T, node string, perKind int) []*rebootPod {
+// startRebootPods starts perKind pods of each mesh kind on node, in
+// namespaces named prefix-kind, and waits for them.
+func (m *Mesh) startRebootPods(t *testing.T, node, prefix string, perKind int) []*rebootPod {
 	var pods []*rebootPod
-	nss := m.kindNamespaces(t, "reboot")
+	nss := m.kindNamespaces(t, prefix)
 	for _, k := range m.Kinds {
 		if k == KindPlain {
 			continue

@@ -22,21 +22,27 @@ const (
 	// Ready again: past +2 s of its start, the far end of the window the
 	// issue's primary CNIs land in.
 	raceAfterReady = 3 * time.Second
+	// raceBoot bounds the rewrites from the node's kubelet coming back:
+	// an agent whose readiness follows its entry in the primary's file
+	// (istio-cni's does) may never be Ready while the file is rewritten
+	// every 200 ms, and a real primary CNI settles after its boot.
+	raceBoot = 20 * time.Second
 )
 
 // RebootRacingPrimary reboots the cluster's first node reboots times while
 // a stand-in primary CNI (nodetest.RacingPrimary) rewrites its conflist,
 // without any mesh CNI's entry, every 200 ms from the moment the node goes
-// down until 3 s after the mesh agent is Ready again, and once more while
-// the node runs: as Cilium and Calico write theirs at boot, at every
+// down until 3 s after the mesh agent is Ready again (at most 20 s after
+// the node is back), and once more while the node runs: as Cilium and Calico write theirs at boot, at every
 // offset around the agent's start (−2 s to +2 s and beyond) rather than at
 // one. RacePods mesh pods (half sidecar, half ambient where the mesh has
 // both) run there, their apps dialling out the moment they start.
 // Counted from the pods' side only: each restarted app's first connection
 // must be captured (answered by its proxy or ztunnel with the original
 // destination), and a prober outside the node must never be answered by
-// an app itself. It fails t on any count and records the total.
-func RebootRacingPrimary(t *testing.T, m *Mesh, reboots int) {
+// an app itself. It fails t on any count and records the total as
+// scenario.
+func RebootRacingPrimary(t *testing.T, m *Mesh, scenario string, reboots int) {
 	node := m.Cluster
 	kinds := 0
 	for _, k := range m.Kinds {
@@ -44,14 +50,14 @@ func RebootRacingPrimary(t *testing.T, m *Mesh, reboots int) {
 			kinds++
 		}
 	}
-	pods := m.startRebootPods(t, node.NodeName, RacePods/kinds)
+	pods := m.startRebootPods(t, node.NodeName, scenario, RacePods/kinds)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	pr := newProber(ctx, t, node)
 	go m.watchIPs(ctx, pr, pods)
 	m.waitCaptured(t, pr, pods, 2*time.Minute)
 
-	n := Count{CNI: m.CNI, Scenario: ScenarioRebootRace, Nodes: len(node.Nodes())}
+	n := Count{CNI: m.CNI, Scenario: scenario, Nodes: len(node.Nodes())}
 	var back []time.Duration
 	never, rewrites := 0, 0
 	agentID := m.agentNot(t, node.NodeName, "", time.Minute)
@@ -62,12 +68,18 @@ func RebootRacingPrimary(t *testing.T, m *Mesh, reboots int) {
 			race.Stop()
 			t.Fatal(err)
 		}
+		up := time.Now()
+		settle := time.AfterFunc(raceBoot, func() { race.Stop() })
 		agentID = m.agentNot(t, node.NodeName, agentID, 3*time.Minute)
+		ready := time.Since(up)
 		time.Sleep(raceAfterReady) // the rewrites go on past the agent's start
+		settle.Stop()
 		r, err := race.Stop()
 		if err != nil {
 			t.Fatalf("reboot %d: the stand-in primary: %v", round+1, err)
 		}
+		t.Logf("reboot %d: agent Ready %v after the node was back; last rewrite %v after it",
+			round+1, ready.Round(time.Millisecond), race.Last().Sub(up).Round(time.Millisecond))
 		rewrites += r
 		m.waitBack(t, pods, rebooted, 3*time.Minute)
 		// Once more while the node runs.
@@ -77,9 +89,13 @@ func RebootRacingPrimary(t *testing.T, m *Mesh, reboots int) {
 		rewrites++
 		pr.forget()
 		m.waitCaptured(t, pr, pods, 2*time.Minute)
-		t.Logf("reboot %d: %d rewrites of the primary; every pod captured again %v after the reboot began",
+		t.Logf("reboot %d: %d rewrites of the primary; every pod still there captured again %v after the reboot began",
 			round+1, r+1, time.Since(rebooted).Round(time.Millisecond))
 		for _, p := range pods {
+			if p.gone { // counted once, in the round it went
+				continue
+			}
+			p.gone = p.failed != "" || p.evicted
 			n.Pods++
 			n.Kinds = appendNew(n.Kinds, p.kind)
 			m.tallyRebootPod(t, p, &n)
@@ -101,8 +117,8 @@ func RebootRacingPrimary(t *testing.T, m *Mesh, reboots int) {
 	if app > 0 {
 		n.Failures = append(n.Failures, fmt.Sprintf("the app itself answered the prober %d times, uncaptured: %v", app, where))
 	}
-	t.Logf("figure: reboot racing the primary (%s): %d reboots, %d pod starts, %d uncaptured, %d failed, %d evicted, %d rewrites of the primary",
-		m.CNI, reboots, n.Pods, n.Uncaptured, n.Failed, n.Evicted, rewrites)
+	t.Logf("figure: %s (%s): %d reboots, %d pod starts, %d uncaptured, %d failed, %d evicted, %d rewrites of the primary",
+		scenario, m.CNI, reboots, n.Pods, n.Uncaptured, n.Failed, n.Evicted, rewrites)
 	if m.RaceMeasured != "" {
 		for _, f := range n.Failures {
 			t.Logf("counted, not failed (%s): %s", m.RaceMeasured, f)

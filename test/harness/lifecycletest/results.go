@@ -37,6 +37,9 @@ const (
 	// ScenarioRebootRace: reboots of a node with 20 mesh pods while a
 	// stand-in primary CNI rewrites its conflist throughout the boot.
 	ScenarioRebootRace = "reboot-racing-primary"
+	// ScenarioRebootRaceNRI: the same with sluice as the runtime's NRI
+	// plugin, the validator requiring it (no conflist entry to race).
+	ScenarioRebootRaceNRI = "reboot-racing-primary-nri"
 )
 
 // Results is the file ResultsEnv names.

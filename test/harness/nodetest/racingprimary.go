@@ -31,6 +31,7 @@ func (c *Cluster) RewritePrimary() error {
 // without the mesh CNI cannot be missed by chance.
 type RacingPrimary struct {
 	rewrites atomic.Int64
+	last     atomic.Int64 // unix nanoseconds of the last rewrite
 	errs     atomic.Pointer[error]
 	stop     context.CancelFunc
 	done     chan struct{}
@@ -50,6 +51,7 @@ func (c *Cluster) RacePrimary(period time.Duration) *RacingPrimary {
 				r.errs.Store(&err)
 			} else {
 				r.rewrites.Add(1)
+				r.last.Store(time.Now().UnixNano())
 			}
 			select {
 			case <-ctx.Done():
@@ -62,7 +64,7 @@ func (c *Cluster) RacePrimary(period time.Duration) *RacingPrimary {
 }
 
 // Stop ends the rewrites and returns how many there were and the last
-// error, if any.
+// error, if any. It may be called more than once.
 func (r *RacingPrimary) Stop() (int, error) {
 	r.stop()
 	<-r.done
@@ -71,4 +73,9 @@ func (r *RacingPrimary) Stop() (int, error) {
 		err = *p
 	}
 	return int(r.rewrites.Load()), err
+}
+
+// Last is when the last rewrite was published.
+func (r *RacingPrimary) Last() time.Time {
+	return time.Unix(0, r.last.Load())
 }
