@@ -12,8 +12,11 @@
 //  1. With Wait, a ztunnel to hand the pod to (ztunnel.Server's
 //     AwaitConnection), before any lock: a CNI ADD meeting a ztunnel
 //     restart waits for it within its deadline rather than fail into the
-//     kubelet's backoff; a DEL needs the locks. A hand-over that then finds
-//     the connection dead is rolled back and waits once more.
+//     kubelet's backoff; a DEL needs the locks. The CNI ADD waits first
+//     through Await, with its ADD slot given back (a rebooted node's
+//     ambient pods all wait at once; sidecar pods need the slots). A
+//     hand-over that then finds the connection dead is rolled back and
+//     waits once more.
 //  2. The in-pod rules, then the pod's probe addresses in the host table,
 //     then ztunnel's ack, under the attachment's lock, journaled first.
 //     Steps 1 and 2 are workloads.Store.EnrollAmbient(ctx, rec, wait): the
@@ -79,6 +82,7 @@ var ErrNotTold = errors.New("the ambient pod is captured, but istiod cannot be t
 // Store is what enrolment needs of the enrolled-workload store
 // (*workloads.Store).
 type Store interface {
+	AwaitZtunnel(ctx context.Context, r workloads.Record) error
 	EnrollAmbient(ctx context.Context, r workloads.Record, wait bool) error
 	Get(a workloads.Attachment) (workloads.Record, bool)
 	PodEnrolled(podUID string) bool
@@ -119,6 +123,23 @@ func (m *Mesh) Run(ctx context.Context) {
 	if m.annotator != nil {
 		m.annotator.Run(ctx)
 	}
+}
+
+// Await waits until a ztunnel is connected for rec, an ambient attachment
+// of pod, taking no lock: a CNI ADD calls it before it takes one of the
+// agent's ADD slots, so that a rebooted node's ambient pods, all waiting
+// for ztunnel at once, neither hold the slots sidecar and plain pods need
+// nor fail at once past a bound. Add waits again (holding its slot) only
+// if ztunnel went away in between. When none comes, pod is marked
+// pending as Add's failure would.
+func (m *Mesh) Await(ctx context.Context, pod policy.Pod, rec workloads.Record) error {
+	if err := m.Store.AwaitZtunnel(ctx, rec); err != nil {
+		if pod.UID == "" || !m.Store.PodEnrolled(pod.UID) {
+			m.Mark(ctx, pod, "pending")
+		}
+		return err
+	}
+	return nil
 }
 
 // Add enrols rec, an ambient attachment of pod, in the order the package

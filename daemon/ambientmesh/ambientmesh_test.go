@@ -15,6 +15,7 @@ import (
 type fakeStore struct {
 	calls    []string
 	enrolErr error
+	awaitErr error
 	had      bool
 	enrolled bool
 }
@@ -22,6 +23,11 @@ type fakeStore struct {
 func (s *fakeStore) EnrollAmbient(_ context.Context, r workloads.Record, wait bool) error {
 	s.calls = append(s.calls, fmt.Sprintf("enroll %s wait=%v", r.ContainerID, wait))
 	return s.enrolErr
+}
+
+func (s *fakeStore) AwaitZtunnel(_ context.Context, r workloads.Record) error {
+	s.calls = append(s.calls, "await "+r.ContainerID)
+	return s.awaitErr
 }
 
 func (s *fakeStore) Get(workloads.Attachment) (workloads.Record, bool) {

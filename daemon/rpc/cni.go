@@ -80,7 +80,7 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	if err != nil {
 		return nil, err
 	}
-	defer release()
+	defer func() { release() }() // the slot held when Add returns
 	ips = s.netnsAddrs(ctx, req.Netns, ips)
 	pod := podOf(req.Pod, ips)
 	d, err := s.decide(ctx, pod)
@@ -105,8 +105,11 @@ func (s *CNI) Add(ctx context.Context, req *sluicev1.AddRequest) (*sluicev1.AddR
 	}
 	if d.Spec.Mode == redirect.ModeAmbient {
 		// An ambient pod that meets a ztunnel restart waits for it within
-		// the deadline, rather than fail into the kubelet's backoff.
-		err = s.mesh().Add(ctx, pod, rec, ambientmesh.WaitForZtunnel)
+		// the deadline, rather than fail into the kubelet's backoff, and
+		// gives its ADD slot back while it waits.
+		if release, err = s.awaitZtunnel(ctx, pod, rec, release); err == nil {
+			err = s.mesh().Add(ctx, pod, rec, ambientmesh.WaitForZtunnel)
+		}
 	} else {
 		err = s.Workloads.Enroll(ctx, rec)
 	}
@@ -197,6 +200,24 @@ func (s *CNI) captureFailed(pod policy.Pod, req *sluicev1.AddRequest, err error)
 
 // mesh is the ambient owner: Ambient, or one over Workloads that marks
 // nothing.
+// awaitZtunnel waits for a ztunnel for an ambient pod's ADD with its slot
+// given back (release), then takes a slot again: a rebooted node re-creates
+// its ambient pods before ztunnel is back, and they must neither fill the
+// slots (--max-inflight) that sidecar and plain pods' ADDs need nor be
+// refused past a bound. It returns the release of the slot it holds, a
+// no-op when it holds none.
+func (s *CNI) awaitZtunnel(ctx context.Context, pod policy.Pod, rec workloads.Record, release func()) (func(), error) {
+	release()
+	if err := s.mesh().Await(ctx, pod, rec); err != nil {
+		return func() {}, err
+	}
+	again, err := s.Inflight.acquire(ctx)
+	if err != nil {
+		return func() {}, err
+	}
+	return again, nil
+}
+
 func (s *CNI) mesh() *ambientmesh.Mesh {
 	if s.Ambient != nil {
 		return s.Ambient
@@ -276,6 +297,9 @@ func modeOf(m redirect.Mode) sluicev1.Mode {
 // missed deadline or a full disk is worth retrying, anything else is ours
 // (never InvalidArgument).
 func toStatus(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err // already a status: no ADD slot again after a ztunnel wait
+	}
 	var rule *podns.RuleError
 	var ann *policy.AnnotationError
 	var journal *workloads.JournalError

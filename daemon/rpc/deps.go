@@ -17,6 +17,7 @@ type Workloads interface {
 	// EnrollAmbient is the ambient owner's (ambientmesh.Store): rpc
 	// enrols only sidecar pods itself (Enroll).
 	EnrollAmbient(ctx context.Context, r workloads.Record, wait bool) error
+	AwaitZtunnel(ctx context.Context, r workloads.Record) error
 	Enroll(ctx context.Context, r workloads.Record) error
 	Get(a workloads.Attachment) (workloads.Record, bool)
 	PodEnrolled(podUID string) bool

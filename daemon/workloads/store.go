@@ -174,6 +174,14 @@ func (s *Store) EnrollAmbient(ctx context.Context, r Record, wait bool) error {
 	return s.enroll(ctx, r)
 }
 
+// AwaitZtunnel waits, as an ambient ADD's enrolment does, until a ztunnel
+// is connected for r (the ztunnel server's ConnectWait, within ctx), and
+// takes no lock: for ambientmesh, whose ADD waits before it takes one of
+// the agent's ADD slots.
+func (s *Store) AwaitZtunnel(ctx context.Context, r Record) error {
+	return s.awaitZtunnel(ctx, &r)
+}
+
 // enroll is one Enroll under r's attachment lock; traced as a step of the
 // call in ctx, with the kernel's apply a step of its own.
 func (s *Store) enroll(ctx context.Context, r Record) (err error) {

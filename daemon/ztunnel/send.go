@@ -52,11 +52,13 @@ func (s *Server) Add(ctx context.Context, w Workload) (err error) {
 }
 
 // MaxWaiting bounds the ADDs waiting for a ztunnel at once
-// (AwaitConnection); more fail at once. Each holds one of the agent's ADD
-// slots (--max-inflight, 64 by default) while it waits, and a ztunnel that
-// stays away must not take them all: sidecar and plain pods' ADDs need no
-// ztunnel.
-const MaxWaiting = 16
+// (AwaitConnection); more fail at once. A CNI ADD waits holding none of the
+// agent's ADD slots (rpc gives its slot back first), so sidecar and plain
+// pods' ADDs never queue behind a ztunnel that stays away; the bound is
+// only on the waiters themselves, above what a node's pods re-created
+// together after a reboot (its maxPods, 110 by default, 250 at most on the
+// large clouds) can put there.
+const MaxWaiting = 1024
 
 // AwaitConnection returns once a ztunnel is connected, for the Add of w
 // that follows. With none connected it waits for a ztunnel's hello while

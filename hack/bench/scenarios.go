@@ -35,9 +35,14 @@ type scenarioResult struct {
 // suite starts a test cluster and takes minutes.
 // benchRaceReboots is how many reboots racing the primary's conflist make
 // bench runs for each CNI.
+// benchBurstMaxPods is the rebooted node's maxPods in the reboot burst
+// (test/lifecycle's TestRebootBurst; make test runs 40): the kubelet's
+// default.
 const (
-	benchRaceReboots = 50
-	rebootRaceEnv    = "SLUICE_REBOOT_RACE_REBOOTS"
+	benchRaceReboots  = 50
+	rebootRaceEnv     = "SLUICE_REBOOT_RACE_REBOOTS"
+	benchBurstMaxPods = 110
+	burstMaxPodsEnv   = "SLUICE_BURST_MAX_PODS"
 )
 
 func benchScenarios(root, tmp string, churn time.Duration, smoke bool, cl *cleanups) *scenarioResult {
@@ -51,7 +56,8 @@ func benchScenarios(root, tmp string, churn time.Duration, smoke bool, cl *clean
 		// 50 racing reboots a CNI (test/lifecycle's and test/peer's
 		// racing-primary tests; make test runs 2): about half an hour each.
 		if _, err := runGoTest(root, cl, s.pkg, []string{lifecycleResultsEnv + "=" + file,
-			lifecycletest.ChurnIntervalEnv + "=" + churn.String(), rebootRaceEnv + "=" + strconv.Itoa(benchRaceReboots)},
+			lifecycletest.ChurnIntervalEnv + "=" + churn.String(), rebootRaceEnv + "=" + strconv.Itoa(benchRaceReboots),
+			burstMaxPodsEnv + "=" + strconv.Itoa(benchBurstMaxPods)},
 			"-v", "-timeout", "150m"); err != nil {
 			res.suiteErrs = append(res.suiteErrs, fmt.Sprintf("%s (%s): %v", s.pkg, s.cni, err))
 		}
@@ -207,6 +213,16 @@ func writeScenarios(m *md, r *scenarioResult) {
 	m.p("node's agent away for %v. The reboot racing the primary's conflist runs %d reboots of a node with", lifecycletest.OutageHold, benchRaceReboots)
 	m.p("%d mesh pods for each CNI, a stand-in primary rewriting its conflist every 200 ms from the node going", lifecycletest.RacePods)
 	m.p("down until 3 s after the agent is Ready, and once more while the node runs (`$%s`; make test runs %d).", rebootRaceEnv, lifecycletest.RaceReboots)
+	for _, sc := range []string{lifecycletest.ScenarioRebootRaceNRI, lifecycletest.ScenarioRebootBurst} {
+		if c, ok := r.rows.Find(cniSluice, sc); ok {
+			m.p("")
+			m.p("sluice alone, %s: %d pods, %d uncaptured, %d failed (a burst's failed sandboxes included), %d evicted; %d probes, %d answered by an app.",
+				sc, c.Pods, c.Uncaptured, c.Failed, c.Evicted, c.Probes, c.UncapturedProbes)
+		}
+	}
+	m.p("")
+	m.p("The reboot burst fills the first node to maxPods %d with mesh pods and reboots it (`$%s`; make test: %d).",
+		benchBurstMaxPods, burstMaxPodsEnv, lifecycletest.BurstMaxPods)
 	for _, e := range r.suiteErrs {
 		m.p("")
 		m.p("A suite failed (its counts above are what it recorded): `%s`", tail(e, 3))

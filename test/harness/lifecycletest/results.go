@@ -40,6 +40,8 @@ const (
 	// ScenarioRebootRaceNRI: the same with sluice as the runtime's NRI
 	// plugin, the validator requiring it (no conflist entry to race).
 	ScenarioRebootRaceNRI = "reboot-racing-primary-nri"
+	// ScenarioRebootBurst: a node full to maxPods with mesh pods rebooted.
+	ScenarioRebootBurst = "reboot-burst"
 )
 
 // Results is the file ResultsEnv names.

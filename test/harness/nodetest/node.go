@@ -172,3 +172,26 @@ func (c *Cluster) registerWithTaints() string {
 	}
 	return b.String()
 }
+
+// SetMaxPods sets the node's kubelet maxPods (0: the kubelet's default,
+// 110). It rewrites the kubelet's config only: the change takes effect when
+// the kubelet next starts (Reboot).
+func (c *Cluster) SetMaxPods(n int) error {
+	conf, err := os.ReadFile(c.path("kubelet.yaml"))
+	if err != nil {
+		return fmt.Errorf("set maxPods: %w", err)
+	}
+	var keep []string
+	for _, l := range strings.Split(strings.TrimSuffix(string(conf), "\n"), "\n") {
+		if !strings.HasPrefix(l, "maxPods:") {
+			keep = append(keep, l)
+		}
+	}
+	if n > 0 {
+		keep = append(keep, fmt.Sprintf("maxPods: %d", n))
+	}
+	if err := os.WriteFile(c.path("kubelet.yaml"), []byte(strings.Join(keep, "\n")+"\n"), 0o644); err != nil {
+		return fmt.Errorf("set maxPods: %w", err)
+	}
+	return nil
+}
