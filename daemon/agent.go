@@ -16,16 +16,11 @@ import (
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-
 	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/health"
-	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/metrics"
 	"github.com/sluicemesh/sluice/daemon/podns"
-	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/rpc"
 	"github.com/sluicemesh/sluice/daemon/tracing"
 	"github.com/sluicemesh/sluice/daemon/workloads"
@@ -53,19 +48,15 @@ type agent struct {
 	// parts are the optional parts present, in start order (parts.go).
 	parts []part
 
-	rc        *rest.Config     // nil: standalone
-	informers *kubecache.Cache // nil: standalone
-	kube      *policy.Kube     // nil: standalone
+	k         *kubeSide // nil: standalone
 	pol       rpc.Policy
 	opener    *podns.Opener
 	metrics   *metrics.Metrics
-	client    kubernetes.Interface
-	rec       *events.Recorder // nil records nothing (standalone)
 	decisions *events.Decisions
 	amb       *ambientNode // nil without --ambient; the store and Debug use it
 	store     *workloads.Store
 	checks    *health.Checks
-	mesh      *ambientmesh.Mesh // the ambient owner; nil standalone
+	mesh      *ambientmesh.Mesh // the ambient owner; without Kubernetes it marks nothing
 	cni       *rpc.CNI
 	auth      *rpc.Authorizer
 
@@ -83,7 +74,7 @@ func newAgent(cfg *config, log *slog.Logger) (*agent, error) {
 	log.Info("starting", "version", buildinfo.Version, "socket", cfg.socket, "state_dir", cfg.stateDir)
 	// Each step builds one thing and, for an optional part, appends it to
 	// a.parts; a step sees everything the steps before it built.
-	for _, build := range []func() error{a.buildTracing, a.buildPolicy, a.lockState, a.buildEvents, a.buildTaint, a.buildAmbient,
+	for _, build := range []func() error{a.buildTracing, a.buildKube, a.lockState, a.buildTaint, a.buildAmbient,
 		a.buildStore, a.buildInstaller, a.addAmbient, a.buildRepair, a.buildCondition, a.buildCNI, a.buildNRI} {
 		if err := build(); err != nil {
 			a.close()
@@ -121,24 +112,19 @@ func (a *agent) buildTracing() error {
 	return nil
 }
 
-func (a *agent) buildPolicy() (err error) {
+// buildKube builds the Kubernetes side, or the static policy of a
+// standalone agent.
+func (a *agent) buildKube() (err error) {
 	if a.cfg.kubeconfig == "" {
 		a.pol, err = staticPolicy(a.cfg)
 		return err
 	}
-	if a.rc, err = restConfig(a.cfg.kubeconfig); err != nil {
+	if a.k, err = newKubeSide(a.cfg, a.log); err != nil {
 		return err
 	}
-	client, informers, err := newInformers(a.cfg, a.rc, a.log)
-	if err != nil {
-		return err
-	}
-	a.informers = informers
-	if a.kube, err = newKubePolicy(a.cfg, client, informers, a.log); err != nil {
-		return err
-	}
-	a.pol = a.kube
-	a.parts = append(a.parts, &kubePart{informers: informers, kube: a.kube, checks: a.checks})
+	a.pol = a.k.policy
+	a.parts = append(a.parts, &kubePart{informers: a.k.informers, kube: a.k.policy, checks: a.checks})
+	a.closers = append(a.closers, func() { flushEvents(a.k.rec) })
 	return nil
 }
 
@@ -158,17 +144,6 @@ func (a *agent) lockState() error {
 	return nil
 }
 
-func (a *agent) buildEvents() (err error) {
-	if a.kube == nil {
-		return nil
-	}
-	if a.client, a.rec, err = newEvents(a.cfg, a.rc, a.log); err != nil {
-		return err
-	}
-	a.closers = append(a.closers, func() { flushEvents(a.rec) })
-	return nil
-}
-
 func (a *agent) buildAmbient() (err error) {
 	if !a.cfg.ambient {
 		return nil
@@ -176,7 +151,7 @@ func (a *agent) buildAmbient() (err error) {
 	// ZDS reads the store only once it serves, after buildStore.
 	snapshot := func() []ztunnel.Workload { return a.store.ZtunnelSnapshot() }
 	records := func() []workloads.Record { return a.store.List() }
-	if a.amb, err = newAmbient(a.cfg, a.opener, snapshot, records, a.informers, a.log); err != nil {
+	if a.amb, err = newAmbient(a.cfg, a.opener, snapshot, records, a.k.cache(), a.log); err != nil {
 		return err
 	}
 	// A removed or replaced ZDS socket strands every ztunnel that restarts.
@@ -185,7 +160,7 @@ func (a *agent) buildAmbient() (err error) {
 }
 
 func (a *agent) buildStore() (err error) {
-	a.store, err = openStore(a.cfg, a.opener, a.amb, a.metrics, a.rec, a.log)
+	a.store, err = openStore(a.cfg, a.opener, a.amb, a.metrics, a.k.recorder(), a.log)
 	return err
 }
 
@@ -226,7 +201,7 @@ func (a *agent) run(sig context.Context) error {
 // NRI trigger's.
 func (a *agent) buildCNI() error {
 	a.cni = &rpc.CNI{Policy: a.pol, Workloads: a.store, Ready: a.checks.Ready, Inflight: rpc.NewInflight(a.cfg.maxInflight),
-		Events: a.rec, Decisions: a.decisions, Addrs: a.opener}
+		Events: a.k.recorder(), Decisions: a.decisions, Addrs: a.opener}
 	a.cni.Ambient = a.mesh
 	return nil
 }
@@ -275,7 +250,7 @@ func (a *agent) uids() []uint32 {
 // the host probe table out (an uninstall only).
 func (a *agent) shutdown() {
 	a.hs.Shutdown()
-	leaving := a.leavesState() && uninstallOnExit(a.cfg, a.rc, a.log)
+	leaving := a.leavesState() && uninstallOnExit(a.cfg, a.k.config(), a.log)
 	a.left = leaving
 	a.stopParts(leaving, false)
 	drain(a.gs, a.cfg.drain)

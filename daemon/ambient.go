@@ -113,15 +113,15 @@ type ambientPart struct {
 // (learnProbeAddrs, registered before the informers run).
 func (a *agent) addAmbient() error {
 	var client kubernetes.Interface
-	if a.kube != nil {
-		client = a.client
+	if a.k != nil {
+		client = a.k.client
 	}
 	a.mesh = ambientmesh.New(a.store, client, a.log.With("component", "redirection"))
 	if a.amb == nil {
 		return nil
 	}
-	if a.informers != nil {
-		if err := learnProbeAddrs(a.informers.Pods, a.store, a.log.With("component", "probe-addrs")); err != nil {
+	if a.k != nil {
+		if err := learnProbeAddrs(a.k.informers.Pods, a.store, a.log.With("component", "probe-addrs")); err != nil {
 			return err
 		}
 	}

@@ -39,14 +39,14 @@ const (
 )
 
 func (a *agent) buildCondition() error {
-	if a.client == nil || a.cfg.nodeCondition == "" {
+	if a.k == nil || a.cfg.nodeCondition == "" {
 		return nil
 	}
 	var ztunnel func() (bool, string)
 	if a.amb != nil {
 		ztunnel = a.amb.zds.Ready
 	}
-	pub := &nodecondition.Publisher{Client: a.client, Node: a.cfg.nodeName, Type: corev1.NodeConditionType(a.cfg.nodeCondition),
+	pub := &nodecondition.Publisher{Client: a.k.client, Node: a.cfg.nodeName, Type: corev1.NodeConditionType(a.cfg.nodeCondition),
 		Want: meshState(a.checks.Failing, ztunnel), Wake: a.checks.Published, Refresh: conditionRefresh,
 		Retry: conditionRetry, MaxBackoff: conditionMaxBackoff, Timeout: conditionTimeout,
 		Log: a.log.With("component", "node-condition")}

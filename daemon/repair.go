@@ -38,7 +38,7 @@ type repairPart struct {
 // adoption of istio-cni's ambient pods waits until a ztunnel has its
 // snapshot.
 func (a *agent) buildRepair() error {
-	if a.kube == nil {
+	if a.k == nil {
 		return nil
 	}
 	label, err := repair.ParseLabel(a.cfg.repairLabel) // validated by parseConfig
@@ -49,8 +49,8 @@ func (a *agent) buildRepair() error {
 	if a.amb != nil {
 		ztunnelReady = a.amb.zds.Ready
 	}
-	c, err := podcheck.New(podcheck.Config{Policy: a.kube, Pods: a.informers.Pods, Namespaces: a.informers.Namespaces,
-		Store: a.store, Client: a.client, Events: a.rec, HostProc: a.cfg.hostProc, Mode: a.cfg.repairMode, Label: label,
+	c, err := podcheck.New(podcheck.Config{Policy: a.k.policy, Pods: a.k.informers.Pods, Namespaces: a.k.informers.Namespaces,
+		Store: a.store, Client: a.k.client, Events: a.k.rec, HostProc: a.cfg.hostProc, Mode: a.cfg.repairMode, Label: label,
 		NodeName: a.cfg.nodeName, Log: a.log.With("component", "repair"), IstioTakeover: a.cfg.istioTakeover, ZtunnelReady: ztunnelReady, Mesh: a.mesh})
 	if err != nil {
 		return err

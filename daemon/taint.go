@@ -18,10 +18,10 @@ type taintPart struct {
 }
 
 func (a *agent) buildTaint() error {
-	if a.client == nil || a.cfg.startupTaint == "" {
+	if a.k == nil || a.cfg.startupTaint == "" {
 		return nil
 	}
-	r := &nodetaint.Remover{Client: a.client, Node: a.cfg.nodeName, Key: a.cfg.startupTaint, Ready: a.checks.Ready,
+	r := &nodetaint.Remover{Client: a.k.client, Node: a.cfg.nodeName, Key: a.cfg.startupTaint, Ready: a.checks.Ready,
 		Log: a.log.With("component", "startup-taint"), Poll: 100 * time.Millisecond, MaxBackoff: 30 * time.Second}
 	a.parts = append(a.parts, &taintPart{remover: r})
 	return nil
