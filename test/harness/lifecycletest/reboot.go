@@ -53,28 +53,10 @@ func Reboot(t *testing.T, m *Mesh) {
 	pr.forget()
 	m.waitCaptured(t, pr, pods, time.Minute)
 	t.Logf("reboot: every pod captured again %v after the reboot began", time.Since(rebooted).Round(time.Millisecond))
-	n := Count{CNI: m.CNI, Scenario: ScenarioReboot, Nodes: len(node.Nodes()), Pods: len(pods)}
-	var back []time.Duration
-	never := 0
-	for _, p := range pods {
-		n.Kinds = appendNew(n.Kinds, p.kind)
-		m.tallyRebootPod(t, p, &n)
-		switch {
-		case p.back != 0:
-			back = append(back, p.back)
-		case p.failed != "" || p.evicted:
-			never++
-		}
-	}
-	p50, p99 := StartPercentiles(back, never)
-	n.StartP50NS, n.StartP99NS = int64(p50), int64(p99)
-	stop()
-	pr.wg.Wait()
-	probes, app, addrs, where := pr.tally()
-	n.Probes, n.UncapturedProbes, n.Uncaptured = probes, app, n.Uncaptured+addrs
-	if app > 0 {
-		n.Failures = append(n.Failures, fmt.Sprintf("the app itself answered the prober %d times, uncaptured: %s", app, strings.Join(where, ", ")))
-	}
+	n := Count{CNI: m.CNI, Scenario: ScenarioReboot, Nodes: len(node.Nodes())}
+	var d startDelays
+	m.countPods(t, pods, &n, &d)
+	n.settle(d, pr, stop)
 	judgeReboot(t, n)
 	if err := Record(n); err != nil {
 		t.Errorf("record reboot: %v", err)
@@ -97,6 +79,44 @@ func (m *Mesh) tallyRebootPod(t *testing.T, p *rebootPod, n *Count) {
 	if first := FirstDial(m.Cluster.Logs(p.ns, p.name, "app")); !DialCaptured(first) {
 		n.Uncaptured++
 		n.Failures = append(n.Failures, fmt.Sprintf("%s pod %s/%s after the reboot: its app's first dial got %q", p.kind, p.ns, p.name, first))
+	}
+}
+
+// startDelays are the reboot → running again of the pods counted, and how
+// many never ran again.
+type startDelays struct {
+	back  []time.Duration
+	never int
+}
+
+// countPods adds each pod's outcome to n (tallyRebootPod) and its start
+// delay to d.
+func (m *Mesh) countPods(t *testing.T, pods []*rebootPod, n *Count, d *startDelays) {
+	for _, p := range pods {
+		n.Pods++
+		n.Kinds = appendNew(n.Kinds, p.kind)
+		m.tallyRebootPod(t, p, n)
+		switch {
+		case p.back != 0:
+			d.back = append(d.back, p.back)
+		case p.failed != "" || p.evicted:
+			d.never++
+		}
+	}
+}
+
+// settle puts d's percentiles into n, stops the prober (stop ends its
+// context) and counts what it saw: a probe an app answered itself is a pod
+// uncaptured.
+func (n *Count) settle(d startDelays, pr *prober, stop func()) {
+	p50, p99 := StartPercentiles(d.back, d.never)
+	n.StartP50NS, n.StartP99NS = int64(p50), int64(p99)
+	stop()
+	pr.wg.Wait()
+	probes, app, addrs, where := pr.tally()
+	n.Probes, n.UncapturedProbes, n.Uncaptured = probes, app, n.Uncaptured+addrs
+	if app > 0 {
+		n.Failures = append(n.Failures, fmt.Sprintf("the app itself answered the prober %d times, uncaptured: %s", app, strings.Join(where, ", ")))
 	}
 }
 

@@ -60,32 +60,15 @@ func RebootBurst(t *testing.T, m *Mesh, maxPods int, queueDepth func() (float64,
 	t.Logf("reboot burst: %d pods back %v after the reboot began", len(pods), time.Since(rebooted).Round(time.Millisecond))
 	pr.forget()
 	m.waitCaptured(t, pr, pods, 3*time.Minute)
-	n := Count{CNI: m.CNI, Scenario: ScenarioRebootBurst, Nodes: len(node.Nodes()), Pods: len(pods)}
-	var back []time.Duration
-	never := 0
-	for _, p := range pods {
-		n.Kinds = appendNew(n.Kinds, p.kind)
-		m.tallyRebootPod(t, p, &n)
-		if p.back != 0 {
-			back = append(back, p.back)
-		} else {
-			never++
-		}
-	}
-	p50, p99 := StartPercentiles(back, never)
-	n.StartP50NS, n.StartP99NS = int64(p50), int64(p99)
+	n := Count{CNI: m.CNI, Scenario: ScenarioRebootBurst, Nodes: len(node.Nodes())}
+	var d startDelays
+	m.countPods(t, pods, &n, &d)
 	failed := m.failedSandboxes(t, pods, rebooted)
 	n.Failed += len(failed)
 	for _, f := range failed {
 		n.Failures = append(n.Failures, "failed sandbox: "+f)
 	}
-	stop()
-	pr.wg.Wait()
-	probes, app, addrs, where := pr.tally()
-	n.Probes, n.UncapturedProbes, n.Uncaptured = probes, app, n.Uncaptured+addrs
-	if app > 0 {
-		n.Failures = append(n.Failures, fmt.Sprintf("the app itself answered the prober %d times, uncaptured: %v", app, where))
-	}
+	n.settle(d, pr, stop)
 	t.Logf("figure: reboot burst (%s): maxPods %d, %d mesh pods re-created at once, %d uncaptured, %d failed sandboxes, largest ADD queue %s",
 		m.CNI, maxPods, len(pods), n.Uncaptured, len(failed), depth())
 	judgeReboot(t, n)

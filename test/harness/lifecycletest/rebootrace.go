@@ -2,7 +2,6 @@ package lifecycletest
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -58,8 +57,8 @@ func RebootRacingPrimary(t *testing.T, m *Mesh, scenario string, reboots int) {
 	m.waitCaptured(t, pr, pods, 2*time.Minute)
 
 	n := Count{CNI: m.CNI, Scenario: scenario, Nodes: len(node.Nodes())}
-	var back []time.Duration
-	never, rewrites := 0, 0
+	var d startDelays
+	rewrites := 0
 	agentID := m.agentNot(t, node.NodeName, "", time.Minute)
 	for round := range reboots {
 		race := node.RacePrimary(raceRewrite)
@@ -91,32 +90,19 @@ func RebootRacingPrimary(t *testing.T, m *Mesh, scenario string, reboots int) {
 		m.waitCaptured(t, pr, pods, 2*time.Minute)
 		t.Logf("reboot %d: %d rewrites of the primary; every pod still there captured again %v after the reboot began",
 			round+1, r+1, time.Since(rebooted).Round(time.Millisecond))
+		var left []*rebootPod
 		for _, p := range pods {
-			if p.gone { // counted once, in the round it went
-				continue
+			if !p.gone { // a pod that went is counted once, in the round it went
+				left = append(left, p)
 			}
+		}
+		m.countPods(t, left, &n, &d)
+		for _, p := range left {
 			p.gone = p.failed != "" || p.evicted
-			n.Pods++
-			n.Kinds = appendNew(n.Kinds, p.kind)
-			m.tallyRebootPod(t, p, &n)
-			switch {
-			case p.back != 0:
-				back = append(back, p.back)
-			case p.failed != "" || p.evicted:
-				never++
-			}
 		}
 		m.nextRound(t, pods)
 	}
-	p50, p99 := StartPercentiles(back, never)
-	n.StartP50NS, n.StartP99NS = int64(p50), int64(p99)
-	stop()
-	pr.wg.Wait()
-	probes, app, addrs, where := pr.tally()
-	n.Probes, n.UncapturedProbes, n.Uncaptured = probes, app, n.Uncaptured+addrs
-	if app > 0 {
-		n.Failures = append(n.Failures, fmt.Sprintf("the app itself answered the prober %d times, uncaptured: %v", app, where))
-	}
+	n.settle(d, pr, stop)
 	t.Logf("figure: %s (%s): %d reboots, %d pod starts, %d uncaptured, %d failed, %d evicted, %d rewrites of the primary",
 		scenario, m.CNI, reboots, n.Pods, n.Uncaptured, n.Failed, n.Evicted, rewrites)
 	if m.RaceMeasured != "" {
