@@ -128,18 +128,17 @@ func refusedNetns(t *testing.T, b *testbed) {
 func failedReAdd(t *testing.T, b *testbed) {
 	r, _ := b.enroll(t, "kept")
 	for _, tc := range []struct {
-		what   string
-		change func(*Record)
+		what    string
+		change  func(*Record)
+		refused error // the kernel's answer to Apply
 	}{
-		{"into /etc/passwd", func(r *Record) { r.Netns = "/etc/passwd" }},
-		{"of an invalid Spec", func(r *Record) { r.Spec.OutboundPort = 0 }},
-		{"with the kernel refusing", func(r *Record) {
-			r.PodName = "renamed"
-			b.kernel.Fail(redirecttest.OpApply, errors.New("netlink says no"))
-		}},
+		{"into /etc/passwd", func(r *Record) { r.Netns = "/etc/passwd" }, nil},
+		{"of an invalid Spec", func(r *Record) { r.Spec.OutboundPort = 0 }, nil},
+		{"with the kernel refusing", func(r *Record) { r.PodName = "renamed" }, errors.New("netlink says no")},
 	} {
 		bad := r
 		tc.change(&bad)
+		b.kernel.Fail(redirecttest.OpApply, tc.refused)
 		if err := b.store.Enroll(context.Background(), bad); err == nil {
 			t.Fatalf("re-ADD %s succeeded", tc.what)
 		}
