@@ -2,10 +2,16 @@ package workloads
 
 import (
 	"context"
-	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicemesh/sluice/daemon/redirect"
+	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
+	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
@@ -26,17 +32,86 @@ func TestZtunnelWaitFitsInsideTheCallDeadline(t *testing.T) {
 	}
 }
 
-// A ztunnel that refuses fails the ADD with ErrZtunnel (the pod is then
-// marked pending) and leaves nothing behind.
-func TestZtunnelRefusalRollsBack(t *testing.T) {
-	f := newAmbientFixture(t)
-	f.zt.refuse = errors.New("no")
-	ns := nstest.NewIn(t, f.root, "refused")
-	err := f.store.Enroll(context.Background(), ambientRecord("refused", "eth0", "uid-r", "10.0.0.10/24", ns))
-	if !errors.Is(err, ErrZtunnel) {
-		t.Fatalf("Enroll with ztunnel refusing: %v, want ErrZtunnel", err)
+// fakeZtunnel records what ztunnel was told: a seam fake, for the order of
+// calls only.
+type fakeZtunnel struct {
+	mu     sync.Mutex
+	calls  []string
+	refuse error
+	// onDel and onAdd run inside Del and Add, to look at the kernel at
+	// that moment.
+	onDel func()
+	onAdd func()
+	// addDeadline is the deadline the last Add was given.
+	addDeadline time.Time
+}
+
+func (z *fakeZtunnel) Add(ctx context.Context, w ztunnel.Workload) error {
+	if z.onAdd != nil {
+		z.onAdd()
 	}
-	if hasTable(t, ns) || f.hostHas(t, "10.0.0.10") || len(f.store.List()) != 0 || len(f.open(t).List()) != 0 {
-		t.Fatal("a refused ambient ADD left state behind")
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.addDeadline, _ = ctx.Deadline()
+	if z.refuse != nil {
+		return z.refuse
 	}
+	z.calls = append(z.calls, "add "+w.UID)
+	return nil
+}
+
+func (z *fakeZtunnel) Del(_ context.Context, uid string) error {
+	if z.onDel != nil {
+		z.onDel()
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.calls = append(z.calls, "del "+uid)
+	return nil
+}
+
+// AwaitConnection finds the fake connected.
+func (z *fakeZtunnel) AwaitConnection(context.Context, ztunnel.Workload) error { return nil }
+
+func (z *fakeZtunnel) dels() int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	n := 0
+	for _, c := range z.calls {
+		if strings.HasPrefix(c, "del ") {
+			n++
+		}
+	}
+	return n
+}
+
+type ambientFixture struct {
+	*fixture
+	host *nstest.NS
+	zt   *fakeZtunnel
+}
+
+func newAmbientFixture(t *testing.T) *ambientFixture {
+	t.Helper()
+	f := newFixture(t)
+	host := nstest.New(t, "host")
+	h := host.Handle(t)
+	if err := (kernel.Netlink{}).EnsureHostTable(redirect.Netns(h), redirect.DefaultHostConfig()); err != nil {
+		t.Fatal(err)
+	}
+	zt := &fakeZtunnel{}
+	f.ambient = &Ambient{Ztunnel: zt, Host: h}
+	f.store = f.open(t)
+	return &ambientFixture{fixture: f, host: host, zt: zt}
+}
+
+func ambientRecord(id, ifName, uid, ip string, ns *nstest.NS) Record {
+	return Record{Attachment: Attachment{ContainerID: id, IfName: ifName}, PodUID: uid, PodName: "p-" + uid,
+		PodNamespace: "default", Netns: ns.Path, IPs: []netip.Prefix{netip.MustParsePrefix(ip)}, Spec: redirect.DefaultAmbientSpec()}
+}
+
+func (f *ambientFixture) hostHas(t *testing.T, ip string) bool {
+	t.Helper()
+	out := f.host.Run(t, "nft", "list", "table", "inet", redirect.HostTableName)
+	return slices.ContainsFunc(strings.Fields(out), func(w string) bool { return strings.Trim(w, "{},") == ip })
 }

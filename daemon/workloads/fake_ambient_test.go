@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 )
 
 // The ambient half of the Store's logic over redirecttest (fake_test.go):
-// the host probe table, ztunnel's hold, and rollback when ztunnel refuses.
+// the host probe table, ztunnel's hold and the wait for it. The ambient
+// rows of scenarios_test.go run on this and on the real kernel.
 
 // newAmbientUnit is newUnit with ztunnel and a host netns.
 func newAmbientUnit(t *testing.T) (*unit, *fakeZtunnel) {
@@ -32,7 +32,7 @@ func newAmbientUnitWith(t *testing.T, zt interface {
 	AwaitConnection(ctx context.Context, w ztunnel.Workload) error
 }) *unit {
 	t.Helper()
-	u := &unit{state: t.TempDir(), ns: redirecttest.NewNamespaces(t), kernel: redirecttest.NewFake()}
+	u := newUnitBare(t)
 	u.hostIno = u.ns.Add("/host")
 	host, err := u.ns.Open("/host")
 	if err != nil {
@@ -61,76 +61,6 @@ func TestUnitAmbientWithoutAmbientIsRefused(t *testing.T) {
 	}
 	if u.hasTable(ino) || len(u.open(t).List()) != 0 {
 		t.Fatal("a refused ambient Enroll left state")
-	}
-}
-
-func TestUnitZtunnelRefusalRollsBack(t *testing.T) {
-	u, zt := newAmbientUnit(t)
-	zt.refuse = errors.New("no")
-	ino := u.ns.Add("/netns/refused")
-	err := u.store.Enroll(context.Background(), ambientUnitRecord("refused", "uid-r", "10.0.0.10/24"))
-	if !errors.Is(err, ErrZtunnel) {
-		t.Fatalf("Enroll with ztunnel refusing: %v, want ErrZtunnel", err)
-	}
-	if u.hasTable(ino) || u.hostHas("10.0.0.10") || len(u.store.List()) != 0 || len(u.open(t).List()) != 0 {
-		t.Fatal("a refused ambient ADD left state behind")
-	}
-}
-
-// ztunnel hears Del only for a pod's last attachment; a probe address
-// another record holds stays; rules go before ztunnel lets go.
-func TestUnitAmbientOwnership(t *testing.T) {
-	u, zt := newAmbientUnit(t)
-	ino1 := u.ns.Add("/netns/sandbox-1")
-	u.ns.Add("/netns/sandbox-2")
-	r1 := ambientUnitRecord("sandbox-1", "uid-1", "10.0.0.5/24")
-	r2 := ambientUnitRecord("sandbox-2", "uid-1", "10.0.0.5/24") // same pod, same IP
-	for _, r := range []Record{r1, r2} {
-		if err := u.store.Enroll(context.Background(), r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tableAtDel := true
-	zt.onDel = func() { tableAtDel = u.hasTable(u.ns.Inode(r2.Netns)) }
-	if err := u.store.Release(context.Background(), r1.Attachment, ""); err != nil {
-		t.Fatal(err)
-	}
-	if zt.dels() != 0 || !u.hostHas("10.0.0.5") || u.hasTable(ino1) {
-		t.Fatalf("after the first sandbox: ztunnel dels %d, host has IP %v", zt.dels(), u.hostHas("10.0.0.5"))
-	}
-	if err := u.store.Release(context.Background(), r2.Attachment, ""); err != nil {
-		t.Fatal(err)
-	}
-	if zt.dels() != 1 || u.hostHas("10.0.0.5") {
-		t.Fatalf("after the last: ztunnel dels %d, host has IP %v", zt.dels(), u.hostHas("10.0.0.5"))
-	}
-	if tableAtDel {
-		t.Fatal("ztunnel was told Del while the pod's capture rules were still in place")
-	}
-}
-
-// The reconciler puts an ambient pod's probe address back in a host table
-// recreated empty, and drops a gone pod without taking a reused IP.
-func TestUnitReconcileAmbientHostTable(t *testing.T) {
-	u, _ := newAmbientUnit(t)
-	u.ns.Add("/netns/aa-live")
-	u.ns.Add("/netns/zz-gone")
-	live := ambientUnitRecord("aa-live", "uid-new", "10.0.0.7/24")
-	stale := ambientUnitRecord("zz-gone", "uid-old", "10.0.0.7/24")
-	for _, r := range []Record{stale, live} {
-		if err := u.store.Enroll(context.Background(), r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	host, _ := u.ns.Open("/host")
-	defer host.Close()
-	u.kernel.RemoveHostIPs(redirect.Netns(host), netip.MustParseAddr("10.0.0.7")) // the table was recreated
-	u.ns.Delete(stale.Netns)
-	if err := u.store.Reconcile(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if !u.hostHas("10.0.0.7") || len(u.store.List()) != 1 {
-		t.Fatalf("after reconcile: host has the live pod's IP %v, records %+v", u.hostHas("10.0.0.7"), u.store.List())
 	}
 }
 

@@ -7,54 +7,48 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/sluicemesh/sluice/daemon/podns"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
 )
 
 // The Store's own logic (journal, rollback, ownership, GC, reconcile) over
-// redirecttest's kernel and namespaces: no root, milliseconds. The tests in
-// store_test.go and ownership_test.go run the same logic on real netns.
+// redirecttest's kernel and namespaces: no root, milliseconds. What holds
+// on the real kernel too is a row of scenarios_test.go, run on both; these
+// are the fake's alone (injected failures, counted reads, allocations).
 
 type unit struct {
-	state    string
-	ns       *redirecttest.Namespaces
-	kernel   *redirecttest.Fake
-	store    *Store
-	ambient  *Ambient
-	hostIno  uint64
-	mu       sync.Mutex
-	reassert []string // "attachment: drift" per OnReassert
+	state   string
+	ns      *redirecttest.Namespaces
+	kernel  *redirecttest.Fake
+	seam    *watched // the Store's kernel: kernel, its calls counted again
+	store   *Store
+	ambient *Ambient
+	hostIno uint64
+	heard   heard
 }
 
 func newUnit(t *testing.T) *unit {
 	t.Helper()
-	u := &unit{state: t.TempDir(), ns: redirecttest.NewNamespaces(t), kernel: redirecttest.NewFake()}
+	u := newUnitBare(t)
 	u.store = u.open(t)
 	return u
+}
+
+// newUnitBare is a unit without a Store yet.
+func newUnitBare(t *testing.T) *unit {
+	fake := redirecttest.NewFake()
+	return &unit{state: t.TempDir(), ns: redirecttest.NewNamespaces(t), kernel: fake, seam: &watched{Kernel: fake}}
 }
 
 // open opens a Store on u's journal, as an agent (re)starting does.
 func (u *unit) open(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(Config{Dir: u.state, Opener: u.ns, Kernel: u.kernel, Ambient: u.ambient,
-		OnReassert: func(r Record, drift []string) {
-			u.mu.Lock()
-			defer u.mu.Unlock()
-			u.reassert = append(u.reassert, r.Attachment.String()+": "+drift[0])
-		}})
+	s, err := Open(Config{Dir: u.state, Opener: u.ns, Kernel: u.seam, Ambient: u.ambient, OnReassert: u.heard.reassert})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
-}
-
-func (u *unit) reasserted() []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return slices.Clone(u.reassert)
 }
 
 func (u *unit) record(id, path string) Record {
@@ -78,21 +72,6 @@ func (u *unit) hasTable(ino uint64) bool {
 	return ok
 }
 
-func TestUnitEnrollJournalsAndConverges(t *testing.T) {
-	u := newUnit(t)
-	r, ino := u.enroll(t, "c1")
-	if !u.hasTable(ino) {
-		t.Fatal("no table after Enroll")
-	}
-	if err := u.store.Enroll(context.Background(), r); err != nil {
-		t.Fatalf("retried Enroll: %v", err)
-	}
-	got := u.open(t).List()
-	if len(got) != 1 || got[0].NetnsInode != ino || got[0].RulesetHash == "" {
-		t.Fatalf("reloaded journal = %+v", got)
-	}
-}
-
 // A failed apply of a first ADD leaves no record, on disk or listed.
 func TestUnitFailedApplyLeavesNothing(t *testing.T) {
 	u := newUnit(t)
@@ -103,47 +82,6 @@ func TestUnitFailedApplyLeavesNothing(t *testing.T) {
 	}
 	if len(u.store.List()) != 0 || len(u.open(t).List()) != 0 {
 		t.Fatal("a failed Enroll left a record")
-	}
-}
-
-// A re-ADD whose apply fails keeps the earlier enrolment, whose table the
-// atomic apply left in place, on disk.
-func TestUnitFailedReAddRestoresEarlierRecord(t *testing.T) {
-	u := newUnit(t)
-	r, ino := u.enroll(t, "kept")
-	u.kernel.Fail(redirecttest.OpApply, errors.New("netlink says no"))
-	again := r
-	again.PodName = "renamed"
-	if err := u.store.Enroll(context.Background(), again); err == nil {
-		t.Fatal("re-ADD with the kernel refusing succeeded")
-	}
-	got := u.open(t).List()
-	if len(got) != 1 || got[0].PodName != "" || !u.hasTable(ino) {
-		t.Fatalf("journal after a failed re-ADD: %+v", got)
-	}
-}
-
-// A path the opener refuses is never journaled.
-func TestUnitRefusedNetnsIsNotJournaled(t *testing.T) {
-	u := newUnit(t)
-	err := u.store.Enroll(context.Background(), u.record("x", "relative/path"))
-	var rule *podns.RuleError
-	if !errors.As(err, &rule) {
-		t.Fatalf("Enroll into a relative path: %v, want a RuleError", err)
-	}
-	if len(u.open(t).List()) != 0 || u.kernel.Calls(redirecttest.OpApply) != 0 {
-		t.Fatal("a refused Enroll journaled or applied")
-	}
-}
-
-func TestUnitReleaseWithoutRecordTouchesNothing(t *testing.T) {
-	u := newUnit(t)
-	u.ns.Add("/netns/someone-else")
-	if err := u.store.Release(context.Background(), Attachment{ContainerID: "unknown", IfName: "eth0"}, "/netns/someone-else"); err != nil {
-		t.Fatal(err)
-	}
-	if n := u.kernel.Calls(redirecttest.OpRemove); n != 0 {
-		t.Fatalf("DEL of an unknown attachment removed %d tables", n)
 	}
 }
 
@@ -182,111 +120,6 @@ func TestUnitReleaseSaysWhatWasApplied(t *testing.T) {
 	}
 }
 
-func TestUnitSharedNetnsKeepsTableUntilLastRelease(t *testing.T) {
-	u := newUnit(t)
-	eth0, ino := u.enroll(t, "multus")
-	net1 := eth0
-	net1.IfName = "net1"
-	if err := u.store.Enroll(context.Background(), net1); err != nil {
-		t.Fatal(err)
-	}
-	if err := u.store.Release(context.Background(), net1.Attachment, net1.Netns); err != nil {
-		t.Fatal(err)
-	}
-	if !u.hasTable(ino) {
-		t.Fatal("releasing net1 removed the table eth0 still needs")
-	}
-	if err := u.store.Release(context.Background(), eth0.Attachment, eth0.Netns); err != nil {
-		t.Fatal(err)
-	}
-	if u.hasTable(ino) {
-		t.Fatal("releasing the last attachment left the table")
-	}
-}
-
-func TestUnitReAddIntoAnotherNetnsReleasesTheFirst(t *testing.T) {
-	u := newUnit(t)
-	r, first := u.enroll(t, "moved")
-	second := u.ns.Add("/netns/moved-2")
-	r.Netns = "/netns/moved-2"
-	if err := u.store.Enroll(context.Background(), r); err != nil {
-		t.Fatal(err)
-	}
-	if u.hasTable(first) || !u.hasTable(second) {
-		t.Fatalf("after the move: first netns table %v, second %v", u.hasTable(first), u.hasTable(second))
-	}
-}
-
-// pid reuse: the enrolled path names another netns now. DEL and the
-// reconciler forget the record and never touch the netns behind the path.
-func TestUnitReusedPathIsNeverTouched(t *testing.T) {
-	for _, verb := range []string{"release", "reconcile"} {
-		t.Run(verb, func(t *testing.T) {
-			u := newUnit(t)
-			r, _ := u.enroll(t, "reused")
-			other := u.ns.Replace(r.Netns)
-			var err error
-			if verb == "release" {
-				err = u.store.Release(context.Background(), r.Attachment, r.Netns)
-			} else {
-				err = u.store.Reconcile(context.Background())
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if u.hasTable(other) || u.kernel.Calls(redirecttest.OpRemove) != 0 {
-				t.Fatal("the namespace now behind the path was touched")
-			}
-			if len(u.store.List()) != 0 || len(u.open(t).List()) != 0 {
-				t.Fatalf("record kept for a path that names another netns: %+v", u.store.List())
-			}
-		})
-	}
-}
-
-// Drift is reasserted and reported; a netns that is gone is dropped: by the
-// start-up Reconcile of a freshly opened Store, and by the periodic
-// resync's pass alike.
-func TestUnitReconcileReassertsAndDrops(t *testing.T) {
-	for name, pass := range map[string]func(*Store) error{
-		"Reconcile":   func(s *Store) error { return s.Reconcile(context.Background()) },
-		"resync pass": func(s *Store) error { return s.resyncPass(context.Background(), 50*time.Millisecond, true) },
-	} {
-		t.Run(name, func(t *testing.T) { reassertsAndDrops(t, pass) })
-	}
-}
-
-func reassertsAndDrops(t *testing.T, pass func(*Store) error) {
-	u := newUnit(t)
-	_, tampered := u.enroll(t, "tampered")
-	gone, _ := u.enroll(t, "gone")
-	u.ns.Delete(gone.Netns)
-	u.kernel.Tamper(tampered)
-
-	s := u.open(t) // a restarted agent
-	if err := pass(s); err != nil {
-		t.Fatal(err)
-	}
-	if s.Reasserts() != 1 {
-		t.Errorf("reasserts = %d, want 1", s.Reasserts())
-	}
-	if got := s.Restored(); got[RestoredRuleset] != 1 || got[RestoredRoutes]+got[RestoredAddresses]+got[RestoredHostTable] != 0 {
-		t.Errorf("restored by what = %v, want one ruleset", got)
-	}
-	if got := u.reasserted(); len(got) != 1 || got[0] != "tampered/eth0: table inet sluice: a rule was changed (tampered)" {
-		t.Errorf("OnReassert heard %q", got)
-	}
-	if got := s.List(); len(got) != 1 || got[0].ContainerID != "tampered" {
-		t.Fatalf("after the pass: %+v", got)
-	}
-	if d, err := s.Verify(s.List()[0]); err != nil || len(d) != 0 {
-		t.Fatalf("tampered netns not reasserted: %v %v", d, err)
-	}
-	if err := pass(s); err != nil || s.Reasserts() != 1 {
-		t.Fatalf("a second pass with nothing drifted: %v, reasserts %d", err, s.Reasserts())
-	}
-}
-
 // A Reconcile that cannot read the kernel says so and changes nothing.
 func TestUnitReconcileVerifyFailureIsReported(t *testing.T) {
 	u := newUnit(t)
@@ -313,41 +146,6 @@ func TestUnitCheckReportsDrift(t *testing.T) {
 	d, err := u.store.Check(context.Background(), Attachment{ContainerID: "other", IfName: "eth0"}, r.Netns, r.Spec)
 	if err != nil || !slices.Contains(d, "attachment other/eth0 is not enrolled") {
 		t.Fatalf("Check of an attachment never enrolled: %v %v", d, err)
-	}
-}
-
-func TestUnitGC(t *testing.T) {
-	u := newUnit(t)
-	keep, keepIno := u.enroll(t, "keep")
-	_, dropIno := u.enroll(t, "drop")
-	lateIno := u.ns.Add("/netns/late")
-	late := u.record("late-u1", "/netns/late")
-	late.Late = true
-	oldIno := u.ns.Add("/netns/old")
-	old := u.record("old", "/netns/old")
-	old.Network = "" // journaled by an agent before networks were kept
-	otherIno := u.ns.Add("/netns/other")
-	other := u.record("other", "/netns/other")
-	other.Network = "net-b"
-	for _, r := range []Record{late, old, other} {
-		if err := u.store.Enroll(context.Background(), r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if removed, err := u.store.GC(context.Background(), "", nil); err != nil || len(removed) != 0 {
-		t.Fatalf("GC without a network removed %v (%v)", removed, err)
-	}
-	removed, err := u.store.GC(context.Background(), testNetwork, []Attachment{keep.Attachment})
-	if err != nil || len(removed) != 1 || removed[0].ContainerID != "drop" {
-		t.Fatalf("GC removed %v (%v), want drop only", removed, err)
-	}
-	for name, ino := range map[string]uint64{"keep": keepIno, "late": lateIno, "old": oldIno, "other network": otherIno} {
-		if !u.hasTable(ino) {
-			t.Errorf("GC removed the table of %s", name)
-		}
-	}
-	if u.hasTable(dropIno) {
-		t.Error("GC left the stale attachment's table")
 	}
 }
 
