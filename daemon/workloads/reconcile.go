@@ -69,17 +69,8 @@ func (s *Store) reconcileOne(r Record, full bool) error {
 	r = *cur
 	ns, path, replaced, err := s.openLive(&r)
 	switch {
-	case errors.Is(err, podns.ErrNotExist) && replaced:
-		// The pod's own netns is gone and its path names another: nothing
-		// is written to that one, which the agent cannot prove is the
-		// pod's. Counted once: the record goes.
-		s.log.Warn("netns replaced at its path and not held any more; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns, "err", err)
-		err := s.drop(context.Background(), r.Attachment)
-		s.noteReplaced(r, "")
-		return err
 	case errors.Is(err, podns.ErrNotExist):
-		s.log.Info("netns gone; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns)
-		return s.drop(context.Background(), r.Attachment)
+		return s.dropGone(r, replaced, err)
 	case errors.Is(err, podns.ErrHeldElsewhere):
 		// Alive, so not dropped (ztunnel keeps the pod, the table its
 		// rules); out of reach, so not reasserted until it is gone.
@@ -90,20 +81,8 @@ func (s *Store) reconcileOne(r Record, full bool) error {
 	}
 	defer ns.Close()
 	if path != r.Netns {
-		was := r
-		if replaced {
-			// Another netns mounted at the path: the pod's processes are
-			// still in its own, verified there from now on; a container
-			// started in the pod later joins the new one, uncaptured.
-			s.log.Warn("netns replaced at its path; following the pod's own", "attachment", r.Attachment.String(), "from", r.Netns, "to", path)
-		} else {
-			s.log.Info("netns outlived its path; following it", "attachment", r.Attachment.String(), "from", r.Netns, "to", path)
-		}
-		if err := s.follow(&r, path); err != nil {
+		if err := s.followLive(&r, path, replaced); err != nil {
 			return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
-		}
-		if replaced {
-			s.noteReplaced(was, path) // once: the record names path now
 		}
 	}
 	if !s.hasRecord(r.Attachment) {

@@ -1,6 +1,7 @@
 package workloads
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/sluicemesh/sluice/daemon/podns"
@@ -12,6 +13,12 @@ import (
 // pod's, so nothing is ever written to it; what it does is the outcome
 // label of sluice_netns_replaced_total. A /proc/<pid> path naming another
 // namespace is pid reuse, not a replacement, and is not counted.
+//
+// It is reported (WARN, the counter, a NetnsReplaced Event), not handed
+// to --repair-mode: that acts on pods running uncaptured, and this pod's
+// processes still are captured in their own netns; apply would write to
+// the new one, and labelling or evicting a captured pod because of a mount
+// is its owner's call, which the Event asks for.
 const (
 	// ReplacedFollowed: the pod's own netns is still held (its
 	// processes), found by cookie and verified there from then on.
@@ -28,6 +35,39 @@ var ReplacedOutcomes = []string{ReplacedFollowed, ReplacedDropped}
 // namespace other than the one enrolled. It wraps podns.ErrNotExist: for
 // the record, the path is gone.
 var errReplaced = fmt.Errorf("another netns is mounted at its path: %w", podns.ErrNotExist)
+
+// dropGone drops r, whose netns nothing holds any more (err says why);
+// replaced: its path names another namespace, to which nothing is
+// written, as the agent cannot prove it is the pod's. Counted once: the
+// record goes.
+func (s *Store) dropGone(r Record, replaced bool, err error) error {
+	if !replaced {
+		s.log.Info("netns gone; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns)
+		return s.drop(context.Background(), r.Attachment)
+	}
+	s.log.Warn("netns replaced at its path and not held any more; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns, "err", err)
+	derr := s.drop(context.Background(), r.Attachment)
+	s.noteReplaced(r, "")
+	return derr
+}
+
+// followLive makes path, where r's own netns is reachable now, r's path
+// (follow). replaced: r.Netns names another namespace, mounted there; the
+// pod's processes are still in its own, verified at path from now on, and
+// a container the pod starts later joins the new one, uncaptured.
+func (s *Store) followLive(r *Record, path string, replaced bool) error {
+	if !replaced {
+		s.log.Info("netns outlived its path; following it", "attachment", r.Attachment.String(), "from", r.Netns, "to", path)
+		return s.follow(r, path)
+	}
+	s.log.Warn("netns replaced at its path; following the pod's own", "attachment", r.Attachment.String(), "from", r.Netns, "to", path)
+	was := *r
+	if err := s.follow(r, path); err != nil {
+		return err
+	}
+	s.noteReplaced(was, path) // once: the record names path now
+	return nil
+}
 
 // noteReplaced counts that r's path (r.Netns) was found naming another
 // namespace and tells OnNetnsReplaced; followed is where r's own netns is
