@@ -17,6 +17,8 @@ func (a *agent) registerMetrics() {
 		func() float64 { return float64(a.store.Reasserts()) })
 	m.ByLabel("counter", "capture_restored_total", "Capture restored in running pods, by what was lost (a reassert counts each kind its drift named).",
 		"what", workloads.RestoredKinds, a.store.Restored)
+	m.ByLabel("counter", "netns_replaced_total", "Pod netns paths found naming another netns than the one enrolled, by what the agent did (followed: the pod's own netns, still held, verified where it is; dropped: none holds it, record dropped). Nothing is written to the new netns.",
+		"outcome", workloads.ReplacedOutcomes, a.store.NetnsReplaced)
 	m.ByLabel("counter", "pods_passed_through_total", "ADDs the agent passed through uncaptured, by reason (the log line has the full text).",
 		"reason", events.PassReasons, a.decisions.PassedThrough)
 	m.Func("counter", "istio_init_pods_total", "Pods seen with istio-init injected (istiod not in CNI mode), once each.",

@@ -16,6 +16,9 @@ const (
 	ReasonCaptureFailed = "CaptureFailed"
 	// A pod's rules had drifted in the kernel and were reasserted.
 	ReasonRulesetReasserted = "RulesetReasserted"
+	// Another netns was mounted at a pod's netns path; nothing was
+	// written to it.
+	ReasonNetnsReplaced = "NetnsReplaced"
 	// A pod found running uncaptured had its rules programmed late.
 	ReasonCaptureRepaired = "CaptureRepaired"
 	// A pod found running uncaptured was labelled sluice.dev/uncaptured.
@@ -83,6 +86,27 @@ func (r *Recorder) RulesetReasserted(pod PodRef, drift []string) {
 	}
 	r.Pod(pod.Namespace, pod.Name, types.UID(pod.UID), corev1.EventTypeNormal, ReasonRulesetReasserted,
 		"traffic capture rules had drifted and were re-applied: "+strings.Join(drift, "; "))
+}
+
+// NetnsReplaced records that path, the pod's netns path, names another
+// network namespace than the one its capture was set up in. followed is
+// where the pod's own netns is still verified, "" when nothing holds it
+// any more and the agent let go of the pod. A Warning: someone with the
+// node's privileges did it, and a container the pod starts from then on
+// joins the new netns uncaptured.
+func (r *Recorder) NetnsReplaced(pod PodRef, path, followed string) {
+	if !named(pod) {
+		return
+	}
+	msg := "another network namespace was mounted at the pod's netns path " + path +
+		"; sluice wrote nothing to it, as it cannot prove it is the pod's. "
+	if followed != "" {
+		msg += "The pod's processes still hold its own netns, whose capture is verified at " + followed +
+			"; a container started from now on joins the new one uncaptured: delete the pod to have it recreated with capture"
+	} else {
+		msg += "No process holds the pod's own netns any more, so sluice let go of it: delete the pod to have it recreated with capture"
+	}
+	r.Pod(pod.Namespace, pod.Name, types.UID(pod.UID), corev1.EventTypeWarning, ReasonNetnsReplaced, msg)
 }
 
 // named reports whether pod names a Kubernetes pod: cnitool and the demo

@@ -51,6 +51,7 @@ func TestRecorderCreatesEventsOnPods(t *testing.T) {
 	pod := PodRef{Namespace: ns, Name: "cart", UID: "0000-cart"}
 	r.CaptureFailed(pod, Sandbox{}, errors.New("apply ruleset: netlink said no"))
 	r.RulesetReasserted(pod, []string{"rule out-redirect missing"})
+	r.NetnsReplaced(PodRef{Namespace: ns, Name: "moved", UID: "0000-moved"}, "/var/run/netns/cni-1", "/proc/42/ns/net")
 	r.Pod(ns, "other", "0000-other", corev1.EventTypeNormal, ReasonCaptureRepaired, "programmed late")
 	shutdown(t, r)
 
@@ -62,6 +63,7 @@ func TestRecorderCreatesEventsOnPods(t *testing.T) {
 		ReasonCaptureFailed:     {corev1.EventTypeWarning, "cart", "0000-cart", "netlink said no"},
 		ReasonRulesetReasserted: {corev1.EventTypeNormal, "cart", "0000-cart", "out-redirect missing"},
 		ReasonCaptureRepaired:   {corev1.EventTypeNormal, "other", "0000-other", "programmed late"},
+		ReasonNetnsReplaced:     {corev1.EventTypeWarning, "moved", "0000-moved", "mounted at the pod's netns path /var/run/netns/cni-1; sluice wrote nothing to it"},
 	} {
 		ev, ok := got[reason]
 		switch {

@@ -47,6 +47,11 @@ type Config struct {
 	// OnReassert, when set, hears of each ruleset re-applied because the
 	// kernel drifted, the start-up Reconcile's included (Events).
 	OnReassert func(r Record, drift []string)
+	// OnNetnsReplaced, when set, hears of each record whose path was found
+	// naming another namespace (r.Netns is that path): followed is where
+	// its own netns is verified now, "" when the record was dropped
+	// (Events).
+	OnNetnsReplaced func(r Record, followed string)
 	// Ambient, when set, hands ambient pods to ztunnel and the host probe
 	// table; without it an ambient ADD is refused.
 	Ambient *Ambient
@@ -67,7 +72,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
 	s := &Store{dir: cfg.Dir, opener: cfg.Opener, kernel: cfg.Kernel, log: cfg.Log,
-		onApply: cfg.OnApply, onReassert: cfg.OnReassert, ambient: cfg.Ambient,
+		onApply: cfg.OnApply, onReassert: cfg.OnReassert, onReplaced: cfg.OnNetnsReplaced, ambient: cfg.Ambient,
 		recs: map[Attachment]*Record{}, released: map[Attachment]bool{}}
 	recs, err := s.loadJournal()
 	if err != nil {

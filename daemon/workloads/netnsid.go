@@ -20,7 +20,7 @@ import (
 // openEnrolled opens the namespace r enrolled, wherever it is reachable
 // now (openLive).
 func (s *Store) openEnrolled(r *Record) (netns.NsHandle, error) {
-	ns, _, err := s.openLive(r)
+	ns, _, _, err := s.openLive(r)
 	return ns, err
 }
 
@@ -29,17 +29,20 @@ func (s *Store) openEnrolled(r *Record) (netns.NsHandle, error) {
 // An error wraps podns.ErrNotExist only when the namespace is gone (or,
 // for a record without a cookie, when its path no longer names it, as
 // nothing else can tell it from a new pod's), and podns.ErrHeldElsewhere
-// when it lives only where the netns roots do not reach.
-func (s *Store) openLive(r *Record) (netns.NsHandle, string, error) {
-	ns, err := s.openByPath(r)
+// when it lives only where the netns roots do not reach. replaced says
+// r.Netns now names another namespace (errReplaced), whatever became of
+// the one enrolled.
+func (s *Store) openLive(r *Record) (ns netns.NsHandle, path string, replaced bool, err error) {
+	ns, err = s.openByPath(r)
+	replaced = errors.Is(err, errReplaced)
 	if err == nil || !errors.Is(err, podns.ErrNotExist) || r.NetnsCookie == 0 {
-		return ns, r.Netns, err
+		return ns, r.Netns, replaced, err
 	}
 	ns, path, ferr := s.opener.Find(r.NetnsInode, r.NetnsCookie)
 	if ferr != nil {
-		return netns.None(), "", fmt.Errorf("netns of %s (was %s): %w", r.Attachment, r.Netns, ferr)
+		return netns.None(), "", replaced, fmt.Errorf("netns of %s (was %s): %w", r.Attachment, r.Netns, ferr)
 	}
-	return ns, path, nil
+	return ns, path, replaced, nil
 }
 
 // openByPath opens r.Netns and reports it gone when the path now names
@@ -57,11 +60,16 @@ func (s *Store) openByPath(r *Record) (netns.NsHandle, error) {
 		ns.Close()
 		return netns.None(), err
 	}
+	proc := strings.HasPrefix(r.Netns, "/proc/")
 	if got != r.NetnsInode {
 		ns.Close()
-		return netns.None(), fmt.Errorf("netns %s is no longer the one enrolled (inode %d, was %d): %w", r.Netns, got, r.NetnsInode, podns.ErrNotExist)
+		why := errReplaced
+		if proc {
+			why = podns.ErrNotExist // pid reuse, or the process moved
+		}
+		return netns.None(), fmt.Errorf("netns %s is no longer the one enrolled (inode %d, was %d): %w", r.Netns, got, r.NetnsInode, why)
 	}
-	if r.NetnsCookie == 0 || !strings.HasPrefix(r.Netns, "/proc/") {
+	if r.NetnsCookie == 0 || !proc {
 		return ns, nil
 	}
 	cookie, err := s.opener.Cookie(ns)
@@ -107,7 +115,7 @@ func (s *Store) follow(r *Record, path string) error {
 // open and so asks ztunnel to keep what it holds until the reconciler
 // decides. Never a path that names another namespace.
 func (s *Store) ztunnelNetns(r *Record) string {
-	ns, path, err := s.openLive(r)
+	ns, path, _, err := s.openLive(r)
 	if err != nil {
 		s.log.Warn("netns not reachable for ztunnel's snapshot", "attachment", r.Attachment.String(), "err", err)
 		return ""

@@ -67,11 +67,10 @@ func (s *Store) reconcileOne(r Record, full bool) error {
 		return nil // released since List
 	}
 	r = *cur
-	ns, path, err := s.openLive(&r)
+	ns, path, replaced, err := s.openLive(&r)
 	switch {
 	case errors.Is(err, podns.ErrNotExist):
-		s.log.Info("netns gone; dropping workload", "attachment", r.Attachment.String(), "netns", r.Netns)
-		return s.drop(context.Background(), r.Attachment)
+		return s.dropGone(r, replaced, err)
 	case errors.Is(err, podns.ErrHeldElsewhere):
 		// Alive, so not dropped (ztunnel keeps the pod, the table its
 		// rules); out of reach, so not reasserted until it is gone.
@@ -82,8 +81,7 @@ func (s *Store) reconcileOne(r Record, full bool) error {
 	}
 	defer ns.Close()
 	if path != r.Netns {
-		s.log.Info("netns outlived its path; following it", "attachment", r.Attachment.String(), "from", r.Netns, "to", path)
-		if err := s.follow(&r, path); err != nil {
+		if err := s.followLive(&r, path, replaced); err != nil {
 			return fmt.Errorf("reconcile %s: %w", r.Attachment, err)
 		}
 	}

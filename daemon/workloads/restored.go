@@ -19,13 +19,14 @@ const (
 // start so a rate() over it needs no first increment.
 var RestoredKinds = []string{RestoredRuleset, RestoredRoutes, RestoredAddresses, RestoredHostTable}
 
-// restoreCounts counts restores by what they put back.
-type restoreCounts struct {
+// labelCounts counts by a metric label's value: restores by what they
+// put back, replaced netns by what was done.
+type labelCounts struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
-func (c *restoreCounts) add(kinds ...string) {
+func (c *labelCounts) add(kinds ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {

@@ -108,13 +108,15 @@ type Store struct {
 	log        *slog.Logger
 	onApply    func(time.Duration)
 	onReassert func(r Record, drift []string)
+	onReplaced func(r Record, followed string)
 	ambient    *Ambient
 
 	mu   sync.RWMutex
 	recs map[Attachment]*Record
 
 	reasserts atomic.Int64
-	restored  restoreCounts
+	restored  labelCounts
+	replaced  labelCounts
 
 	// released holds attachments whose kernel state is gone but whose
 	// journal record could not be deleted: they are never reasserted, and
