@@ -154,7 +154,8 @@ func (a *agent) buildAmbient() (err error) {
 	if a.amb, err = newAmbient(a.cfg, a.opener, snapshot, records, a.k.cache(), a.log); err != nil {
 		return err
 	}
-	// A removed or replaced ZDS socket strands every ztunnel that restarts.
+	// A replaced ZDS socket strands every ztunnel that restarts (a removed
+	// one is listened on again).
 	a.checks.AddLiveness("ztunnel-socket", a.amb.zds.SocketOurs)
 	return nil
 }
@@ -222,7 +223,14 @@ func (a *agent) serve() (net.Listener, error) {
 	a.closers = append(a.closers, func() { lis.Close() })
 	a.checks.AddLiveness("socket", lis.Ours)
 	a.checks.Add("grpc", socketServes(a.cfg.socket))
-	a.registerMetrics()
+	a.registerMetrics(lis)
+	go lis.Keep(a.ctx, func(err error) {
+		if err != nil {
+			a.log.Error("agent socket removed; cannot listen again (retrying)", "socket", a.cfg.socket, "err", err)
+			return
+		}
+		a.log.Warn("agent socket removed; listening again", "socket", a.cfg.socket, "restores", lis.Restored())
+	})
 
 	go func() { a.errc <- a.gs.Serve(lis) }()
 	// Readiness is computed here, on the agent's schedule; /readyz,

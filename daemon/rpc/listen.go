@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"context"
 	"net"
 
 	"github.com/sluicemesh/sluice/internal/connlimit"
@@ -32,6 +33,18 @@ func Listen(path string) (*Listener, error) {
 	return &Listener{Listener: connlimit.Listener(l, MaxConnections), sock: l}, nil
 }
 
-// Ours is a liveness check: false once the socket file was removed or
-// replaced, when no plugin can reach this agent any more.
+// Ours is a liveness check: false once the socket file was replaced, when
+// no plugin can reach this agent any more; a removed one is false only
+// until Keep listens again.
 func (l *Listener) Ours() (bool, string) { return l.sock.Ours() }
+
+// Keep listens again, until ctx is done, whenever the socket file is found
+// removed (sockfile.Keep, every sockfile.CheckEvery): without it every ADD
+// would wait out its deadline and fail until the agent restarted. report
+// hears each restore (nil) and each new failure to restore.
+func (l *Listener) Keep(ctx context.Context, report func(error)) {
+	l.sock.Keep(ctx, sockfile.CheckEvery, report)
+}
+
+// Restored is how many times the socket file was listened on again.
+func (l *Listener) Restored() uint64 { return l.sock.Restored() }

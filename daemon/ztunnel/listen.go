@@ -22,6 +22,19 @@ func listen(path string) (*sockfile.Listener, error) {
 	return sockfile.Listen("unixpacket", path, 0o755)
 }
 
-// SocketOurs is a liveness check: false once the socket file was removed or
-// replaced, when no restarted ztunnel can reach this agent any more.
+// SocketOurs is a liveness check: false once the socket file was replaced,
+// when no restarted ztunnel can reach this agent any more; a removed one is
+// false only until Run listens again (within Config.SocketCheck).
 func (s *Server) SocketOurs() (bool, string) { return s.ln.Ours() }
+
+// SocketRestores is how many times the socket file was found removed and
+// listened on again. The ztunnels connected meanwhile stay connected.
+func (s *Server) SocketRestores() uint64 { return s.ln.Restored() }
+
+func (s *Server) socketRestored(err error) {
+	if err != nil {
+		s.log.Error("ZDS socket removed; cannot listen again (retrying)", "err", err)
+		return
+	}
+	s.log.Warn("ZDS socket removed; listening again", "restores", s.ln.Restored())
+}

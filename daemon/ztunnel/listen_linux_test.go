@@ -115,7 +115,8 @@ func TestConfigNeedsSnapshotAndOpen(t *testing.T) {
 // never once someone else's socket took its place (the net package's
 // unlink-on-close removed whatever the path named).
 func TestExitRemovesOnlyOurSocket(t *testing.T) {
-	h := start(t, nil)
+	// No check listens again between the removal and the other's bind.
+	h := start(t, func(c *Config) { c.SocketCheck = time.Hour })
 	if ok, why := h.srv.SocketOurs(); !ok {
 		t.Fatalf("SocketOurs() = false (%s) with the socket in place", why)
 	}

@@ -23,7 +23,9 @@
 // holding istio-cni's rules. That list waits for the pod cache (at most 30
 // s), and a list that cannot be read drops the connection before any
 // snapshot. On exit the agent waits (at most 5 s) for the server to
-// unlink its socket.
+// unlink its socket. A socket file someone removed is listened on again
+// within a second (sockfile.Keep), the ztunnels connected meanwhile kept;
+// one replaced by another's socket is left alone and fails liveness.
 //
 // A CNI ADD that finds no ztunnel waits for one (AwaitConnection), up
 // to --ztunnel-connect-wait and at most 16 at once (more fail at once),
@@ -100,6 +102,9 @@ type Config struct {
 	// ConnectWait is how long AwaitConnection waits for a ztunnel when none is connected. Default Timeout;
 	// negative, no wait.
 	ConnectWait time.Duration
+	// SocketCheck is how often the socket file is looked for, and
+	// listened on again when removed. Default sockfile.CheckEvery.
+	SocketCheck time.Duration
 }
 
 // Server accepts ztunnel connections and sends them workloads.
@@ -144,6 +149,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ConnectWait == 0 {
 		cfg.ConnectWait = cfg.Timeout
 	}
+	if cfg.SocketCheck <= 0 {
+		cfg.SocketCheck = sockfile.CheckEvery
+	}
 	ln, err := listen(cfg.Path)
 	if err != nil {
 		return nil, err
@@ -164,6 +172,7 @@ func (s *Server) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
 	defer stop()
 	s.log.Info("serving ztunnel")
+	wg.Go(func() { s.ln.Keep(connCtx, s.cfg.SocketCheck, s.socketRestored) })
 	ln := connlimit.Listener(s.ln, MaxConnections)
 	for {
 		lc, err := ln.Accept()

@@ -5,10 +5,13 @@
 // instance still serving) is an error rather than a silent takeover, a file
 // that is not a socket is never removed; the socket is root-only whatever
 // the umask; and the path is removed on close only while it still names
-// this listener.
+// this listener. A path found gone (removed by someone: nothing there) is
+// listened on again within CheckEvery (Keep), while a path that names
+// anything else is left alone: it is not ours to remove.
 package sockfile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -20,11 +23,21 @@ import (
 	"github.com/sluicemesh/sluice/internal/dirlock"
 )
 
+// CheckEvery is how often Keep looks for the socket file: one lstat.
+const CheckEvery = time.Second
+
 // Listener is a listening unix socket that can tell whether its path still
-// names it.
+// names it, and listen there again when the file is removed.
 type Listener struct {
-	*net.UnixListener
-	stamp Stamp
+	network string
+	path    string
+	dirMode os.FileMode
+
+	mu       sync.Mutex
+	cur      *net.UnixListener // the socket the path names, or named last
+	stamp    Stamp
+	closed   bool
+	restored uint64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -38,28 +51,46 @@ func Listen(network, path string, dirMode os.FileMode) (*Listener, error) {
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("socket path %q is not absolute", path)
 	}
-	if err := dirlock.Own(filepath.Dir(path), dirMode); err != nil {
-		return nil, fmt.Errorf("socket dir: %w", err)
+	if err := ownDir(path, dirMode); err != nil {
+		return nil, err
 	}
 	if err := clearStale(network, path); err != nil {
 		return nil, err
 	}
+	l, stamp, err := bind(network, path)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{network: network, path: path, dirMode: dirMode, cur: l, stamp: stamp}, nil
+}
+
+func ownDir(path string, dirMode os.FileMode) error {
+	if err := dirlock.Own(filepath.Dir(path), dirMode); err != nil {
+		return fmt.Errorf("socket dir: %w", err)
+	}
+	return nil
+}
+
+// bind listens at path, which must name nothing: bind(2) fails on any file
+// there, so nothing is ever removed or listened over here.
+func bind(network, path string) (*net.UnixListener, Stamp, error) {
 	l, err := net.ListenUnix(network, &net.UnixAddr{Name: path, Net: network})
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
+		return nil, Stamp{}, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	// Close removes the file itself, and only while it is still ours.
+	// Close removes the file itself, and only while it is still ours; a
+	// listener given up for a new one (Restore) removes nothing.
 	l.SetUnlinkOnClose(false)
 	if err := os.Chmod(path, 0o600); err != nil {
 		l.Close()
-		return nil, fmt.Errorf("restrict socket %s: %w", path, err)
+		return nil, Stamp{}, fmt.Errorf("restrict socket %s: %w", path, err)
 	}
 	stamp, err := NewStamp(path)
 	if err != nil {
 		l.Close()
-		return nil, err
+		return nil, Stamp{}, err
 	}
-	return &Listener{UnixListener: l, stamp: stamp}, nil
+	return l, stamp, nil
 }
 
 // clearStale removes a dead socket at path; a live one or a non-socket is
@@ -85,13 +116,113 @@ func clearStale(network, path string) error {
 	return nil
 }
 
+// Accept waits for a connection on the socket the path names; one listened
+// on again (Restore) takes over from the one before without an error.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		l.mu.Lock()
+		cur := l.cur
+		l.mu.Unlock()
+		c, err := cur.AcceptUnix()
+		if err == nil {
+			return c, nil
+		}
+		l.mu.Lock()
+		replaced := l.cur != cur && !l.closed
+		l.mu.Unlock()
+		if !replaced {
+			return nil, err
+		}
+	}
+}
+
+// Addr is the socket's address.
+func (l *Listener) Addr() net.Addr {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur.Addr()
+}
+
 // Ours is a liveness check: false once the socket file was removed or
 // replaced, when nobody can reach this listener any more.
 func (l *Listener) Ours() (bool, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err := l.stamp.Check(); err != nil {
 		return false, err.Error()
 	}
 	return true, ""
+}
+
+// Restore listens at the path again when its file is gone, with the
+// directory checks Listen makes, and reports whether it did. Only a missing
+// file is restored: a path that names anything (another's socket, a dead
+// one, a regular file) is left as it is and Ours stays false. Connections
+// accepted before stay up; a client that dialled the old socket just before
+// its file went, and was not accepted yet, is dropped and dials again.
+func (l *Listener) Restore() (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false, nil
+	}
+	if _, err := os.Lstat(l.path); !errors.Is(err, os.ErrNotExist) {
+		if err != nil {
+			return false, fmt.Errorf("stat socket %s: %w", l.path, err)
+		}
+		return false, nil
+	}
+	if err := ownDir(l.path, l.dirMode); err != nil {
+		return false, err
+	}
+	nl, stamp, err := bind(l.network, l.path)
+	if err != nil {
+		return false, err
+	}
+	old := l.cur
+	l.cur, l.stamp = nl, stamp
+	l.restored++
+	old.Close() // Accept moves to the new socket
+	return true, nil
+}
+
+// Restored is how many times Restore listened again.
+func (l *Listener) Restored() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.restored
+}
+
+// Keep checks the path every interval until ctx is done or the listener
+// closes, and listens again when the file is gone (Restore). report is
+// called after each restore with nil, and with each failure to restore
+// (retried at the next check) once until the failure changes.
+func (l *Listener) Keep(ctx context.Context, every time.Duration, report func(error)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ok, err := l.Restore()
+		switch {
+		case ok:
+			last = ""
+			report(nil)
+		case err != nil && err.Error() != last:
+			last = err.Error()
+			report(err)
+		}
+		l.mu.Lock()
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			return
+		}
+	}
 }
 
 // Close stops listening and removes the socket file while it still names
@@ -103,10 +234,13 @@ func (l *Listener) Ours() (bool, string) {
 // could find the path taken by then.
 func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
-		if ok, _ := l.Ours(); ok {
-			os.Remove(l.stamp.path)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.closed = true
+		if l.stamp.Check() == nil {
+			os.Remove(l.path)
 		}
-		l.closeErr = l.UnixListener.Close()
+		l.closeErr = l.cur.Close()
 	})
 	return l.closeErr
 }

@@ -71,10 +71,12 @@ func TestSecondAgentOnTheStateDir(t *testing.T) {
 	n.stillServes(t, victim, before)
 }
 
-// An agent whose socket file is gone (nobody can reach it) fails its
-// liveness probe, so the kubelet restarts it; a socket someone then put at
-// the path is not removed by the agent when it exits.
-func TestSocketRemovedFailsLiveness(t *testing.T) {
+// An agent whose socket file someone removed listens at the path again
+// within seconds, with no restart: plugin calls are served and /healthz is
+// green. A socket someone put in its place (renamed over it, so the path
+// never went missing) is left alone: it fails liveness, so the kubelet
+// restarts the agent, and the agent does not remove it when it exits.
+func TestSocketRemovedOrReplaced(t *testing.T) {
 	n := newNode(t)
 	a := n.start(true)
 	if code, body := n.get("/healthz"); code != 200 {
@@ -83,26 +85,50 @@ func TestSocketRemovedFailsLiveness(t *testing.T) {
 	if err := os.Remove(n.Socket); err != nil {
 		t.Fatal(err)
 	}
+	listenedAgain(t, n, n.Socket)
+	n.stillServes(t, nstest.NewIn(t, n.Root, "victim"), "")
+
+	replaceSocket(t, "unix", n.Socket)
 	nstest.Eventually(t, 5*time.Second, func() bool {
 		code, _ := n.get("/healthz")
 		return code == 503
-	}, "/healthz stayed green with the socket removed")
-	_, body := n.get("/healthz")
-	if !strings.Contains(body, "not ours any more") {
+	}, "/healthz stayed green with another's socket at the path")
+	if _, body := n.get("/healthz"); !strings.Contains(body, "not ours any more") {
 		t.Fatalf("/healthz says %q", body)
 	}
-	stopLeavesOthersSocket(t, a, "unix", n.Socket)
+	stopLeavesOthersSocket(t, a, n.Socket)
 }
 
-// stopLeavesOthersSocket puts another server's socket at path, stops the
-// agent with SIGTERM and checks the socket outlived the agent's exit.
-func stopLeavesOthersSocket(t *testing.T, a *agent, network, path string) {
+// listenedAgain waits for the agent's socket at path to be back, and
+// /healthz green.
+func listenedAgain(t *testing.T, n *node, path string) {
 	t.Helper()
-	other, err := net.ListenUnix(network, &net.UnixAddr{Name: path, Net: network})
+	nstest.Eventually(t, 10*time.Second, func() bool {
+		_, err := os.Lstat(path)
+		code, _ := n.get("/healthz")
+		return err == nil && code == 200
+	}, "socket %s not listened on again, with /healthz green, within 10 s", path)
+}
+
+// replaceSocket renames another server's socket over path, so that the
+// path never names nothing, and closes it at the test's end.
+func replaceSocket(t *testing.T, network, path string) {
+	t.Helper()
+	tmp := path + ".other"
+	other, err := net.ListenUnix(network, &net.UnixAddr{Name: tmp, Net: network})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close()
+	t.Cleanup(func() { other.Close() })
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stopLeavesOthersSocket stops the agent with SIGTERM and checks the
+// socket someone else put at path outlived the agent's exit.
+func stopLeavesOthersSocket(t *testing.T, a *agent, path string) {
+	t.Helper()
 	a.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.Done:

@@ -22,11 +22,12 @@ func ambientArgs(zsock string) []string {
 	return []string{"--ambient", "--host-netns", "/proc/self/ns/net", "--ztunnel-socket", zsock}
 }
 
-// A removed ZDS socket (no restarted ztunnel could reach the agent again)
-// fails liveness and names the socket; a socket someone then put at the
-// path is not removed by the agent when it exits; the restarted agent
-// listens again. Pods still get captured meanwhile.
-func TestZtunnelSocketRemovedFailsLiveness(t *testing.T) {
+// A removed ZDS socket is listened on again within seconds, with no
+// restart: a restarted ztunnel can connect and /healthz is green. One
+// someone else's socket replaced fails liveness and names the socket, is
+// not removed by the agent when it exits, and the restarted agent listens
+// again once it is gone. Pods still get captured meanwhile.
+func TestZtunnelSocketRemovedOrReplaced(t *testing.T) {
 	n := newNode(t)
 	zsock := zdsSocket(n)
 	a := n.start(true, ambientArgs(zsock)...)
@@ -36,20 +37,31 @@ func TestZtunnelSocketRemovedFailsLiveness(t *testing.T) {
 	if err := os.Remove(zsock); err != nil {
 		t.Fatal(err)
 	}
+	listenedAgain(t, n, zsock)
+	c, err := net.DialTimeout("unixpacket", zsock, 2*time.Second)
+	if err != nil {
+		t.Fatalf("a ztunnel cannot reach the agent once its socket was listened on again: %v", err)
+	}
+	c.Close()
+
+	replaceSocket(t, "unixpacket", zsock)
 	nstest.Eventually(t, 5*time.Second, func() bool {
 		code, _ := n.get("/healthz")
 		return code == 503
-	}, "/healthz stayed green with the ZDS socket removed")
+	}, "/healthz stayed green with another's socket at the ZDS path")
 	if _, body := n.get("/readyz"); !strings.Contains(body, "ztunnel-socket: socket "+zsock+" is not ours any more") {
 		t.Fatalf("/readyz says %q", body)
 	}
 	n.stillServes(t, nstest.NewIn(t, n.Root, "victim"), "")
+	stopLeavesOthersSocket(t, a, zsock)
 
-	stopLeavesOthersSocket(t, a, "unixpacket", zsock)
-
-	// The restart the kubelet makes listens again: a ztunnel can connect.
+	// The restart the kubelet makes, once the other socket is gone, listens
+	// again: a ztunnel can connect.
+	if err := os.Remove(zsock); err != nil {
+		t.Fatal(err)
+	}
 	n.start(true, ambientArgs(zsock)...)
-	c, err := net.DialTimeout("unixpacket", zsock, 2*time.Second)
+	c, err = net.DialTimeout("unixpacket", zsock, 2*time.Second)
 	if err != nil {
 		t.Fatalf("a ztunnel cannot reach the restarted agent: %v", err)
 	}
