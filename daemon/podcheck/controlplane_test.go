@@ -1,8 +1,3 @@
-//go:build controlplanewip
-
-// Not built by default: TestRouteScenarios hung (10 min timeout) on its
-// first run and was not yet debugged; build with -tags controlplanewip.
-
 package podcheck
 
 import (
@@ -12,9 +7,6 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/istioadopt"
-	"github.com/sluicemesh/sluice/daemon/late"
-	"github.com/sluicemesh/sluice/daemon/policy"
-	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/test/harness/controlplane"
 )
@@ -42,22 +34,22 @@ type routeRow struct {
 	nsLabels map[string]string
 	pod      controlplane.Pod
 	istio    istioadopt.Capture // istio-cni's capture left in the pod's netns
-	held     redirect.Spec      // a sluice record of the pod (Mode "" none)
+	held     bool               // sluice enrolled the pod as policy decides
 	noZt     bool               // ztunnel is not connected at start
 	then     func(t *testing.T, n *controlplane.Node)
 	want     routeWant
 }
 
 type routeWant struct {
-	rules       redirect.Spec // sluice's table (Mode "": none)
-	istio       string        // istio-cni's capture, "none" gone
+	rules       string // sluice's table: a controlplane golden ("" none)
+	istio       string // istio-cni's capture, "none" gone
 	redirection string
 	events      []string
 	ztunnel     bool
 }
 
 func TestRouteScenarios(t *testing.T) {
-	sidecar, ambient := redirect.DefaultSpec(), redirect.DefaultAmbientSpec()
+	sidecar, ambient := controlplane.GoldenSidecar, controlplane.GoldenAmbient
 	istioSidecar, istioAmbient := controlplane.Sidecar.String(), controlplane.Ambient.String()
 	for _, r := range []routeRow{
 		{name: "uncaptured sidecar pod, repair applies", mode: repair.ModeApply, pod: sidecarP,
@@ -87,7 +79,7 @@ func TestRouteScenarios(t *testing.T) {
 				n.Relabel(t, "app", map[string]string{"istio.io/dataplane-mode": "none"})
 			},
 			want: routeWant{istio: "none", events: []string{events.ReasonAmbientEnrolled, events.ReasonAmbientUnenrolled}}},
-		{name: "a pod sluice holds is never adopted", takeover: true, pod: sidecarP, istio: controlplane.Sidecar, held: sidecar,
+		{name: "a pod sluice holds is never adopted", takeover: true, pod: sidecarP, istio: controlplane.Sidecar, held: true,
 			want: routeWant{rules: sidecar, istio: istioSidecar}},
 		{name: "plain pod is left alone", mode: repair.ModeApply, pod: plainP,
 			want: routeWant{istio: "none"}},
@@ -107,13 +99,10 @@ func runRoute(t *testing.T, r routeRow) {
 	if r.istio.Found() {
 		n.Istio.Program(n.Netns.Inode(path), r.istio)
 	}
-	if r.held.Mode != "" {
-		rec := late.Record(n.Get(t, r.pod), policy.Decision{Capture: true, Spec: r.held}, path)
-		if err := n.Store.Enroll(context.Background(), rec); err != nil {
-			t.Fatal(err)
-		}
-	}
 	n.Start(t)
+	if r.held {
+		n.Enrolled(t, r.pod, path)
+	}
 	c, checked, stop := runChecker(t, n, r)
 	waitSwept(t, c)
 	waitChecked(t, checked, r.pod.Key())
@@ -122,17 +111,15 @@ func runRoute(t *testing.T, r routeRow) {
 		waitChecked(t, checked, r.pod.Key())
 	}
 	want := r.want
-	wantRules := ""
-	if want.rules.Mode != "" {
-		wantRules = controlplane.Rules(t, want.rules)
-	}
+	wantRules := controlplane.Golden(t, want.rules)
 	// A later check (after the Checker's own annotation patch, or the
 	// event) may still be on its way: wait for the kernel and annotation
 	// to settle on what the row wants, then stop and read everything.
+	var last controlplane.State
 	n.Eventually(t, func() bool {
-		s := n.Out(t, r.pod, path)
-		return s.Ruleset == wantRules && s.Redirection == want.redirection
-	}, "pod %s never reached the wanted ruleset and annotation %q", r.pod.Key(), want.redirection)
+		last = n.Out(t, r.pod, path)
+		return last.Ruleset == wantRules && last.Redirection == want.redirection
+	}, "pod %s never reached the wanted ruleset and annotation %q: %+v", r.pod.Key(), want.redirection, &last)
 	stop()
 	n.Flush()
 	got := n.Out(t, r.pod, path)
@@ -165,7 +152,7 @@ func runChecker(t *testing.T, n *controlplane.Node, r routeRow) (*Checker, <-cha
 	}
 	c, err := New(Config{Policy: n.Policy, Pods: n.Cache.Pods, Namespaces: n.Cache.Namespaces, Store: n.Store, Client: n.Client,
 		Events: n.Events, HostProc: n.Proc.Dir, Mode: mode, Label: repair.DefaultLabel, NodeName: controlplane.NodeName, Log: n.Log,
-		IstioTakeover: r.takeover, IstioCNI: n.Istio, IstioOpen: n.Netns.Open, ZtunnelReady: n.Ztunnel.Ready})
+		IstioTakeover: r.takeover, IstioCNI: n.Istio, IstioOpen: n.Netns.Open, ZtunnelReady: n.Ztunnel.Ready, Mesh: n.Mesh})
 	if err != nil {
 		t.Fatal(err)
 	}

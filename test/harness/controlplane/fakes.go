@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,12 +19,16 @@ import (
 )
 
 // Ztunnel stands in for the ZDS server: connected, it acks every pod;
-// disconnected, it refuses (the store then rolls the enrolment back and
-// wraps workloads.ErrZtunnel). It remembers the pods it holds.
+// disconnected, it refuses with ztunnel.ErrNotConnected (the store then
+// rolls the enrolment back and wraps workloads.ErrZtunnel), and
+// AwaitConnection waits for a Connect within the caller's deadline, as
+// ztunnel.Server's does under --ztunnel-wait. It remembers the pods it
+// holds.
 type Ztunnel struct {
 	mu        sync.Mutex
 	connected bool
-	pods      []string // uids, in the order added
+	joined    chan struct{} // closed by the next Connect(true)
+	pods      []string      // uids, in the order added
 }
 
 // Connect connects (true) or disconnects ztunnel.
@@ -33,6 +36,10 @@ func (z *Ztunnel) Connect(on bool) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.connected = on
+	if on && z.joined != nil {
+		close(z.joined)
+		z.joined = nil
+	}
 }
 
 // Ready is ztunnel.Server.Ready's shape, for istioadopt's ZtunnelReady.
@@ -45,11 +52,32 @@ func (z *Ztunnel) Ready() (bool, string) {
 	return true, ""
 }
 
+// AwaitConnection returns once ztunnel is connected, or fails with
+// ztunnel.ErrNotConnected when ctx ends first.
+func (z *Ztunnel) AwaitConnection(ctx context.Context, w ztunnel.Workload) error {
+	z.mu.Lock()
+	if z.connected {
+		z.mu.Unlock()
+		return nil
+	}
+	if z.joined == nil {
+		z.joined = make(chan struct{})
+	}
+	joined := z.joined
+	z.mu.Unlock()
+	select {
+	case <-joined:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("add workload %s to ztunnel: %w: waited for one until the caller's deadline", w.UID, ztunnel.ErrNotConnected)
+	}
+}
+
 func (z *Ztunnel) Add(_ context.Context, w ztunnel.Workload) error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if !z.connected {
-		return errors.New("no ztunnel connected")
+		return fmt.Errorf("add workload %s to ztunnel: %w", w.UID, ztunnel.ErrNotConnected)
 	}
 	if !slices.Contains(z.pods, w.UID) {
 		z.pods = append(z.pods, w.UID)

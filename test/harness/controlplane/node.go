@@ -2,8 +2,9 @@
 // in, kernel state (as nft text), annotations and Events out, as Cilium
 // tests its control plane. A Node holds client-go's fake clientset and,
 // over it, the agent's real parts: its informers (daemon/kubecache),
-// policy.Kube, a workloads.Store, the Event recorder and the redirection
-// annotator. Only the kernel is fake (redirecttest), with a host /proc of
+// policy.Kube, a workloads.Store, the Event recorder and the ambient owner
+// (ambientmesh.Mesh, with its redirection annotator), each built by the
+// constructor the agent builds it with. Only the kernel is fake (redirecttest), with a host /proc of
 // plain files where a running pod's netns is found, a ztunnel that acks or
 // refuses, and istio-cni's capture per netns. It needs no root and no API
 // server, so the running-pod logic (podcheck's order, ambientpods,
@@ -25,12 +26,12 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
-	"github.com/sluicemesh/sluice/daemon/redirection"
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
@@ -54,14 +55,16 @@ type Node struct {
 	Events  *events.Recorder
 	Ztunnel *Ztunnel
 	Istio   *Istio
-	// Annotator is the agent's one redirection annotator, shared by the
-	// ADD path and the running-pod jobs as the agent shares it.
-	Annotator *redirection.Annotator
+	// Mesh is the agent's one ambient owner (and its redirection
+	// annotator), shared by the ADD path and the running-pod jobs as the
+	// agent shares it.
+	Mesh *ambientmesh.Mesh
 	// Proc is the fake host /proc (--host-proc) running pods are found in.
 	Proc *Proc
 	Log  *slog.Logger
 
 	ctx     context.Context
+	cancel  context.CancelFunc
 	watched *watches
 	nextIP  int
 }
@@ -83,7 +86,7 @@ func New(t *testing.T) *Node {
 	}
 	n.Policy, err = policy.NewKube(policy.KubeConfig{Client: n.Client, Pods: n.Cache.Pods, Namespaces: n.Cache.Namespaces,
 		NodeName: NodeName, ExcludeNamespaces: []string{ExcludedNamespace}, Base: redirect.DefaultSpec(),
-		Ambient: &policy.AmbientConfig{Base: redirect.DefaultAmbientSpec()}, Log: log})
+		Ambient: &policy.AmbientConfig{Base: redirect.DefaultAmbientSpec(), DNSCapture: true}, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,11 +102,10 @@ func New(t *testing.T) *Node {
 		t.Fatal(err)
 	}
 	n.Events = events.New(events.Config{Client: n.Client, NodeName: NodeName, Log: log})
-	n.Annotator = redirection.New(n.Client, log)
-	ctx, cancel := context.WithCancel(context.Background())
-	n.ctx = ctx
+	n.Mesh = ambientmesh.New(n.Store, n.Client, log.With("component", "redirection"))
+	n.ctx, n.cancel = context.WithCancel(context.Background())
 	t.Cleanup(func() {
-		cancel()
+		n.cancel()
 		n.Events.Shutdown(context.Background())
 	})
 	return n
@@ -119,11 +121,13 @@ func (n *Node) Context() context.Context { return n.ctx }
 // Start runs the informers until the test ends and returns once they have
 // listed and watch: client-go's fake delivers no change made between an
 // informer's list and its watch, so a change made earlier would be lost.
+// Its cleanup ends them itself: cleanups run last registered first, so
+// New's, which cancels the Node's context, would run only after it.
 func (n *Node) Start(t *testing.T) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() { n.Cache.Run(n.ctx); close(done) }()
-	t.Cleanup(func() { <-done })
+	t.Cleanup(func() { n.cancel(); <-done })
 	n.Eventually(t, func() bool {
 		return n.Cache.Pods.Informer().HasSynced() && n.Cache.Namespaces.Informer().HasSynced() &&
 			n.watched.has("pods") && n.watched.has("namespaces")

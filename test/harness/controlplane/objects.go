@@ -10,6 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluicemesh/sluice/daemon/late"
+	"github.com/sluicemesh/sluice/daemon/policy"
 )
 
 // Objects in: namespaces and pods as the API server holds them, and the
@@ -142,5 +145,20 @@ func (n *Node) CacheBehind(t *testing.T, name string) {
 	}
 	if err := store.Delete(obj); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Enrolled enrols a running pod whose netns is at path as the agent would
+// have (under its late id, with what policy decides now): a pod sluice
+// holds from before. Call it after Start: policy reads the caches.
+func (n *Node) Enrolled(t *testing.T, p Pod, path string) {
+	t.Helper()
+	pod := n.Get(t, p)
+	d, err := n.Policy.Decide(context.Background(), policy.Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID())})
+	if err != nil || !d.Capture {
+		t.Fatalf("policy for %s: %+v, %v", p.Key(), d, err)
+	}
+	if err := n.Store.Enroll(context.Background(), late.Record(pod, d, path)); err != nil {
+		t.Fatalf("enrol %s: %v", p.Key(), err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sluicemesh/sluice/daemon/redirect"
 	"github.com/sluicemesh/sluice/daemon/redirection"
 )
 
@@ -52,15 +51,4 @@ func (n *Node) Out(t *testing.T, p Pod, path string) State {
 	}
 	slices.Sort(s.Events)
 	return s
-}
-
-// Rules is the nft text sluice's table holds for spec: what a pod's State
-// shows once captured with it.
-func Rules(t *testing.T, spec redirect.Spec) string {
-	t.Helper()
-	rs, err := redirect.Build(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rs.Render()
 }
