@@ -162,3 +162,27 @@ func (n *Node) Enrolled(t *testing.T, p Pod, path string) {
 		t.Fatalf("enrol %s: %v", p.Key(), err)
 	}
 }
+
+// Cached waits until the agent's caches hold the API server's current
+// pod p and its namespace (a change made just before has reached the
+// informers) and returns the pod as the agent reads it. Labels and
+// annotations, what policy reads, are compared: client-go's fake keeps no
+// resourceVersion, and the caches trim what they hold.
+func (n *Node) Cached(t *testing.T, p Pod) *corev1.Pod {
+	t.Helper()
+	ns, err := n.Client.CoreV1().Namespaces().Get(context.Background(), p.Namespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := n.Get(t, p)
+	var got *corev1.Pod
+	n.Eventually(t, func() bool {
+		cachedNS, err := n.Cache.Namespaces.Lister().Get(p.Namespace)
+		if err != nil || !maps.Equal(cachedNS.Labels, ns.Labels) {
+			return false
+		}
+		got, err = n.Cache.Pods.Lister().Pods(p.Namespace).Get(p.Name)
+		return err == nil && maps.Equal(got.Labels, want.Labels) && maps.Equal(got.Annotations, want.Annotations)
+	}, "the caches never caught up with pod %s and its namespace", p.Key())
+	return got
+}
