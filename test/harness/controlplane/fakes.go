@@ -92,6 +92,16 @@ func (z *Ztunnel) Del(_ context.Context, uid string) error {
 	return nil
 }
 
+// Hold has ztunnel hold pod uid already: an ambient pod istio-cni
+// enrolled, listed in the snapshot as pending (istioadopt.Pending).
+func (z *Ztunnel) Hold(uid string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if !slices.Contains(z.pods, uid) {
+		z.pods = append(z.pods, uid)
+	}
+}
+
 // Holds reports whether ztunnel holds the pod.
 func (z *Ztunnel) Holds(uid string) bool {
 	z.mu.Lock()
@@ -105,6 +115,7 @@ type Istio struct {
 	mu       sync.Mutex
 	captures map[uint64]istioadopt.Capture // by netns inode
 	failWith error
+	failRm   error
 }
 
 var _ istioadopt.Kernel = (*Istio)(nil)
@@ -131,6 +142,14 @@ func (i *Istio) FailDetect(err error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.failWith = err
+}
+
+// FailRemove makes every Remove fail with err (nil: succeed again), as
+// when Istio's rules cannot be taken out.
+func (i *Istio) FailRemove(err error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.failRm = err
 }
 
 // Capture is what istio-cni holds in the netns with inode ino.
@@ -160,6 +179,9 @@ func (i *Istio) Remove(ns netns.NsHandle, _ istioadopt.Capture) error {
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
+	if i.failRm != nil {
+		return i.failRm
+	}
 	delete(i.captures, ino)
 	return nil
 }
