@@ -28,7 +28,24 @@ type Ztunnel struct {
 	mu        sync.Mutex
 	connected bool
 	joined    chan struct{} // closed by the next Connect(true)
-	pods      []string      // uids, in the order added
+	noWait    bool
+	waiting   int
+	pods      []string // uids, in the order added
+}
+
+// NoWait makes AwaitConnection return at once, as --ztunnel-wait 0 does:
+// the hand-over then fails with no ztunnel connected.
+func (z *Ztunnel) NoWait() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.noWait = true
+}
+
+// Waiting is how many AwaitConnection calls wait for a Connect.
+func (z *Ztunnel) Waiting() int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.waiting
 }
 
 // Connect connects (true) or disconnects ztunnel.
@@ -53,10 +70,11 @@ func (z *Ztunnel) Ready() (bool, string) {
 }
 
 // AwaitConnection returns once ztunnel is connected, or fails with
-// ztunnel.ErrNotConnected when ctx ends first.
+// ztunnel.ErrNotConnected when ctx ends first; after NoWait it returns at
+// once.
 func (z *Ztunnel) AwaitConnection(ctx context.Context, w ztunnel.Workload) error {
 	z.mu.Lock()
-	if z.connected {
+	if z.connected || z.noWait {
 		z.mu.Unlock()
 		return nil
 	}
@@ -64,7 +82,13 @@ func (z *Ztunnel) AwaitConnection(ctx context.Context, w ztunnel.Workload) error
 		z.joined = make(chan struct{})
 	}
 	joined := z.joined
+	z.waiting++
 	z.mu.Unlock()
+	defer func() {
+		z.mu.Lock()
+		z.waiting--
+		z.mu.Unlock()
+	}()
 	select {
 	case <-joined:
 		return nil

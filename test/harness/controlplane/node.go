@@ -63,10 +63,11 @@ type Node struct {
 	Proc *Proc
 	Log  *slog.Logger
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	watched *watches
-	nextIP  int
+	ctx       context.Context
+	cancel    context.CancelFunc
+	watched   *watches
+	nextIP    int
+	sandboxes int
 }
 
 // New builds a Node with ambient enabled (Istio's default enablement

@@ -186,3 +186,14 @@ func (n *Node) Cached(t *testing.T, p Pod) *corev1.Pod {
 	}, "the caches never caught up with pod %s and its namespace", p.Key())
 	return got
 }
+
+// Sandbox is a new sandbox of pod p as the runtime hands it to a CNI ADD:
+// the netns path (opened through Netns) and the address the primary CNI
+// gave it.
+func (n *Node) Sandbox(t *testing.T, p Pod) (netnsPath string, ip netip.Addr) {
+	t.Helper()
+	n.sandboxes++
+	netnsPath = fmt.Sprintf("/var/run/netns/cni-%d", n.sandboxes)
+	n.Netns.Add(netnsPath)
+	return netnsPath, n.ip()
+}
