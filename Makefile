@@ -148,7 +148,9 @@ test: prereqs build plugins multus kube containerd istiod verify
 
 # What a pod's ruleset holds (redirect, pure), the agent's call and journal
 # logic (over redirecttest's fake kernel), its Kubernetes decisions (over
-# client-go's fake clientset), its flags and wiring, and the plugin's verbs
+# client-go's fake clientset), the running-pod jobs and the CNI ADD over
+# the control-plane tier (test/harness/controlplane: objects in; nft text,
+# annotations, Events out), its flags and wiring, and the plugin's verbs
 # need no root: their test binaries run again as uid 65534, from their
 # package dirs as go test runs them. The root-only tests in them skip
 # there; they ran as root above. -tags noapiserver compiles out the real
@@ -156,7 +158,8 @@ test: prereqs build plugins multus kube containerd istiod verify
 # above. The import checks need the go command and the module cache under
 # /root, so they are left to the root run.
 UNIT_NONROOT := daemon/redirect daemon/rpc daemon/workloads daemon/tracing plugin internal/grpccall \
-	daemon/policy daemon/events daemon/kubecache daemon/nodetaint daemon/admission daemon/istioadopt daemon/ambientmesh daemon daemon/cli
+	daemon/policy daemon/events daemon/kubecache daemon/nodetaint daemon/admission daemon/istioadopt daemon/ambientmesh daemon daemon/cli \
+	daemon/podcheck daemon/ambientpods test/harness/controlplane
 unit-nonroot:
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && chmod 755 "$$dir" && \
 	for p in $(UNIT_NONROOT); do $(GO) test -tags noapiserver -c -o "$$dir/$$(basename $$p).test" ./$$p || exit 1; done && \

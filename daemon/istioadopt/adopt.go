@@ -50,6 +50,10 @@ type Config struct {
 	Takeover bool
 	// Kernel reads and removes istio-cni's capture; nil is Netlink.
 	Kernel Kernel
+	// Open opens a pod netns found under HostProc; nil is a podns.Opener
+	// on HostProc. The control-plane tests (test/harness/controlplane)
+	// give redirecttest's stand-ins, which need no root.
+	Open func(path string) (netns.NsHandle, error)
 	// ZtunnelReady reports whether a ztunnel holds its snapshot; an
 	// ambient pod istio-cni enrolled is adopted only then. Nil: always.
 	ZtunnelReady func() (bool, string)
@@ -63,8 +67,8 @@ type Adopter struct {
 	cfg    Config
 	log    *slog.Logger
 	kernel Kernel
-	// opener opens pod netns found through HostProc; nil without one.
-	opener *podns.Opener
+	// open opens pod netns found through HostProc; nil without one.
+	open func(path string) (netns.NsHandle, error)
 
 	mu sync.Mutex
 	// left holds pods left to istio-cni, reported once.
@@ -82,16 +86,19 @@ func NewAdopter(cfg Config) (*Adopter, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	a := &Adopter{cfg: cfg, log: cfg.Log, kernel: cfg.Kernel, left: map[types.UID]bool{}, deferred: map[string]bool{}}
+	a := &Adopter{cfg: cfg, log: cfg.Log, kernel: cfg.Kernel, open: cfg.Open, left: map[types.UID]bool{}, deferred: map[string]bool{}}
 	if a.kernel == nil {
 		a.kernel = Netlink{}
 	}
-	if cfg.HostProc != "" {
+	switch {
+	case cfg.HostProc == "":
+		a.open = nil
+	case a.open == nil:
 		o, err := podns.NewOpener([]string{"/proc"}, cfg.HostProc)
 		if err != nil {
 			return nil, fmt.Errorf("istio-cni adoption: %w", err)
 		}
-		a.opener = o
+		a.open = o.Open
 	}
 	return a, nil
 }
@@ -101,7 +108,7 @@ func NewAdopter(cfg Config) (*Adopter, error) {
 // reports), and the pod is then someone else's to handle. outcome is empty
 // when nothing is to be counted (already reported, or waiting for ztunnel).
 func (a *Adopter) Check(ctx context.Context, pod *corev1.Pod, d policy.Decision) (outcome string, handled bool, err error) {
-	if a.opener == nil {
+	if a.open == nil {
 		return "", false, nil
 	}
 	ambient := d.Spec.Mode == redirect.ModeAmbient
@@ -115,7 +122,7 @@ func (a *Adopter) Check(ctx context.Context, pod *corev1.Pod, d policy.Decision)
 	if err != nil {
 		return "", false, nil
 	}
-	ns, err := a.opener.Open(path)
+	ns, err := a.open(path)
 	if err != nil {
 		return "", false, nil
 	}

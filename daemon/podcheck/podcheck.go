@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netns"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -84,6 +85,9 @@ type Config struct {
 	Mesh *ambientmesh.Mesh
 	// IstioCNI reads and removes istio-cni's capture; nil is the kernel.
 	IstioCNI istioadopt.Kernel
+	// IstioOpen opens a pod netns for IstioCNI to read; nil is a
+	// podns.Opener on HostProc (istioadopt.Config.Open).
+	IstioOpen func(path string) (netns.NsHandle, error)
 	// ZtunnelReady reports whether a ztunnel holds its snapshot; an ambient
 	// pod istio-cni enrolled is adopted only then. Nil: always.
 	ZtunnelReady func() (bool, string)
@@ -158,7 +162,7 @@ func New(cfg Config) (*Checker, error) {
 		mesh = ambientmesh.New(cfg.Store, cfg.Client, cfg.Log.With("component", "redirection"))
 	}
 	adopter, err := istioadopt.NewAdopter(istioadopt.Config{Store: cfg.Store, HostProc: cfg.HostProc, Takeover: cfg.IstioTakeover,
-		Kernel: cfg.IstioCNI, ZtunnelReady: cfg.ZtunnelReady, Events: cfg.Events, Mesh: mesh, Log: cfg.Log})
+		Kernel: cfg.IstioCNI, Open: cfg.IstioOpen, ZtunnelReady: cfg.ZtunnelReady, Events: cfg.Events, Mesh: mesh, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}
