@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/daemon/redirect/redirecttest"
-	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
@@ -51,15 +48,7 @@ func (z *gatedZtunnel) waiters() int {
 // goes on once ztunnel connects, more of them than the slots.
 func TestUnitAmbientWaitHoldsNoADDSlot(t *testing.T) {
 	zt := &gatedZtunnel{up: make(chan struct{})}
-	u := newUnit(t, func(ns *redirecttest.Namespaces) *workloads.Ambient {
-		ns.Add("/host")
-		h, err := ns.Open("/host")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		return &workloads.Ambient{Ztunnel: zt, Host: h}
-	})
+	u, _ := ambientUnit(t, zt)
 	u.cni.Inflight = NewInflight(1)
 	u.cni.Policy = policyFunc(func(p policy.Pod) (policy.Decision, error) {
 		if strings.HasPrefix(p.Name, "pod-amb") {
@@ -67,7 +56,6 @@ func TestUnitAmbientWaitHoldsNoADDSlot(t *testing.T) {
 		}
 		return policy.Decision{Capture: true, Spec: redirect.DefaultSpec()}, nil
 	})
-	u.cni.Ambient = &ambientmesh.Mesh{Store: u.store, Redirection: &fakeAnnotator{}}
 
 	const ambient = 5
 	done := make(chan error, ambient)
@@ -98,4 +86,11 @@ func TestUnitAmbientWaitHoldsNoADDSlot(t *testing.T) {
 	if n := u.cni.Inflight.Waiting(); n != 0 {
 		t.Fatalf("%d ADDs still waiting for a slot", n)
 	}
+}
+
+// hostZtunnel is what the store's ambient side asks of ztunnel.
+type hostZtunnel = interface {
+	Add(ctx context.Context, w ztunnel.Workload) error
+	Del(ctx context.Context, uid string) error
+	AwaitConnection(ctx context.Context, w ztunnel.Workload) error
 }

@@ -62,7 +62,9 @@ func attrOf(s tracetest.SpanStub, key string) string {
 	return ""
 }
 
-func ambientUnit(t *testing.T, zt *fakeZtunnel) (*unit, *fakeAnnotator) {
+// ambientUnit is a unit whose agent runs ambient over zt (a fakeZtunnel or
+// another stand-in), every pod captured in ambient mode.
+func ambientUnit(t *testing.T, zt hostZtunnel) (*unit, *fakeAnnotator) {
 	u := newUnit(t, func(ns *redirecttest.Namespaces) *workloads.Ambient {
 		ns.Add("/host")
 		h, err := ns.Open("/host")
