@@ -224,8 +224,25 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	}
 	c.procs = append(c.procs, p)
 	c.containerd = p
-	return poll(ctx, p, "containerd to serve", func() error {
-		return c.ctr(ctx, "version").Run()
+	return c.awaitContainerd(ctx, p)
+}
+
+// awaitContainerd returns once p, the node's containerd, serves both its
+// own API and the CRI: the CRI plugin answers "server is not initialized
+// yet" for a moment after the socket serves, and a kubelet started then
+// exits at once (seen in a reboot; a real node's systemd restarts it, this
+// harness does not).
+func (c *Cluster) awaitContainerd(ctx context.Context, p *process) error {
+	return poll(ctx, p, "containerd to serve its API and the CRI", func() error {
+		if out, err := c.ctr(ctx, "version").CombinedOutput(); err != nil {
+			return fmt.Errorf("ctr version: %w: %s", err, out)
+		}
+		cri := exec.CommandContext(ctx, filepath.Join(c.containerdBin, "crictl"),
+			"--runtime-endpoint", "unix://"+c.NodeRoot()+containerdSocket, "--timeout", "2s", "version")
+		if out, err := cri.CombinedOutput(); err != nil {
+			return fmt.Errorf("crictl version: %w: %s", err, out)
+		}
+		return nil
 	})
 }
 

@@ -145,7 +145,5 @@ func (c *Cluster) restartContainerd(ctx context.Context, argv []string) error {
 	}
 	c.procs = append(c.procs, p)
 	c.containerd = p
-	return poll(ctx, p, "containerd to serve", func() error {
-		return c.ctr(ctx, "version").Run()
-	})
+	return c.awaitContainerd(ctx, p)
 }
