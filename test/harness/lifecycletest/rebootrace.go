@@ -2,10 +2,14 @@ package lifecycletest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluicemesh/sluice/test/harness/nodetest"
 )
 
 // Racing-primary reboot sizes: make test runs RaceReboots reboots of a
@@ -39,8 +43,9 @@ const (
 // Counted from the pods' side only: each restarted app's first connection
 // must be captured (answered by its proxy or ztunnel with the original
 // destination), and a prober outside the node must never be answered by
-// an app itself. It fails t on any count and records the total as
-// scenario.
+// an app itself. A pod that goes is counted once, in its round, and
+// created anew before the next (replaceGone). It fails t on any count and
+// records the total as scenario.
 func RebootRacingPrimary(t *testing.T, m *Mesh, scenario string, reboots int) {
 	node := m.Cluster
 	kinds := 0
@@ -100,6 +105,7 @@ func RebootRacingPrimary(t *testing.T, m *Mesh, scenario string, reboots int) {
 		for _, p := range left {
 			p.gone = p.failed != "" || p.evicted
 		}
+		m.replaceGone(t, node.NodeName, left)
 		m.nextRound(t, pods)
 	}
 	n.settle(d, pr, stop)
@@ -132,4 +138,47 @@ func (m *Mesh) nextRound(t *testing.T, pods []*rebootPod) {
 		}
 		p.appID, p.back = AppID(got), 0
 	}
+}
+
+// replaceGone creates each pod that went this round (deleted, evicted or
+// failed, counted already) anew under the same name, as its controller
+// would: a fleet's pods have owners, and a peer whose repair deletes pods
+// (istio-cni's) would otherwise face the later reboots with fewer pods,
+// or none. A failed pod still there is deleted first.
+func (m *Mesh) replaceGone(t *testing.T, node string, pods []*rebootPod) {
+	cs := m.Client(t)
+	zero := int64(0)
+	for _, p := range pods {
+		if !p.gone {
+			continue
+		}
+		err := cs.CoreV1().Pods(p.ns).Delete(t.Context(), p.name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("delete failed pod %s/%s: %v", p.ns, p.name, err)
+		}
+		nodetest.Eventually(t, 2*time.Minute, "failed pod "+p.name+" gone", func() error {
+			_, err := cs.CoreV1().Pods(p.ns).Get(t.Context(), p.name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("%s/%s still there (%v)", p.ns, p.name, err)
+		})
+		got, err := cs.CoreV1().Pods(p.ns).Create(t.Context(), pinned(m.Pod(p.kind, p.name), node), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("replace pod %s/%s: %v", p.ns, p.name, err)
+		}
+		p.uid, p.failed, p.evicted, p.gone, p.back = string(got.UID), "", false, false, 0
+	}
+	nodetest.Eventually(t, 3*time.Minute, "the replaced pods running", func() error {
+		for _, p := range pods {
+			got, err := cs.CoreV1().Pods(p.ns).Get(t.Context(), p.name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !AllRunning(got) {
+				return fmt.Errorf("%s/%s: %s", p.ns, p.name, nodetest.PodState(got))
+			}
+		}
+		return nil
+	})
 }
