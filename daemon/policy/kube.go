@@ -27,8 +27,9 @@ type KubeConfig struct {
 	Client kubernetes.Interface
 	// Pods and Namespaces are the agent's shared informers
 	// (daemon/kubecache): this node's pods, every namespace. The policy
-	// reads through their listers, reports their sync, and registers on
-	// Pods the handler that wakes lookups waiting for a new pod.
+	// reads through the pod lister and Namespaces.Get, reports their sync,
+	// and registers on Pods the handler that wakes lookups waiting for a
+	// new pod.
 	Pods       coreinformers.PodInformer
 	Namespaces *kubecache.Namespaces
 	// NodeName is this node, named in errors.
