@@ -178,3 +178,30 @@ func heapAfterGC() int64 {
 	goruntime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
 }
+
+// A namespace's label change reaches the handlers as two Namespaces whose
+// labels differ (podcheck re-checks the namespace's pods on it).
+func TestCacheHandsOnNamespaceLabelChanges(t *testing.T) {
+	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", ResourceVersion: "1"}})
+	c := run(t, client, &syncedLog{})
+	changed := make(chan [2]*Namespace, 4)
+	if _, err := c.Namespaces.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj any) { changed <- [2]*Namespace{old.(*Namespace), obj.(*Namespace)} },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nstest.Eventually(t, 30*time.Second, c.Namespaces.Informer().HasSynced, "the namespace cache to sync")
+	ambient := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", ResourceVersion: "2",
+		Labels: map[string]string{"istio.io/dataplane-mode": "ambient"}}}
+	if _, err := client.CoreV1().Namespaces().Update(t.Context(), ambient, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case u := <-changed:
+		if u[1].SameLabels(u[0]) || u[1].Labels()["istio.io/dataplane-mode"] != "ambient" {
+			t.Errorf("update from %v to %v, want the ambient label added", u[0].Labels(), u[1].Labels())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the label change never reached the handler")
+	}
+}

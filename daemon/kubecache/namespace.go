@@ -13,9 +13,9 @@ import (
 // every namespace (docs/scale.md): its labels, which the ambient
 // enablement selectors and the sidecar rules read, and what client-go's
 // informer reads of a stored object, its name (the key) and its
-// resourceVersion (an update that keeps it is taken for a resync and
-// handed to no handler). A *corev1.Namespace holding as much is three
-// times the heap: its ObjectMeta alone is over 250 B.
+// resourceVersion (the store's latest, and whether an update is a resync).
+// A *corev1.Namespace holding as much is three times the heap: its
+// ObjectMeta alone is over 250 B.
 type Namespace struct {
 	Name            string
 	ResourceVersion string
