@@ -83,6 +83,7 @@ func main() {
 		fmt.Println("config ok")
 		return
 	}
+	setGC(os.Getenv)
 	sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	a, err := newAgent(cfg, log)

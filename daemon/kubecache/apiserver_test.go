@@ -7,6 +7,7 @@ package kubecache
 
 import (
 	"context"
+	"maps"
 	"os"
 	"testing"
 	"time"
@@ -36,7 +37,8 @@ func TestMain(m *testing.M) {
 
 // As the agent, under its shipped ClusterRole, the pod cache holds this
 // node's pods only (the server filters on spec.nodeName), the namespace
-// cache every namespace, both without the managed fields the server set.
+// cache every namespace, its labels as the server has them, and the pods
+// without the managed fields the server set.
 func TestCacheHoldsNodePodsAndNamespaces(t *testing.T) {
 	e := shared.Get(t)
 	admin := kubernetes.NewForConfigOrDie(e.AdminConfig())
@@ -67,10 +69,9 @@ func TestCacheHoldsNodePodsAndNamespaces(t *testing.T) {
 	if _, err := c.Pods.Lister().Pods(ns.Name).Get("elsewhere"); err == nil {
 		t.Error("the cache holds a pod of another node")
 	}
-	if n, err := c.Namespaces.Lister().Get(ns.Name); err != nil || len(n.ManagedFields) != 0 {
-		t.Errorf("namespace %s: %v, %v; want it cached without managed fields", ns.Name, n, err)
+	if n, ok := c.Namespaces.Get(ns.Name); !ok || n.ResourceVersion != ns.ResourceVersion || !maps.Equal(n.Labels(), ns.Labels) {
+		t.Errorf("namespace %s: %+v, %v; want it cached at resourceVersion %s with labels %v", ns.Name, n, ok, ns.ResourceVersion, ns.Labels)
 	}
-
 }
 
 func createPod(t *testing.T, c kubernetes.Interface, ns, name, nodeName string) *corev1.Pod {

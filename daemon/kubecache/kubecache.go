@@ -2,8 +2,8 @@
 // SharedInformerFactory holding this node's pods and every namespace. The
 // agent builds it once and hands its informers to policy and to the checks
 // of running pods (podcheck, istioadopt's pending list), which read through
-// the listers and register their handlers on the same informers; none opens
-// a watch of its own.
+// the pod lister and Namespaces.Get and register their handlers on the same
+// informers; none opens a watch of its own.
 package kubecache
 
 import (
@@ -27,10 +27,9 @@ import (
 type Cache struct {
 	// Pods holds this node's pods only (spec.nodeName).
 	Pods coreinformers.PodInformer
-	// Namespaces holds every namespace, as NamespaceLabels reads it: its
-	// name, UID, resourceVersion and labels, kubernetes.io/metadata.name
-	// left out (it is the name).
-	Namespaces coreinformers.NamespaceInformer
+	// Namespaces holds every namespace as a Namespace: its name,
+	// resourceVersion and labels.
+	Namespaces *Namespaces
 
 	factory informers.SharedInformerFactory
 	node    string
@@ -63,14 +62,16 @@ func New(client kubernetes.Interface, nodeName string, log *slog.Logger) (*Cache
 	})
 	// Every node holds every namespace, so each byte of one counts 10,000
 	// times on a large cluster (docs/scale.md): no namespace index (a
-	// cluster-scoped object's is one set of every name), and what is kept
-	// of each is stripNamespace's.
-	f.InformerFor(&corev1.Namespace{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+	// cluster-scoped object's is one set of every name), and the informer
+	// stores compactNamespace's Namespace, not the object. Its requests
+	// are client-go's own namespace informer's; only its lister, which
+	// expects *corev1.Namespace, is never handed out (Namespaces.Get is).
+	namespaces := f.InformerFor(&corev1.Namespace{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return coreinformers.NewNamespaceInformer(c, resync, cache.Indexers{})
 	})
-	c := &Cache{Pods: f.Core().V1().Pods(), Namespaces: f.Core().V1().Namespaces(), factory: f, node: nodeName, log: log}
-	// Informer() instantiates each in the factory, so Run starts both.
-	for name, inf := range map[string]cache.SharedIndexInformer{"pods": c.Pods.Informer(), "namespaces": c.Namespaces.Informer()} {
+	// InformerFor instantiates each in the factory, so Run starts both.
+	c := &Cache{Pods: f.Core().V1().Pods(), Namespaces: &Namespaces{informer: namespaces}, factory: f, node: nodeName, log: log}
+	for name, inf := range map[string]cache.SharedIndexInformer{"pods": c.Pods.Informer(), "namespaces": namespaces} {
 		log := log.With("informer", name)
 		if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
 			log.Warn("watch failed; retrying", "err", err)
@@ -83,7 +84,7 @@ func New(client kubernetes.Interface, nodeName string, log *slog.Logger) (*Cache
 
 func stripManagedFields(obj any) (any, error) {
 	if ns, ok := obj.(*corev1.Namespace); ok {
-		return stripNamespace(ns), nil
+		return compactNamespace(ns), nil
 	}
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
@@ -94,28 +95,10 @@ func stripManagedFields(obj any) (any, error) {
 // metadataName is the label the API server gives every namespace, its name.
 const metadataName = "kubernetes.io/metadata.name"
 
-// stripNamespace keeps what the agent reads of a namespace: its labels,
-// for the enablement selectors and the sidecar rules. The labels map is
-// most of a namespace's bytes in the cache and on most namespaces holds
-// only kubernetes.io/metadata.name, so that label is dropped when it is the
-// name (NamespaceLabels puts it back).
-func stripNamespace(ns *corev1.Namespace) *corev1.Namespace {
-	kept := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name, UID: ns.UID, ResourceVersion: ns.ResourceVersion,
-		DeletionTimestamp: ns.DeletionTimestamp}}
-	for k, v := range ns.Labels {
-		if k == metadataName && v == ns.Name {
-			continue
-		}
-		if kept.Labels == nil {
-			kept.Labels = make(map[string]string, len(ns.Labels))
-		}
-		kept.Labels[k] = v
-	}
-	return kept
-}
-
 // NamespaceLabels is ns's labels as the API server has them, for a
-// namespace from the cache or from the API server alike (nil: none).
+// namespace from the API server (a GET when the cache is behind) or one
+// written without kubernetes.io/metadata.name, which the API server would
+// add (nil: none).
 func NamespaceLabels(ns *corev1.Namespace) map[string]string {
 	if ns == nil {
 		return nil

@@ -28,6 +28,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/ambientpods"
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/istioadopt"
+	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/policy"
 	"github.com/sluicemesh/sluice/daemon/repair"
 	"github.com/sluicemesh/sluice/daemon/workloads"
@@ -64,7 +65,7 @@ type Config struct {
 	// (daemon/kubecache): the Checker registers its handlers on them and
 	// reads pods through the pod lister.
 	Pods       coreinformers.PodInformer
-	Namespaces coreinformers.NamespaceInformer
+	Namespaces *kubecache.Namespaces
 	Store      *workloads.Store
 	// Client labels, evicts and annotates pods; the identity needs what
 	// the mode uses: patch on pods/status (label, annotation), create on

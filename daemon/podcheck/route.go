@@ -3,7 +3,6 @@ package podcheck
 import (
 	"context"
 	"fmt"
-	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,9 +54,9 @@ func (c *Checker) podHandler(ctx context.Context, q workqueue.TypedRateLimitingI
 func (c *Checker) namespaceHandler(q workqueue.TypedInterface[string]) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj any) {
-			o, ok1 := old.(*corev1.Namespace)
-			n, ok2 := obj.(*corev1.Namespace)
-			if !ok1 || !ok2 || maps.Equal(o.Labels, n.Labels) {
+			o, ok1 := old.(*kubecache.Namespace)
+			n, ok2 := obj.(*kubecache.Namespace)
+			if !ok1 || !ok2 || n.SameLabels(o) {
 				return
 			}
 			pods, _ := c.pods.Pods(n.Name).List(labels.Everything()) // the cache holds only pods: no error

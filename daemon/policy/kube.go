@@ -16,6 +16,7 @@ import (
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
@@ -26,10 +27,11 @@ type KubeConfig struct {
 	Client kubernetes.Interface
 	// Pods and Namespaces are the agent's shared informers
 	// (daemon/kubecache): this node's pods, every namespace. The policy
-	// reads through their listers, reports their sync, and registers on
-	// Pods the handler that wakes lookups waiting for a new pod.
+	// reads through the pod lister and Namespaces.Get, reports their sync,
+	// and registers on Pods the handler that wakes lookups waiting for a
+	// new pod.
 	Pods       coreinformers.PodInformer
-	Namespaces coreinformers.NamespaceInformer
+	Namespaces *kubecache.Namespaces
 	// NodeName is this node, named in errors.
 	NodeName string
 	// Pods in these namespaces are passed through without asking the API
@@ -55,7 +57,6 @@ type KubeConfig struct {
 type Kube struct {
 	cfg              KubeConfig
 	pods             corev1listers.PodLister
-	namespaces       corev1listers.NamespaceLister
 	podsSynced       cache.InformerSynced
 	namespacesSynced cache.InformerSynced
 	arrivals         *arrivals
@@ -83,7 +84,7 @@ func NewKube(cfg KubeConfig) (*Kube, error) {
 		cfg.Log = slog.Default()
 	}
 	pods, namespaces := cfg.Pods.Informer(), cfg.Namespaces.Informer()
-	k := &Kube{cfg: cfg, pods: cfg.Pods.Lister(), namespaces: cfg.Namespaces.Lister(),
+	k := &Kube{cfg: cfg, pods: cfg.Pods.Lister(),
 		podsSynced: pods.HasSynced, namespacesSynced: namespaces.HasSynced, arrivals: newArrivals(), log: cfg.Log}
 	wake := func(obj any) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
@@ -156,8 +157,8 @@ func (k *Kube) Decide(ctx context.Context, p Pod) (Decision, error) {
 // runtime retries); a namespace it does not have either is nil, and the
 // pod's own labels decide.
 func (k *Kube) namespace(ctx context.Context, name string) (*corev1.Namespace, error) {
-	if ns, err := k.namespaces.Get(name); err == nil {
-		return ns, nil
+	if ns, ok := k.cfg.Namespaces.Get(name); ok {
+		return ns.Object(), nil
 	}
 	ns, err := k.cfg.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 	switch {

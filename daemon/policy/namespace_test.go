@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -31,8 +30,12 @@ func staleNamespaces(t *testing.T, client kubernetes.Interface) *Kube {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idle := informers.NewSharedInformerFactory(client, 0).Core().V1().Namespaces()
-	k, err := NewKube(KubeConfig{Client: client, Pods: c.Pods, Namespaces: idle, NodeName: node,
+	// A second cache, never run: its namespace informer stays empty.
+	idle, err := kubecache.New(client, node, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := NewKube(KubeConfig{Client: client, Pods: c.Pods, Namespaces: idle.Namespaces, NodeName: node,
 		Base: redirect.DefaultSpec(), LookupWait: 100 * time.Millisecond, Log: log,
 		Ambient: &AmbientConfig{Base: redirect.DefaultAmbientSpec(), DNSCapture: true}})
 	if err != nil {

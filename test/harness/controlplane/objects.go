@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/sluicemesh/sluice/daemon/kubecache"
 	"github.com/sluicemesh/sluice/daemon/late"
 	"github.com/sluicemesh/sluice/daemon/policy"
 )
@@ -177,8 +178,8 @@ func (n *Node) Cached(t *testing.T, p Pod) *corev1.Pod {
 	want := n.Get(t, p)
 	var got *corev1.Pod
 	n.Eventually(t, func() bool {
-		cachedNS, err := n.Cache.Namespaces.Lister().Get(p.Namespace)
-		if err != nil || !maps.Equal(cachedNS.Labels, ns.Labels) {
+		cachedNS, ok := n.Cache.Namespaces.Get(p.Namespace)
+		if !ok || !maps.Equal(cachedNS.Labels(), kubecache.NamespaceLabels(ns)) {
 			return false
 		}
 		got, err = n.Cache.Pods.Lister().Pods(p.Namespace).Get(p.Name)
