@@ -19,6 +19,7 @@ import (
 	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nodetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // The agent runs in its container with exactly the capabilities the
@@ -103,7 +104,7 @@ func (n *node) startCapped(caps []string, extra ...string) error {
 	if n.agentInHostNetns {
 		cmd = exec.Command(argv[0], argv[1:]...)
 	}
-	n.agent = agenttest.Start(n.t, cmd)
+	n.agent = proctest.Start(n.t, cmd)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		resp, err := n.Status()
 		switch {

@@ -91,8 +91,8 @@ func TestContainerdSandboxCaptured(t *testing.T) {
 	}
 	p.expect(t, "10.96.0.10:80")
 
-	c.crictlRun("stopp", podID)
-	c.crictlRun("rmp", podID)
+	c.MustCrictl("stopp", podID)
+	c.MustCrictl("rmp", podID)
 	if _, err := os.Stat(netnsPath); !os.IsNotExist(err) {
 		t.Fatalf("sandbox netns %s still there after rmp: %v", netnsPath, err)
 	}

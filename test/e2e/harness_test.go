@@ -26,6 +26,7 @@ import (
 	"github.com/sluicemesh/sluice/internal/productbuild"
 	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // binDir holds freshly built sluice, sluice-agent and the reference plugins.
@@ -83,7 +84,7 @@ func newNode(t *testing.T) *node {
 }
 
 // agent is a running sluice-agent process.
-type agent = agenttest.Agent
+type agent = proctest.Proc
 
 // startAgent runs sluice-agent inside the node netns and waits until it
 // is ready.
@@ -109,7 +110,7 @@ func (n *node) startAgentNotReady(extra ...string) *agent {
 	if len(n.agentEnv) > 0 {
 		cmd.Env = append(os.Environ(), n.agentEnv...)
 	}
-	a := agenttest.Start(t, cmd)
+	a := proctest.Start(t, cmd)
 	n.agent = a
 	a.Wait(t, 10*time.Second, func() bool {
 		_, err := n.Status()

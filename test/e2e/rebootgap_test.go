@@ -12,8 +12,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // firstConfig loads the config a runtime would use for the next pod: the
@@ -109,7 +109,7 @@ func TestPrimaryRewrittenWhileAgentAwayFailsClosed(t *testing.T) {
 	}
 	args := n.agentArgs("--install=true", "--uninstall-on-exit=false")
 	start := func() *agent {
-		return agenttest.Start(t, n.NS.Command(filepath.Join(binDir, "sluice-agent"), args...))
+		return proctest.Start(t, n.NS.Command(filepath.Join(binDir, "sluice-agent"), args...))
 	}
 	a := start()
 	a.Wait(t, 10*time.Second, func() bool {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // The support bundle from a real agent with two pods enrolled and the
@@ -37,7 +37,7 @@ func TestSysdump(t *testing.T) {
 
 	cmd := n.NS.Command(filepath.Join(binDir, "sluice-agent"), n.agentArgs("--install=true")...)
 	cmd.Env = append(os.Environ(), "SLUICE_E2E_TOKEN="+secrets["env"], "POD_NAME=sluice-agent-e2e", "POD_NAMESPACE=kube-system")
-	n.agent = agenttest.Start(t, cmd)
+	n.agent = proctest.Start(t, cmd)
 	n.agent.Wait(t, 10*time.Second, func() bool {
 		resp, err := n.Status()
 		return err == nil && resp.Ready

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicemesh/sluice/internal/productbuild"
 	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // binDir holds the freshly built binaries, readable by any uid (the
@@ -94,7 +95,7 @@ func newNode(t *testing.T) *node {
 	return n
 }
 
-type agent = agenttest.Agent
+type agent = proctest.Proc
 
 // start runs sluice-agent in the node netns; ready waits for /readyz.
 func (n *node) start(ready bool, extra ...string) *agent {
@@ -107,7 +108,7 @@ func (n *node) start(ready bool, extra ...string) *agent {
 	if n.smallState {
 		cmd = n.inSmallState(cmd)
 	}
-	a := agenttest.Start(t, cmd)
+	a := proctest.Start(t, cmd)
 	if ready {
 		a.Wait(t, 10*time.Second, func() bool {
 			code, _ := n.get("/readyz")

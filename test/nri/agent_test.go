@@ -3,7 +3,6 @@ package nri_test
 import (
 	"context"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -11,13 +10,14 @@ import (
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // agentSocket is the agent's gRPC socket in the node.
 const agentSocket = "/run/sluice/agent.sock"
 
 type agent struct {
-	*agenttest.Agent
+	*proctest.Proc
 	n *node
 }
 
@@ -50,7 +50,7 @@ func (n *node) startAgentNoWait(extra ...string) *agent {
 	if n.agentInHostNetns {
 		cmd = n.commandMountOnly(context.Background(), args...)
 	}
-	a := &agent{Agent: agenttest.Start(t, cmd), n: n}
+	a := &agent{Proc: proctest.Start(t, cmd), n: n}
 	t.Cleanup(a.stop) // before the harness's SIGKILL: a clean stop first
 	return a
 }
@@ -58,15 +58,7 @@ func (n *node) startAgentNoWait(extra ...string) *agent {
 func (a *agent) checkAlive() { a.Alive(a.n.t) }
 
 // stop sends SIGTERM and waits; SIGKILL after 15s.
-func (a *agent) stop() {
-	a.Cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.Done:
-	case <-time.After(15 * time.Second):
-		a.Cmd.Process.Kill()
-		<-a.Done
-	}
-}
+func (a *agent) stop() { a.Terminate(15 * time.Second) }
 
 // workloads lists what the agent has enrolled, over its gRPC socket.
 func (n *node) workloads() []*sluicev1.Workload {

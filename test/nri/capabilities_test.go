@@ -28,6 +28,6 @@ func TestNRICapturesPodWithTheChartsCapabilities(t *testing.T) {
 		t.Fatalf("sandbox %s not enrolled under %v; workloads: %v", s.ID, caps, n.workloads())
 	}
 	expectCaptured(t, n.netns(s))
-	c.mustCrictl("stopp", s.ID)
-	c.mustCrictl("rmp", s.ID)
+	c.MustCrictl("stopp", s.ID)
+	c.MustCrictl("rmp", s.ID)
 }

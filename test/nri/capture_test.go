@@ -41,14 +41,14 @@ func TestNRICapturesPod(t *testing.T) {
 		t.Fatalf("a sluice entry is in the node's CNI config:\n%s", entries)
 	}
 
-	c.mustCrictl("stopp", s.ID)
+	c.MustCrictl("stopp", s.ID)
 	if n.enrolled(s.ID) != nil {
 		t.Fatalf("sandbox %s still enrolled after stopp", s.ID)
 	}
 	if a.Logs.Count("msg=released", "event=StopPodSandbox", "sandbox="+s.ID[:12]) != 1 {
 		t.Fatalf("no release at StopPodSandbox:\n%s", a.Logs)
 	}
-	c.mustCrictl("rmp", s.ID)
+	c.MustCrictl("rmp", s.ID)
 	nstest.Eventually(t, 5*time.Second, func() bool { return len(n.workloads()) == 0 }, "workloads left after rmp")
 }
 
@@ -108,8 +108,8 @@ func TestNRIBothTriggersConverge(t *testing.T) {
 		t.Fatalf("the NRI event did not find the CNI's record:\n%s", a.Logs)
 	}
 	expectCaptured(t, n.netns(s))
-	c.mustCrictl("stopp", s.ID)
-	c.mustCrictl("rmp", s.ID)
+	c.MustCrictl("stopp", s.ID)
+	c.MustCrictl("rmp", s.ID)
 	if ws := n.workloads(); len(ws) != 0 {
 		t.Fatalf("workloads left after rmp: %v", ws)
 	}

@@ -1,18 +1,13 @@
 package nri_test
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
-	"time"
 
-	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/containerdtest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
@@ -88,13 +83,12 @@ const nriSocket = "/run/nri/nri.sock"
 // podSubnet is the primary CNI's pod range; the bridge lives in the node.
 const podSubnet = "10.89.0.0/24"
 
+// containerd is the node's containerd (containerdtest) and the node it
+// runs in, for the pod configs.
 type containerd struct {
-	n    *node
-	bin  string // the containerd binaries
-	conf string
-	logs *agenttest.Logs
-	done <-chan struct{}
-	cmd  *exec.Cmd
+	*containerdtest.Containerd
+	n   *node
+	bin string // the containerd binaries, crictl among them
 }
 
 type containerdOptions struct {
@@ -111,7 +105,7 @@ type containerdOptions struct {
 func (n *node) startContainerd(opts containerdOptions) *containerd {
 	t := n.t
 	t.Helper()
-	c := &containerd{n: n, bin: containerdBinaries(t), logs: &agenttest.Logs{}}
+	c := &containerd{n: n, bin: containerdBinaries(t)}
 	confDir := filepath.Join(n.dir, "net.d")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -140,137 +134,23 @@ func (n *node) startContainerd(opts containerdOptions) *containerd {
 	if opts.validator {
 		extra = validatorConfig
 	}
-	c.conf = filepath.Join(n.dir, "containerd.toml")
 	conf := fmt.Sprintf(containerdConfig, filepath.Join(n.dir, "root"), pauseRef, binDirs, confDir,
 		nriSocket, filepath.Join(n.dir, "nri", "plugins"), filepath.Join(n.dir, "nri", "conf.d"), extra)
-	if err := os.WriteFile(c.conf, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.cleanup)
-	c.start()
-	nstest.Eventually(t, 30*time.Second, func() bool {
-		c.checkAlive()
-		out, err := c.crictl(t.Context(), "info")
-		return err == nil && strings.Contains(out, `"NetworkReady"`) && networkReady(out)
-	}, "containerd never reported NetworkReady:\n%s", c.logs)
-	c.importPause()
+	c.Containerd = containerdtest.Start(t, containerdtest.Options{
+		Dir: n.dir, Config: conf, Bin: c.bin, Crictl: filepath.Join(c.bin, "crictl"),
+		Socket: "/run/containerd/containerd.sock", Command: n.command, Pause: pauseArchive(t),
+		Reap: n.killAll,
+	})
 	return c
-}
-
-func (c *containerd) start() {
-	cmd := c.n.command(context.Background(), "env", "PATH="+c.bin+":"+os.Getenv("PATH"), filepath.Join(c.bin, "containerd"), "--config", c.conf)
-	cmd.Stdout, cmd.Stderr = c.logs, c.logs
-	done, err := agenttest.StartLocked(cmd)
-	if err != nil {
-		c.n.t.Fatalf("start containerd: %v", err)
-	}
-	c.done, c.cmd = done, cmd
-}
-
-// stop ends containerd (SIGTERM, then SIGKILL) and leaves its pods running,
-// as a containerd restart does.
-func (c *containerd) stop() {
-	if c.cmd == nil {
-		return
-	}
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		c.cmd.Process.Kill()
-		<-c.done
-	}
-}
-
-func (c *containerd) checkAlive() {
-	select {
-	case <-c.done:
-		c.n.t.Fatalf("containerd exited:\n%s", c.logs)
-	default:
-	}
-}
-
-func networkReady(info string) bool {
-	var v struct {
-		Status struct {
-			Conditions []struct {
-				Type   string `json:"type"`
-				Status bool   `json:"status"`
-			} `json:"conditions"`
-		} `json:"status"`
-	}
-	if json.Unmarshal([]byte(info), &v) != nil {
-		return false
-	}
-	for _, cond := range v.Status.Conditions {
-		if cond.Type == "NetworkReady" {
-			return cond.Status
-		}
-	}
-	return false
-}
-
-// crictl runs crictl against the node's containerd.
-func (c *containerd) crictl(ctx context.Context, args ...string) (string, error) {
-	argv := append([]string{filepath.Join(c.bin, "crictl"),
-		"--runtime-endpoint", "unix:///run/containerd/containerd.sock",
-		"--image-endpoint", "unix:///run/containerd/containerd.sock", "--timeout", "30s"}, args...)
-	out, err := c.n.run(ctx, argv...)
-	return strings.TrimSpace(out), err
-}
-
-func (c *containerd) mustCrictl(args ...string) string {
-	c.n.t.Helper()
-	out, err := c.crictl(c.n.t.Context(), args...)
-	if err != nil {
-		c.n.t.Fatalf("%v\ncontainerd log:\n%s", err, c.logs)
-	}
-	return out
-}
-
-// importPause loads the project's pause image and waits until CRI lists it.
-func (c *containerd) importPause() {
-	t := c.n.t
-	if _, err := c.n.run(t.Context(), filepath.Join(c.bin, "ctr"), "--address", "/run/containerd/containerd.sock",
-		"-n", "k8s.io", "images", "import", pauseArchive(t)); err != nil {
-		t.Fatalf("import the pause image: %v\n%s", err, c.logs)
-	}
-	nstest.Eventually(t, 10*time.Second, func() bool {
-		_, err := c.crictl(t.Context(), "inspecti", pauseRef)
-		return err == nil
-	}, "CRI does not list %s after the import", pauseRef)
-}
-
-// cleanup removes every pod, stops containerd and kills whatever is left
-// in the node's mount namespace but the holder: shims, pause processes.
-func (c *containerd) cleanup() {
-	t := c.n.t
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	select {
-	case <-c.done:
-	default:
-		if out, err := c.crictl(ctx, "rmp", "--all", "--force"); err != nil {
-			t.Logf("cleanup: rmp: %v %s", err, out)
-		}
-	}
-	c.stop()
-	c.n.killAll()
-	if t.Failed() {
-		t.Logf("containerd log:\n%s", c.logs)
-	}
 }
 
 // killAll kills every process in the node's mount namespace but the
 // holder, and every process in the pods' cgroups (the pause processes,
 // which have mount namespaces of their own).
 func (n *node) killAll() {
-	pids, _ := filepath.Glob("/sys/fs/cgroup/*" + n.cgroup + "/*/cgroup.procs")
-	more, _ := filepath.Glob("/sys/fs/cgroup" + n.cgroup + "/*/cgroup.procs")
-	for _, f := range append(pids, more...) {
-		b, _ := os.ReadFile(f)
-		for _, l := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(l); err == nil && pid > 1 {
+	if hs, err := nstest.CgroupHierarchies(); err == nil {
+		for _, pid := range nstest.CgroupPIDs(hs, n.cgroup) {
+			if pid > 1 {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}

@@ -21,14 +21,14 @@ func TestNRIRejectionFailsRunp(t *testing.T) {
 	c := n.startContainerd(containerdOptions{})
 	a := n.startAgent(ambientNoZtunnel...)
 
-	out, err := c.crictl(t.Context(), "runp", c.podConfig("shop", "refused", nil))
+	out, err := c.Crictl(t.Context(), "runp", c.podConfig("shop", "refused", nil))
 	if err == nil {
 		t.Fatalf("runp of a pod the agent cannot capture succeeded: %s", out)
 	}
 	if !strings.Contains(err.Error(), "sluice: capture pod shop/refused") {
 		t.Fatalf("runp failed without the agent's reason: %v", err)
 	}
-	if pods := c.mustCrictl("pods", "-q"); pods != "" {
+	if pods := c.MustCrictl("pods", "-q"); pods != "" {
 		t.Fatalf("sandboxes left after the rejected runp: %s", pods)
 	}
 	if ns, _ := os.ReadDir(n.path("/run/netns")); len(ns) != 0 {
@@ -66,7 +66,7 @@ func TestNRICreateContainerGate(t *testing.T) {
 	if a.Logs.Count("capture failed", "event=Synchronize", "pod=shop/missed") == 0 {
 		t.Fatalf("Synchronize did not try the missed pod:\n%s", a.Logs)
 	}
-	out, err := c.crictl(t.Context(), "create", s.ID, c.containerConfig("app"), c.podConfig("shop", "missed", nil))
+	out, err := c.Crictl(t.Context(), "create", s.ID, c.containerConfig("app"), c.podConfig("shop", "missed", nil))
 	if err == nil {
 		t.Fatalf("a container of an uncaptured pod was created: %s", out)
 	}

@@ -84,7 +84,7 @@ func TestNRIAndCNIDecideAlike(t *testing.T) {
 	if _, err := n.cniAddPod("cni-bad", n.holdNetns(), podRef(bad)); err == nil {
 		t.Fatal("CNI ADD accepted a pod with an invalid annotation")
 	}
-	if out, err := c.crictl(t.Context(), "runp", c.kubePodConfig(bad)); err == nil {
+	if out, err := c.Crictl(t.Context(), "runp", c.kubePodConfig(bad)); err == nil {
 		t.Fatalf("runp of a pod with an invalid annotation succeeded: %s", out)
 	} else if !strings.Contains(err.Error(), "10.0.0.0/33") {
 		t.Fatalf("runp failed without the policy's reason: %v", err)
@@ -123,7 +123,7 @@ func (c *containerd) kubePodConfig(p *corev1.Pod) string {
 
 func (c *containerd) runKubePod(p *corev1.Pod) sandbox {
 	c.n.t.Helper()
-	return c.inspect(c.mustCrictl("runp", c.kubePodConfig(p)))
+	return c.Inspect(c.MustCrictl("runp", c.kubePodConfig(p)))
 }
 
 // sidecarPod is a pod as Istio's injector leaves it.
@@ -172,7 +172,7 @@ func TestNRIUndecidablePodFailsClosedInBudget(t *testing.T) {
 	ghost := sidecarPod("ghost", nil)
 	ghost.Namespace, ghost.UID = mesh, "uid-not-in-the-api"
 	start := time.Now()
-	out, err := c.crictl(t.Context(), "runp", c.kubePodConfig(ghost))
+	out, err := c.Crictl(t.Context(), "runp", c.kubePodConfig(ghost))
 	took := time.Since(start)
 	if err == nil {
 		t.Fatalf("runp of a pod the API server does not know succeeded: %s", out)
@@ -181,8 +181,8 @@ func TestNRIUndecidablePodFailsClosedInBudget(t *testing.T) {
 		t.Fatalf("runp failed without the agent's reason: %v", err)
 	}
 	t.Logf("runp failed after %v", took)
-	if strings.Contains(c.logs.String(), "closing plugin 10-sluice") {
-		t.Fatalf("containerd dropped the plugin:\n%s", c.logs)
+	if strings.Contains(c.Logs.String(), "closing plugin 10-sluice") {
+		t.Fatalf("containerd dropped the plugin:\n%s", c.Logs)
 	}
 	if got := a.Logs.Count("synchronized with the runtime"); got != 1 {
 		t.Fatalf("the plugin reconnected (%d connections): the event overran the runtime's timeout", got)

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // node is a private network and mount namespace that plays the machine for
@@ -69,7 +69,7 @@ func newNode(t testing.TB) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := agenttest.StartLocked(n.holder)
+	held, err := proctest.StartLocked(n.holder)
 	if err != nil {
 		t.Fatalf("start the node's namespaces: %v", err)
 	}
@@ -125,36 +125,15 @@ func (n *node) path(p string) string {
 	return "/proc/" + strconv.Itoa(n.pid) + "/root" + p
 }
 
-// removeCgroups removes the pods' cgroups under the node's parent, in
-// every hierarchy (v1 mounts each controller under /sys/fs/cgroup/<name>).
+// removeCgroups removes the pods' cgroups under the node's parent, and
+// the parent, in every hierarchy.
 func (n *node) removeCgroups() {
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + n.cgroup)
-	dirs = append(dirs, "/sys/fs/cgroup"+n.cgroup)
-	for _, d := range dirs {
-		subs, _ := os.ReadDir(d)
-		for _, s := range subs {
-			if s.IsDir() {
-				rmdirCgroup(n.t, filepath.Join(d, s.Name()))
-			}
-		}
-		rmdirCgroup(n.t, d)
+	hs, err := nstest.CgroupHierarchies()
+	if err == nil {
+		err = nstest.RemoveCgroup(hs, n.cgroup, 5*time.Second)
 	}
-}
-
-// rmdirCgroup removes an empty cgroup; a process killed a moment ago keeps
-// it busy until the kernel has finished its exit.
-func rmdirCgroup(t testing.TB, dir string) {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := syscall.Rmdir(dir)
-		if err == nil || err == syscall.ENOENT {
-			return
-		}
-		if err != syscall.EBUSY || time.Now().After(deadline) {
-			t.Errorf("remove cgroup %s: %v", dir, err)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err != nil {
+		n.t.Error(err)
 	}
 }
 

@@ -37,8 +37,8 @@ func TestNRISynchronize(t *testing.T) {
 		t.Fatal("the ghost attachment was not enrolled")
 	}
 
-	c.stop()
-	c.start()
+	c.Stop()
+	c.Run()
 	nstest.Eventually(t, 30*time.Second, func() bool {
 		return a.Logs.Count("synchronized with the runtime") >= 2
 	}, "the agent did not reconnect after containerd restarted:\n%s", a.Logs)

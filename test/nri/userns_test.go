@@ -12,8 +12,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // A pod netns owned by a user namespace other than the initial one (what
@@ -86,14 +86,14 @@ func TestNRIUserNamespacePod(t *testing.T) {
 }`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id, err := c.crictl(t.Context(), "runp", conf)
+	id, err := c.Crictl(t.Context(), "runp", conf)
 	if err != nil {
 		if strings.Contains(err.Error(), "sluice: ") {
 			t.Fatalf("the agent refused a user-namespaced pod: %v", err)
 		}
 		t.Skipf("this machine's runtime cannot run a user-namespaced sandbox (not sluice's refusal): %v", err)
 	}
-	s := c.inspect(id)
+	s := c.Inspect(id)
 	if w := n.enrolled(s.ID); w == nil {
 		t.Fatalf("user-namespaced sandbox %s not enrolled", s.ID)
 	}
@@ -105,7 +105,7 @@ func TestNRIUserNamespacePod(t *testing.T) {
 // fork, so the pid stays the same).
 func (n *node) holdProcess(comm string, argv ...string) int {
 	cmd := n.command(context.Background(), argv...)
-	done, err := agenttest.StartLocked(cmd)
+	done, err := proctest.StartLocked(cmd)
 	if err != nil {
 		n.t.Fatalf("%v: %v", argv, err)
 	}

@@ -137,7 +137,7 @@ func (c *Cluster) startHolder() error {
 	case s := <-line:
 		if s != "ready" {
 			<-p.done
-			return fmt.Errorf("node holder failed: %v\n%s", p.err, p.logTail())
+			return fmt.Errorf("node holder failed: %v\n%s", p.status(), p.logTail())
 		}
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("node holder not ready after 30s\n%s", p.logTail())

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // process is one daemon the cluster runs: a direct child of the process
@@ -16,10 +17,12 @@ import (
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	log  string        // combined stdout and stderr
-	done chan struct{} // closed when the process has exited
-	err  error         // its exit status, valid after done
+	log  string          // combined stdout and stderr
+	done <-chan struct{} // closed when the process has exited
 }
+
+// status is how the process ended, valid after done.
+func (p *process) status() *os.ProcessState { return p.cmd.ProcessState }
 
 // start runs bin with its output in logPath. Pdeathsig kills the child if
 // the starting process dies without cleaning up; it is tied to the thread
@@ -38,30 +41,18 @@ func start(name, logPath string, argv []string) (*process, error) {
 }
 
 func startCmd(name, logPath string, cmd *exec.Cmd) (*process, error) {
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	done, err := proctest.StartLocked(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start %s (%s): %w", name, cmd.Path, err)
 	}
-	return p, nil
+	return &process{name: name, cmd: cmd, log: logPath, done: done}, nil
 }
 
 // alive fails when the process has exited, naming its status and log.
 func (p *process) alive() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("%s exited: %v\n%s", p.name, p.err, p.logTail())
+		return fmt.Errorf("%s exited: %v\n%s", p.name, p.status(), p.logTail())
 	default:
 		return nil
 	}

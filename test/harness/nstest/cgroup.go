@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // PodCgroup creates a cgroup whose path names the pod the way a kubelet's
@@ -19,13 +20,16 @@ import (
 func PodCgroup(t testing.TB, driver, uid string) string {
 	t.Helper()
 	RequireRoot(t)
-	top := filepath.Join(cgroupMount(t), fmt.Sprintf("sluice-test-%d-%s", os.Getpid(), uid[:8]))
+	mount, name := cgroupMount(t), fmt.Sprintf("sluice-test-%d-%s", os.Getpid(), uid[:8])
+	if driver == "systemd" {
+		name += ".slice"
+	}
+	top := filepath.Join(mount, name)
 	var leaf string
 	switch driver {
 	case "cgroupfs":
 		leaf = filepath.Join(top, "besteffort", "pod"+uid)
 	case "systemd":
-		top += ".slice"
 		leaf = filepath.Join(top, "kubepods-besteffort-pod"+strings.ReplaceAll(uid, "-", "_")+".slice")
 	default:
 		t.Fatalf("unknown cgroup driver %q", driver)
@@ -34,11 +38,8 @@ func PodCgroup(t testing.TB, driver, uid string) string {
 		t.Fatalf("create cgroup %s: %v", leaf, err)
 	}
 	t.Cleanup(func() {
-		// A cgroup is removed with rmdir, deepest first.
-		for d := leaf; strings.HasPrefix(d, top); d = filepath.Dir(d) {
-			if err := os.Remove(d); err != nil {
-				t.Errorf("remove cgroup %s: %v", d, err)
-			}
+		if err := RemoveCgroup([]string{mount}, name, 5*time.Second); err != nil {
+			t.Error(err)
 		}
 	})
 	return leaf
