@@ -217,14 +217,14 @@ func zdsRead(z *zdsClient) (*zds.WorkloadRequest, error) {
 
 func capInstaller(t *testing.T, caps []string) error {
 	n := newNode(t)
-	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	primaryPath := filepath.Join(n.ConfDir, "10-bridge.conflist")
 	if err := os.WriteFile(primaryPath, n.bridgeOnly(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.startCapped(caps, "--install=true"); err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(n.cniBin, "sluice")); err != nil {
+	if _, err := os.Stat(filepath.Join(n.CNIBin, "sluice")); err != nil {
 		return fmt.Errorf("plugin not installed: %w", err)
 	}
 	if b, _ := os.ReadFile(n.ownedConflist("10-bridge.conflist")); !bytes.Contains(b, []byte(`"sluice"`)) {

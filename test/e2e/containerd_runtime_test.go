@@ -18,7 +18,6 @@ import (
 
 	"github.com/sluicemesh/sluice/internal/ociimage"
 	"github.com/sluicemesh/sluice/test/harness/containerdtest"
-	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // crictlVersion is served by the Go module proxy (v1.35.0 is not).
@@ -54,9 +53,6 @@ type containerd struct {
 	// sandboxes maps each pod sandbox run to its netns path; cleanup
 	// removes what a failed test left of them.
 	sandboxes map[string]string
-	// cgroupParent holds the sandboxes' cgroups (cgroupfs driver), so
-	// cleanup can find and remove them.
-	cgroupParent string
 }
 
 // containerdConfig is a version 2 config. Only what the test needs is on;
@@ -123,28 +119,23 @@ func (n *node) startContainerd(crictl string) *containerd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	c := &containerd{t: t, dir: dir, socket: filepath.Join(dir, "containerd.sock"), sandboxes: map[string]string{},
-		cgroupParent: "/" + filepath.Base(dir)}
+	c := &containerd{t: t, dir: dir, socket: filepath.Join(dir, "containerd.sock"), sandboxes: map[string]string{}}
 	conf := fmt.Sprintf(containerdConfig,
 		filepath.Join(dir, "root"), filepath.Join(dir, "state"),
 		c.socket, c.socket+".ttrpc", ociimage.PauseRef, filepath.Join(dir, "runc"),
-		n.cniBin, n.confDir)
+		n.CNIBin, n.ConfDir)
 	c.Containerd = containerdtest.Start(t, containerdtest.Options{
-		Dir: dir, Config: conf, Crictl: crictl, Socket: c.socket, Reap: c.reap,
-		Command: func(ctx context.Context, argv ...string) *exec.Cmd {
-			return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.NS.Path, "--"}, argv...)...)
-		},
+		Dir: dir, Config: conf, Crictl: crictl, Socket: c.socket, Command: n.Command, Reap: c.reap,
 	})
 	return c
 }
 
-// reap removes what containerd left once it has stopped: shims, mounts,
-// cgroups and pod netns.
+// reap removes what containerd left once it has stopped: shims, mounts
+// and pod netns (the node removes its pods' cgroup).
 func (c *containerd) reap() {
 	t := c.t
 	c.killShims()
 	unmountUnder(t, c.dir)
-	c.removeCgroups()
 	for id, path := range c.sandboxes {
 		if _, err := os.Stat(path); err == nil {
 			t.Errorf("pod netns %s left behind; removing it", path)
@@ -218,18 +209,6 @@ func readInt(path string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
-
-// removeCgroups removes the sandboxes' cgroups (runc removes each on a
-// clean delete) and their parent, in every hierarchy.
-func (c *containerd) removeCgroups() {
-	hs, err := nstest.CgroupHierarchies()
-	if err == nil {
-		err = nstest.RemoveCgroup(hs, c.cgroupParent, 5*time.Second)
-	}
-	if err != nil {
-		c.t.Error(err)
-	}
 }
 
 func containsPair(args []string, key, value string) bool {

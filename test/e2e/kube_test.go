@@ -213,7 +213,7 @@ func TestKubeUninstallOnlyWhenDaemonSetGoes(t *testing.T) {
 	})
 
 	n := newNode(t)
-	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	primaryPath := filepath.Join(n.ConfDir, "10-bridge.conflist")
 	if err := os.WriteFile(primaryPath, n.bridgeOnly(), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestNRICapturesPodWithTheChartsCapabilities(t *testing.T) {
 	n.startAgent()
 	s := c.runPod("capped", "cart")
 	if n.enrolled(s.ID) == nil {
-		t.Fatalf("sandbox %s not enrolled under %v; workloads: %v", s.ID, caps, n.workloads())
+		t.Fatalf("sandbox %s not enrolled under %v; workloads: %v", s.ID, caps, n.Workloads(t))
 	}
 	expectCaptured(t, n.netns(s))
 	c.MustCrictl("stopp", s.ID)

@@ -23,7 +23,7 @@ func TestNRICapturesPod(t *testing.T) {
 	s := c.runPod("shop", "cart")
 	w := n.enrolled(s.ID)
 	if w == nil {
-		t.Fatalf("sandbox %s not enrolled after runp; workloads: %v", s.ID, n.workloads())
+		t.Fatalf("sandbox %s not enrolled after runp; workloads: %v", s.ID, n.Workloads(t))
 	}
 	if w.Netns != s.Netns || w.IfName != "eth0" || w.Pod.GetNamespace() != "shop" || w.Pod.GetName() != "cart" ||
 		w.Pod.GetUid() != "uid-shop-cart" {
@@ -49,7 +49,7 @@ func TestNRICapturesPod(t *testing.T) {
 		t.Fatalf("no release at StopPodSandbox:\n%s", a.Logs)
 	}
 	c.MustCrictl("rmp", s.ID)
-	nstest.Eventually(t, 5*time.Second, func() bool { return len(n.workloads()) == 0 }, "workloads left after rmp")
+	nstest.Eventually(t, 5*time.Second, func() bool { return len(n.Workloads(t)) == 0 }, "workloads left after rmp")
 }
 
 // An agent switched to --trigger nri removes what a cni or both agent left
@@ -59,7 +59,7 @@ func TestNRICapturesPod(t *testing.T) {
 func TestNRIDropsLeftoverEntry(t *testing.T) {
 	n := newNode(t)
 	c := n.startContainerd(containerdOptions{})
-	primary := filepath.Join(n.dir, "net.d", "10-pods.conflist")
+	primary := filepath.Join(n.ConfDir, "10-pods.conflist")
 	before, err := os.ReadFile(primary)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestNRIDropsLeftoverEntry(t *testing.T) {
 	if err := os.WriteFile(primary, []byte(withEntry), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	owned := filepath.Join(n.dir, "net.d", "10-pods-sluice.conflist")
+	owned := filepath.Join(n.ConfDir, "10-pods-sluice.conflist")
 	if err := os.WriteFile(owned, []byte(withEntry), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestNRIBothTriggersConverge(t *testing.T) {
 	c := n.startContainerd(containerdOptions{chained: true})
 	a := n.startAgent("--trigger", "both", "--install=false")
 	s := c.runPod("shop", "both")
-	ws := n.workloads()
+	ws := n.Workloads(t)
 	if len(ws) != 1 || ws[0].ContainerId != s.ID || ws[0].Netns != s.Netns {
 		t.Fatalf("workloads %v, want one for %s in %s", ws, s.ID, s.Netns)
 	}
@@ -110,7 +110,7 @@ func TestNRIBothTriggersConverge(t *testing.T) {
 	expectCaptured(t, n.netns(s))
 	c.MustCrictl("stopp", s.ID)
 	c.MustCrictl("rmp", s.ID)
-	if ws := n.workloads(); len(ws) != 0 {
+	if ws := n.Workloads(t); len(ws) != 0 {
 		t.Fatalf("workloads left after rmp: %v", ws)
 	}
 }

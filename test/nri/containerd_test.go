@@ -4,11 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"syscall"
 
 	"github.com/sluicemesh/sluice/test/harness/containerdtest"
-	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // containerdConfig is a version 3 config for containerd 2.x. Every path is
@@ -106,18 +103,12 @@ func (n *node) startContainerd(opts containerdOptions) *containerd {
 	t := n.t
 	t.Helper()
 	c := &containerd{n: n, bin: containerdBinaries(t)}
-	confDir := filepath.Join(n.dir, "net.d")
-	if err := os.MkdirAll(confDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	confDir := n.ConfDir
 	entry := ""
 	binDirs := fmt.Sprintf("%q", cniPlugins(t))
 	if opts.chained {
-		entry = fmt.Sprintf(`, {"type": "sluice", "socket": %q, "timeout": "2s"}`, agentSocket)
-		bin := filepath.Join(n.dir, "cni-bin")
-		if err := os.MkdirAll(bin, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		entry = fmt.Sprintf(`, {"type": "sluice", "socket": %q, "timeout": "2s"}`, n.Socket)
+		bin := n.CNIBin
 		if err := copyFile(pluginBinary(t), filepath.Join(bin, "sluice")); err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +117,7 @@ func (n *node) startContainerd(opts containerdOptions) *containerd {
 	primary := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "pods", "plugins": [
   {"type": "bridge", "bridge": "nri0", "isGateway": true, "ipMasq": false,
    "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]],
-            "routes": [{"dst": "0.0.0.0/0"}]}}%s]}`, filepath.Join(n.dir, "ipam"), podSubnet, entry)
+            "routes": [{"dst": "0.0.0.0/0"}]}}%s]}`, filepath.Join(n.Dir, "ipam"), podSubnet, entry)
 	if err := os.WriteFile(filepath.Join(confDir, "10-pods.conflist"), []byte(primary), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -134,47 +125,14 @@ func (n *node) startContainerd(opts containerdOptions) *containerd {
 	if opts.validator {
 		extra = validatorConfig
 	}
-	conf := fmt.Sprintf(containerdConfig, filepath.Join(n.dir, "root"), pauseRef, binDirs, confDir,
-		nriSocket, filepath.Join(n.dir, "nri", "plugins"), filepath.Join(n.dir, "nri", "conf.d"), extra)
+	conf := fmt.Sprintf(containerdConfig, filepath.Join(n.Dir, "root"), pauseRef, binDirs, confDir,
+		nriSocket, filepath.Join(n.Dir, "nri", "plugins"), filepath.Join(n.Dir, "nri", "conf.d"), extra)
 	c.Containerd = containerdtest.Start(t, containerdtest.Options{
-		Dir: n.dir, Config: conf, Bin: c.bin, Crictl: filepath.Join(c.bin, "crictl"),
-		Socket: "/run/containerd/containerd.sock", Command: n.command, Pause: pauseArchive(t),
-		Reap: n.killAll,
+		Dir: n.Dir, Config: conf, Bin: c.bin, Crictl: filepath.Join(c.bin, "crictl"),
+		Socket: "/run/containerd/containerd.sock", Command: n.Command, Pause: pauseArchive(t),
+		Reap: n.KillAll,
 	})
 	return c
-}
-
-// killAll kills every process in the node's mount namespace but the
-// holder, and every process in the pods' cgroups (the pause processes,
-// which have mount namespaces of their own).
-func (n *node) killAll() {
-	if hs, err := nstest.CgroupHierarchies(); err == nil {
-		for _, pid := range nstest.CgroupPIDs(hs, n.cgroup) {
-			if pid > 1 {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	}
-	self := nsInode(n.pid)
-	if self == 0 {
-		return
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(filepath.Base(p))
-		if err != nil || pid == n.pid || nsInode(pid) != self {
-			continue
-		}
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-}
-
-func nsInode(pid int) uint64 {
-	var st syscall.Stat_t
-	if err := syscall.Stat("/proc/"+strconv.Itoa(pid)+"/ns/mnt", &st); err != nil {
-		return 0
-	}
-	return st.Ino
 }
 
 func copyFile(src, dst string) error {

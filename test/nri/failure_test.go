@@ -31,10 +31,10 @@ func TestNRIRejectionFailsRunp(t *testing.T) {
 	if pods := c.MustCrictl("pods", "-q"); pods != "" {
 		t.Fatalf("sandboxes left after the rejected runp: %s", pods)
 	}
-	if ns, _ := os.ReadDir(n.path("/run/netns")); len(ns) != 0 {
+	if ns, _ := os.ReadDir(n.Path("/run/netns")); len(ns) != 0 {
 		t.Fatalf("netns left after the rejected runp: %v", ns)
 	}
-	if ws := n.workloads(); len(ws) != 0 {
+	if ws := n.Workloads(t); len(ws) != 0 {
 		t.Fatalf("records left after the rejected runp: %v", ws)
 	}
 	nstest.Eventually(t, 5*time.Second, func() bool { return len(allocatedIPs(t, n)) == 0 },
@@ -47,7 +47,7 @@ func TestNRIRejectionFailsRunp(t *testing.T) {
 // allocatedIPs are host-local's reservations (one file per address).
 func allocatedIPs(t *testing.T, n *node) []string {
 	var ips []string
-	files, _ := filepath.Glob(filepath.Join(n.dir, "ipam", "pods", "*"))
+	files, _ := filepath.Glob(filepath.Join(n.Dir, "ipam", "pods", "*"))
 	for _, f := range files {
 		if b := filepath.Base(f); b != "lock" && !strings.HasPrefix(b, "last_reserved_ip") {
 			ips = append(ips, b)
@@ -77,7 +77,7 @@ func TestNRICreateContainerGate(t *testing.T) {
 
 // containerConfig is a crictl container config running the pause image.
 func (c *containerd) containerConfig(name string) string {
-	path := filepath.Join(c.n.dir, "ctr-"+name+".json")
+	path := filepath.Join(c.n.Dir, "ctr-"+name+".json")
 	conf := `{"metadata": {"name": "` + name + `"}, "image": {"image": "` + pauseRef + `"}, "linux": {}}`
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		c.n.t.Fatal(err)

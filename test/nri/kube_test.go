@@ -36,7 +36,7 @@ func TestNRIAndCNIDecideAlike(t *testing.T) {
 	c := n.startContainerd(containerdOptions{})
 	n.agentInHostNetns = true
 	a := n.startAgent("--trigger", "both", "--install=false", "--kubeconfig", env.Kubeconfig(t, agentUser), "--node-name", kubeNode)
-	mesh := "mesh-" + strings.TrimPrefix(filepath.Base(n.dir), "sluice-nri-")
+	mesh := "mesh-" + strings.TrimPrefix(filepath.Base(n.Dir), "sluice-agentnode-")
 	if _, err := kc.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mesh}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +113,8 @@ func (c *containerd) kubePodConfig(p *corev1.Pod) string {
   "metadata": {"name": %q, "namespace": %q, "uid": %q, "attempt": 0},
   "hostname": %q,
   "linux": {"cgroup_parent": %q, "security_context": {"namespace_options": {"network": 0}}}
-}`, p.Name, p.Namespace, p.UID, p.Name, c.n.cgroup)
-	path := filepath.Join(c.n.dir, "kube-"+p.Name+".json")
+}`, p.Name, p.Namespace, p.UID, p.Name, c.n.Cgroup)
+	path := filepath.Join(c.n.Dir, "kube-"+p.Name+".json")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		c.n.t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestNRIUndecidablePodFailsClosedInBudget(t *testing.T) {
 	c := n.startContainerd(containerdOptions{})
 	n.agentInHostNetns = true
 	a := n.startAgent("--kubeconfig", env.Kubeconfig(t, agentUser), "--node-name", kubeNode)
-	mesh := "late-" + strings.TrimPrefix(filepath.Base(n.dir), "sluice-nri-")
+	mesh := "late-" + strings.TrimPrefix(filepath.Base(n.Dir), "sluice-agentnode-")
 	if _, err := kc.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mesh}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

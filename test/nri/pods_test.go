@@ -26,8 +26,8 @@ func (c *containerd) podConfig(namespace, name string, annotations map[string]st
   "hostname": %[1]q,
   "annotations": %[4]s,
   "linux": {"cgroup_parent": %[3]q, "security_context": {"namespace_options": {"network": 0}}}
-}`, name, namespace, c.n.cgroup, ann)
-	path := filepath.Join(c.n.dir, namespace+"-"+name+".json")
+}`, name, namespace, c.n.Cgroup, ann)
+	path := filepath.Join(c.n.Dir, namespace+"-"+name+".json")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func (c *containerd) runPod(namespace, name string) sandbox {
 
 // netns is the sandbox's network namespace as the test sees it.
 func (n *node) netns(s sandbox) *nstest.NS {
-	return &nstest.NS{Name: s.ID[:12], Path: n.path(s.Netns)}
+	return &nstest.NS{Name: s.ID[:12], Path: n.Path(s.Netns)}
 }
 
 // expectCaptured proves with real TCP that a connection from the pod to a

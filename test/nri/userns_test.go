@@ -75,11 +75,11 @@ func TestNRIUserNamespacePod(t *testing.T) {
 	n := newNode(t)
 	c := n.startContainerd(containerdOptions{})
 	n.startAgent()
-	conf := filepath.Join(n.dir, "userns-pod.json")
+	conf := filepath.Join(n.Dir, "userns-pod.json")
 	if err := os.WriteFile(conf, []byte(`{
   "metadata": {"name": "nohost", "namespace": "shop", "uid": "uid-shop-nohost", "attempt": 0},
   "hostname": "nohost",
-  "linux": {"cgroup_parent": "`+n.cgroup+`", "security_context": {"namespace_options": {"network": 0,
+  "linux": {"cgroup_parent": "`+n.Cgroup+`", "security_context": {"namespace_options": {"network": 0,
     "userns_options": {"mode": 0,
       "uids": [{"host_id": 1000000, "container_id": 0, "length": 65536}],
       "gids": [{"host_id": 1000000, "container_id": 0, "length": 65536}]}}}}
@@ -104,12 +104,7 @@ func TestNRIUserNamespacePod(t *testing.T) {
 // pid once it runs comm (nsenter and unshare exec the next, they do not
 // fork, so the pid stays the same).
 func (n *node) holdProcess(comm string, argv ...string) int {
-	cmd := n.command(context.Background(), argv...)
-	done, err := proctest.StartLocked(cmd)
-	if err != nil {
-		n.t.Fatalf("%v: %v", argv, err)
-	}
-	n.t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	cmd := proctest.Start(n.t, n.Command(context.Background(), argv...)).Cmd
 	nstest.Eventually(n.t, 5*time.Second, func() bool {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm")
 		return strings.TrimSpace(string(b)) == comm
