@@ -3,9 +3,6 @@ package e2e
 import (
 	"context"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 // These tests need the agent to run daemon/podcheck and daemon/events
@@ -134,30 +132,10 @@ func runningPod(t *testing.T, c kubernetes.Interface, ns string, p *corev1.Pod, 
 	return got
 }
 
-// podSandbox is what a runtime leaves for a running pod: a netns with the
-// pod's IP, and a process in it placed in a cgroup naming the pod, as the
-// kubelet's cgroupfs driver does.
+// podSandbox is what a runtime leaves for a running pod (podtest.SandboxIn):
+// a netns under the node's root with the pod's IP, and a process in it
+// placed in a cgroup naming the pod, as the kubelet's cgroupfs driver does.
 func (n *node) podSandbox(t *testing.T, name string, pod *corev1.Pod, ip netip.Addr) *nstest.NS {
 	t.Helper()
-	sb := n.Pod(name)
-	nstest.Veth(t, sb, "eth0", []string{netip.PrefixFrom(ip, ip.BitLen()).String()}, nstest.New(t, name+"-peer"), "veth0", nil)
-	cg := nstest.PodCgroup(t, "cgroupfs", string(pod.UID))
-	cmd := sb.Command("sleep", "300")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	procNet := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"
-	want, err := os.Stat(sb.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nstest.Eventually(t, 5*time.Second, func() bool {
-		got, err := os.Stat(procNet)
-		return err == nil && os.SameFile(got, want)
-	}, "the pod's process never entered its netns")
-	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		t.Fatalf("move the pod's process into %s: %v", cg, err)
-	}
-	return sb
+	return podtest.SandboxIn(t, n.Pod(name), string(pod.UID), ip, true)
 }

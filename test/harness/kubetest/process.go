@@ -4,18 +4,18 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"syscall"
 	"time"
+
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // process is a child the tests own: etcd or kube-apiserver.
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	log  string        // combined stdout and stderr
-	done chan struct{} // closed when the process has exited
-	err  error         // its exit status, valid after done
+	log  string          // combined stdout and stderr
+	done <-chan struct{} // closed when the process has exited
 }
 
 // startProcess runs bin with its output in logPath. Pdeathsig kills the
@@ -34,30 +34,21 @@ func startProcess(name, logPath, bin string, args ...string) (*process, error) {
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	done, err := proctest.StartLocked(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
-	return p, nil
+	return &process{name: name, cmd: cmd, log: logPath, done: done}, nil
 }
 
 // exited reports whether the process has ended, and how.
 func (p *process) exited() (bool, error) {
 	select {
 	case <-p.done:
-		return true, p.err
+		if ps := p.cmd.ProcessState; !ps.Success() {
+			return true, &exec.ExitError{ProcessState: ps}
+		}
+		return true, nil
 	default:
 		return false, nil
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 const (
@@ -187,7 +188,12 @@ func Get(t *testing.T, c kubernetes.Interface, ns, name string) *corev1.Pod {
 // without, only the IP can find it.
 func Sandbox(t *testing.T, uid string, ip netip.Addr, inCgroup bool) *nstest.NS {
 	t.Helper()
-	pod := nstest.New(t, "pod")
+	return SandboxIn(t, nstest.New(t, "pod"), uid, ip, inCgroup)
+}
+
+// SandboxIn is Sandbox in the netns pod (one under a node's netns root).
+func SandboxIn(t *testing.T, pod *nstest.NS, uid string, ip netip.Addr, inCgroup bool) *nstest.NS {
+	t.Helper()
 	nstest.Veth(t, pod, "eth0", []string{netip.PrefixFrom(ip, ip.BitLen()).String()}, nstest.New(t, "peer"), "veth0", nil)
 	var cg string
 	if inCgroup {
@@ -195,11 +201,7 @@ func Sandbox(t *testing.T, uid string, ip netip.Addr, inCgroup bool) *nstest.NS 
 		// registered first, and a cgroup with a process cannot go.
 		cg = nstest.PodCgroup(t, "cgroupfs", uid)
 	}
-	cmd := pod.Command("sleep", "300")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	cmd := proctest.Start(t, pod.Command("sleep", "300")).Cmd
 	procNet := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"
 	want, err := os.Stat(pod.Path)
 	if err != nil {
