@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sluicemesh/sluice/internal/ociimage"
 	"github.com/sluicemesh/sluice/test/harness/containerdtest"
 )
 
@@ -55,56 +53,6 @@ type containerd struct {
 	sandboxes map[string]string
 }
 
-// containerdConfig is a version 2 config. Only what the test needs is on;
-// plugins that would touch the machine's own paths (/opt/containerd) or
-// that cannot work here are off.
-const containerdConfig = `version = 2
-root = %[1]q
-state = %[2]q
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = %[3]q
-
-[ttrpc]
-  address = %[4]q
-
-[debug]
-  level = "info"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %[5]q
-  # This VM's root lacks CAP_SYS_RESOURCE: never lower a child's oom_score_adj.
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  enable_selinux = false
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        Root = %[6]q
-        SystemdCgroup = false
-
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %[7]q
-    conf_dir = %[8]q
-    max_conf_num = 1
-`
-
 // startContainerd runs containerd in the node netns with the CRI plugin's
 // CNI dirs set to the node's, waits until CRI reports its network ready
 // (the conf dir loaded) and imports the pause image. Everything it starts
@@ -120,10 +68,8 @@ func (n *node) startContainerd(crictl string) *containerd {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	c := &containerd{t: t, dir: dir, socket: filepath.Join(dir, "containerd.sock"), sandboxes: map[string]string{}}
-	conf := fmt.Sprintf(containerdConfig,
-		filepath.Join(dir, "root"), filepath.Join(dir, "state"),
-		c.socket, c.socket+".ttrpc", ociimage.PauseRef, filepath.Join(dir, "runc"),
-		n.CNIBin, n.ConfDir)
+	conf := containerdtest.Config{V2: true, Root: filepath.Join(dir, "root"), State: filepath.Join(dir, "state"),
+		Socket: c.socket, RuncRoot: filepath.Join(dir, "runc"), CNIBinDirs: []string{n.CNIBin}, CNIConfDir: n.ConfDir}.String()
 	c.Containerd = containerdtest.Start(t, containerdtest.Options{
 		Dir: dir, Config: conf, Crictl: crictl, Socket: c.socket, Command: n.Command, Reap: c.reap,
 	})

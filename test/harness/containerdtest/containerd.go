@@ -1,13 +1,14 @@
 // Package containerdtest runs a containerd with the CRI plugin for one
-// test, in the namespaces of the test's node: it writes the config it is
-// given, starts containerd (proctest), waits until CRI reports its network
-// ready, imports the pause image, and at the test's end removes every pod
-// while the agent still serves, stops containerd and lets the node reap
-// what containerd's shims left. test/e2e runs the machine's containerd
-// 1.x in a node netns; test/nri runs containerd 2.x in a node with a mount
-// namespace of its own. The test cluster's containerd (nodetest) is a
-// daemon of that cluster's node, started and stopped with it, not by a
-// test.
+// test, in the namespaces of the test's node: it writes its Config, starts
+// containerd (proctest), waits until CRI reports its network ready,
+// imports the pause image, and at the test's end removes every pod while
+// the agent still serves, stops containerd and lets the node reap what
+// containerd's shims left. test/e2e runs the machine's containerd 1.x in a
+// node netns; test/nri runs containerd 2.x in a node with a mount
+// namespace of its own. The test cluster's nodes (nodetest) run the same
+// Config, but their containerd is a daemon of the node, started, stopped
+// and rebooted with it under the cluster's own supervision (log files,
+// the node's cgroup tree), not by a test.
 package containerdtest
 
 import (
