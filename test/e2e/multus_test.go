@@ -27,6 +27,7 @@ import (
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 // nadName is the NetworkAttachmentDefinition Istio's injector names in
@@ -51,7 +52,7 @@ func TestMultusNADRunsSluice(t *testing.T) {
 	forwardAPIServer(t, n, env)
 	multus := n.multusRuntime(t, env, multusBin)
 
-	pod := createPod(t, c, "multus", sidecarPod("app", map[string]string{
+	pod := podtest.Create(t, c, "multus", sidecarPod("app", map[string]string{
 		"k8s.v1.cni.cncf.io/networks": "default/" + nadName,
 	}))
 	netns := n.Pod("app")
@@ -109,7 +110,7 @@ func TestMultusNADRunsSluice(t *testing.T) {
 	expectNoPrimary(t, netns)
 
 	// A pod that names the NAD but has no sidecar starts uncaptured.
-	plain := createPod(t, c, "multus", &corev1.Pod{
+	plain := podtest.Create(t, c, "multus", &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "plain", Annotations: map[string]string{"k8s.v1.cni.cncf.io/networks": "default/" + nadName}},
 		Spec:       corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	})

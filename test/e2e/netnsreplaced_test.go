@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 // "The netns replaced under the same pod": another netns is mounted at a
@@ -74,7 +75,7 @@ func TestNetnsReplacedEventOnPod(t *testing.T) {
 	n := newNode(t)
 	n.kubeAgent(env, "--netns-roots", n.Root+",/proc", "--host-proc", "/proc")
 	cni := n.cni(n.loopbackChain("5s"))
-	pod := createPod(t, c, "swapped", sidecarPod("cart", nil))
+	pod := podtest.Create(t, c, "swapped", sidecarPod("cart", nil))
 	sandbox := n.Pod("cart")
 	if _, err := cni.Add(rtFor("swapped1", sandbox, pod)); err != nil {
 		t.Fatalf("ADD: %v", err)

@@ -100,7 +100,7 @@ func TestCaptureFailureRecordedOnPod(t *testing.T) {
 	n := newNode(t)
 	n.kubeAgent(env)
 	cni := n.cni(n.loopbackChain("5s"))
-	bad := createPod(t, c, "failing", sidecarPod("bad", map[string]string{
+	bad := podtest.Create(t, c, "failing", sidecarPod("bad", map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/33",
 	}))
 	if _, err := cni.Add(rtFor("bad1", n.Pod("bad"), bad)); err == nil {
@@ -117,7 +117,7 @@ func TestCaptureFailureRecordedOnPod(t *testing.T) {
 // tests on the same node do not find it.
 func runningPod(t *testing.T, c kubernetes.Interface, ns string, p *corev1.Pod, ip netip.Addr) *corev1.Pod {
 	t.Helper()
-	p = createPod(t, c, ns, p)
+	p = podtest.Create(t, c, ns, p)
 	t.Cleanup(func() {
 		zero := int64(0)
 		c.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})

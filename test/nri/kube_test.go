@@ -15,6 +15,7 @@ import (
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 const (
@@ -42,13 +43,13 @@ func TestNRIAndCNIDecideAlike(t *testing.T) {
 	}
 	t.Cleanup(func() { kc.CoreV1().Namespaces().Delete(context.Background(), mesh, metav1.DeleteOptions{}) })
 
-	injected := createPod(t, kc, mesh, sidecarPod("cart", map[string]string{
+	injected := podtest.Create(t, kc, mesh, sidecarPod("cart", map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundPorts":    "5432",
 		"traffic.sidecar.istio.io/includeOutboundIPRanges": "10.96.0.0/12",
 	}))
-	plain := createPod(t, kc, mesh, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain"},
+	plain := podtest.Create(t, kc, mesh, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain"},
 		Spec: corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{{Name: "app", Image: "app"}}}})
-	bad := createPod(t, kc, mesh, sidecarPod("bad", map[string]string{
+	bad := podtest.Create(t, kc, mesh, sidecarPod("bad", map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/33",
 	}))
 
@@ -126,28 +127,9 @@ func (c *containerd) runKubePod(p *corev1.Pod) sandbox {
 	return c.Inspect(c.MustCrictl("runp", c.kubePodConfig(p)))
 }
 
-// sidecarPod is a pod as Istio's injector leaves it.
+// sidecarPod is a pod on the test's node as Istio's injector leaves it.
 func sidecarPod(name string, ann map[string]string) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}},
-		Spec: corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{
-			{Name: "app", Image: "app"},
-			{Name: "istio-proxy", Image: "proxyv2"},
-		}},
-	}
-	for k, v := range ann {
-		p.Annotations[k] = v
-	}
-	return p
-}
-
-func createPod(t *testing.T, c kubernetes.Interface, ns string, p *corev1.Pod) *corev1.Pod {
-	t.Helper()
-	got, err := c.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
+	return podtest.SidecarPod(kubeNode, name, ann)
 }
 
 // A pod the policy cannot decide in time (the API server does not know
@@ -187,7 +169,7 @@ func TestNRIUndecidablePodFailsClosedInBudget(t *testing.T) {
 	if got := a.Logs.Count("synchronized with the runtime"); got != 1 {
 		t.Fatalf("the plugin reconnected (%d connections): the event overran the runtime's timeout", got)
 	}
-	pod := createPod(t, kc, mesh, sidecarPod("known", map[string]string{
+	pod := podtest.Create(t, kc, mesh, sidecarPod("known", map[string]string{
 		"traffic.sidecar.istio.io/includeOutboundIPRanges": "10.96.0.0/12",
 	}))
 	s := c.runKubePod(pod)

@@ -158,6 +158,32 @@ func (a *Parts) CreatePod(t *testing.T, c kubernetes.Interface, ns, name string,
 	return got
 }
 
+// SidecarPod is a pod on node as Istio's injector leaves it, with ann
+// added to its annotations.
+func SidecarPod(node, name string, ann map[string]string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{
+			{Name: "app", Image: "app"},
+			{Name: "istio-proxy", Image: "proxyv2"},
+		}},
+	}
+	for k, v := range ann {
+		p.Annotations[k] = v
+	}
+	return p
+}
+
+// Create creates p in namespace ns, failing t if it cannot.
+func Create(t testing.TB, c kubernetes.Interface, ns string, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	got, err := c.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)
+	}
+	return got
+}
+
 // SetRunning writes the status a kubelet writes once the sandbox is up.
 func SetRunning(t *testing.T, c kubernetes.Interface, p *corev1.Pod, ip netip.Addr) *corev1.Pod {
 	t.Helper()
