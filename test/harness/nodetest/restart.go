@@ -27,8 +27,8 @@ import (
 // Reboot returns once containerd serves and the kubelet runs; the pods come
 // back on their own. It works on any node of the cluster (Nodes).
 func (c *Cluster) Reboot(ctx context.Context) error {
-	kubeletArgv, containerdArgv := c.kubelet.cmd.Args, c.containerd.cmd.Args
-	c.kubelet.stop(5 * time.Second)
+	kubeletArgv, containerdArgv := c.kubelet.Cmd.Args, c.containerd.Cmd.Args
+	c.kubelet.Stop(5 * time.Second)
 	if err := c.killRuntime(10 * time.Second); err != nil {
 		return fmt.Errorf("reboot node %s: %w", c.NodeName, err)
 	}
@@ -55,7 +55,7 @@ func (c *Cluster) Reboot(ctx context.Context) error {
 func (c *Cluster) killRuntime(deadline time.Duration) error {
 	keep := map[int]bool{c.holderPID: true}
 	if c.kubeProxy != nil {
-		keep[c.kubeProxy.cmd.Process.Pid] = true
+		keep[c.kubeProxy.Cmd.Process.Pid] = true
 	}
 	end := time.Now().Add(deadline)
 	for {
@@ -77,7 +77,7 @@ func (c *Cluster) killRuntime(deadline time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The direct child's exit is reaped by its own goroutine.
-	c.containerd.stop(time.Second)
+	c.containerd.Stop(time.Second)
 	return nil
 }
 
