@@ -227,16 +227,7 @@ func SandboxIn(t *testing.T, pod *nstest.NS, uid string, ip netip.Addr, inCgroup
 		// registered first, and a cgroup with a process cannot go.
 		cg = nstest.PodCgroup(t, "cgroupfs", uid)
 	}
-	cmd := proctest.Start(t, pod.Command("sleep", "300")).Cmd
-	procNet := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"
-	want, err := os.Stat(pod.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nstest.Eventually(t, 5*time.Second, func() bool {
-		got, err := os.Stat(procNet)
-		return err == nil && os.SameFile(got, want)
-	}, "the pod's process never entered its netns")
+	cmd := proctest.InNetns(t, pod.Path).Cmd
 	if cg != "" {
 		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 			t.Fatalf("move the pod's process into %s: %v", cg, err)

@@ -11,8 +11,10 @@ package proctest
 import (
 	"bufio"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -74,12 +76,34 @@ func Launch(cmd *exec.Cmd, logs *Logs) (*Proc, error) {
 }
 
 // Kill SIGKILLs the process's group (its children that stayed in it die
-// with it) and waits until the process is reaped. The group's id stays
-// ours while any member lives, so no stranger is signalled.
+// with it) and waits until the process is reaped. The group is signalled
+// only while its leader is unreaped, so its id is still ours.
 func (a *Proc) Kill() {
-	syscall.Kill(-a.Cmd.Process.Pid, syscall.SIGKILL)
+	if !a.Exited() {
+		syscall.Kill(-a.Cmd.Process.Pid, syscall.SIGKILL)
+	}
 	<-a.Done
 }
+
+// InNetns starts a process that sleeps in the netns at path, as a pod's
+// pause process keeps its netns alive, and returns once it is in it. It
+// is killed at the test's end, or before by Kill.
+func InNetns(t testing.TB, path string) *Proc {
+	t.Helper()
+	a := Start(t, exec.Command("nsenter", "--net="+path, "--", "sleep", "600"))
+	want, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nstest.Eventually(t, 5*time.Second, func() bool {
+		got, err := os.Stat(a.Netns())
+		return err == nil && os.SameFile(got, want)
+	}, "%s never entered %s", a.Netns(), path)
+	return a
+}
+
+// Netns is the process's netns, by its /proc path.
+func (a *Proc) Netns() string { return "/proc/" + strconv.Itoa(a.Cmd.Process.Pid) + "/ns/net" }
 
 // StartLocked starts cmd from a goroutine locked to its OS thread for the
 // child's whole life, and returns a channel closed when it has exited.
