@@ -52,7 +52,7 @@ type NodeOptions struct {
 	PrivateRun bool
 	// ReachableSocket puts the agent's socket below a dir any uid can
 	// reach (a test's temp dir is not), so loosening the socket's own dir
-	// and mode is all it takes to expose it.
+	// and mode is all it takes to expose it. Not with PrivateRun.
 	ReachableSocket bool
 }
 
@@ -78,7 +78,13 @@ func NewNodeWith(t testing.TB, opts NodeOptions) *Node {
 		Socket: filepath.Join(dir, "run", "agent.sock"), StateDir: filepath.Join(dir, "state"),
 		ConfDir: filepath.Join(dir, "net.d"), CNIBin: filepath.Join(dir, "cni-bin"),
 		Cgroup: fmt.Sprintf("/sluice-agenttest-%d-%d", os.Getpid(), nodes.Add(1))}
-	for _, d := range []string{n.Root, n.ConfDir, n.CNIBin} {
+	dirs := []string{n.Root, n.ConfDir, n.CNIBin}
+	if opts.PrivateRun {
+		// The node's own /run holds them (the holder makes the dirs).
+		n.Root, n.Socket, n.StateDir = "/run/netns", "/run/sluice/agent.sock", "/run/sluice/state"
+		dirs = dirs[1:]
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +103,6 @@ func NewNodeWith(t testing.TB, opts NodeOptions) *Node {
 	}
 	if opts.PrivateRun {
 		n.hold()
-		n.Root, n.Socket, n.StateDir = "/run/netns", "/run/sluice/agent.sock", "/run/sluice/state"
 	}
 	return n
 }

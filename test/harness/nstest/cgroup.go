@@ -1,7 +1,6 @@
 package nstest
 
 import (
-	"bufio"
 	"crypto/rand"
 	"fmt"
 	"net/netip"
@@ -48,27 +47,17 @@ func PodCgroup(t testing.TB, driver, uid string) string {
 // cgroupMount is a cgroup2 mount point, or failing that a v1 one.
 func cgroupMount(t testing.TB) string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	points, fstypes, err := cgroupMounts()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var v1 string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ... mount-point ... - fstype source options
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, fstype := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(fstype) < 1 {
-			continue
+	v1 := ""
+	for i, p := range points {
+		if fstypes[i] == "cgroup2" {
+			return p
 		}
-		switch fstype[0] {
-		case "cgroup2":
-			return fields[4]
-		case "cgroup":
-			if v1 == "" {
-				v1 = fields[4]
-			}
+		if v1 == "" {
+			v1 = p
 		}
 	}
 	if v1 == "" {

@@ -16,12 +16,21 @@ import (
 // CgroupHierarchies are the mount points of every cgroup hierarchy: each
 // v1 controller's and the v2 one (a hybrid machine has both).
 func CgroupHierarchies() ([]string, error) {
+	points, _, err := cgroupMounts()
+	if err == nil && len(points) == 0 {
+		err = errors.New("no cgroup hierarchy mounted")
+	}
+	return points, err
+}
+
+// cgroupMounts are the cgroup hierarchies' mount points and each one's
+// fstype (cgroup or cgroup2), in mountinfo's order.
+func cgroupMounts() (points, fstypes []string, err error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
+		return nil, nil, fmt.Errorf("read mountinfo: %w", err)
 	}
 	defer f.Close()
-	var out []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// ... mount-point ... - fstype source options
@@ -31,13 +40,10 @@ func CgroupHierarchies() ([]string, error) {
 			continue
 		}
 		if fstype[0] == "cgroup" || fstype[0] == "cgroup2" {
-			out = append(out, fields[4])
+			points, fstypes = append(points, fields[4]), append(fstypes, fstype[0])
 		}
 	}
-	if len(out) == 0 {
-		return nil, errors.New("no cgroup hierarchy mounted")
-	}
-	return out, sc.Err()
+	return points, fstypes, sc.Err()
 }
 
 // CgroupPIDs are the processes in the cgroup tree name (a path below each
