@@ -19,6 +19,7 @@ import (
 	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nodetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // The agent runs in its container with exactly the capabilities the
@@ -103,7 +104,7 @@ func (n *node) startCapped(caps []string, extra ...string) error {
 	if n.agentInHostNetns {
 		cmd = exec.Command(argv[0], argv[1:]...)
 	}
-	n.agent = agenttest.Start(n.t, cmd)
+	n.agent = proctest.Start(n.t, cmd)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		resp, err := n.Status()
 		switch {
@@ -216,14 +217,14 @@ func zdsRead(z *zdsClient) (*zds.WorkloadRequest, error) {
 
 func capInstaller(t *testing.T, caps []string) error {
 	n := newNode(t)
-	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	primaryPath := filepath.Join(n.ConfDir, "10-bridge.conflist")
 	if err := os.WriteFile(primaryPath, n.bridgeOnly(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.startCapped(caps, "--install=true"); err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(n.cniBin, "sluice")); err != nil {
+	if _, err := os.Stat(filepath.Join(n.CNIBin, "sluice")); err != nil {
 		return fmt.Errorf("plugin not installed: %w", err)
 	}
 	if b, _ := os.ReadFile(n.ownedConflist("10-bridge.conflist")); !bytes.Contains(b, []byte(`"sluice"`)) {

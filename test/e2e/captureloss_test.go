@@ -12,6 +12,7 @@ import (
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 // A running pod's capture is lost in each way someone can lose it inside
@@ -115,7 +116,7 @@ func TestCaptureLossEventOnPod(t *testing.T) {
 	n := newNode(t)
 	n.kubeAgent(env)
 	cni := n.cni(n.loopbackChain("5s"))
-	pod := createPod(t, c, "lossy", sidecarPod("cart", nil))
+	pod := podtest.Create(t, c, "lossy", sidecarPod("cart", nil))
 	sandbox := n.Pod("cart")
 	if _, err := cni.Add(rtFor("lossy1", sandbox, pod)); err != nil {
 		t.Fatalf("ADD: %v", err)

@@ -18,22 +18,22 @@ import (
 // keeps its address. A second run finds nothing to do and succeeds.
 func TestCleanupRestoresTheNode(t *testing.T) {
 	n := newNode(t)
-	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	primaryPath := filepath.Join(n.ConfDir, "10-bridge.conflist")
 	primary := n.bridgeOnly()
 	if err := os.WriteFile(primaryPath, primary, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	other := filepath.Join(n.cniBin, "other-plugin")
+	other := filepath.Join(n.CNIBin, "other-plugin")
 	if err := os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	flags := []string{"--install=true", "--uninstall-on-exit=false"}
 	a := n.startAgent(flags...)
-	conf, err := libcni.LoadConfList(n.confDir, "e2e")
+	conf, err := libcni.LoadConfList(n.ConfDir, "e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cni{NS: n.NS, Conf: conf, Lib: libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)}
+	c := &cni{NS: n.NS, Conf: conf, Lib: libcni.NewCNIConfigWithCacheDir([]string{n.CNIBin, binDir}, t.TempDir(), nil)}
 	pod := n.Pod("clean")
 	if _, err := c.Add(rt("clean1", pod)); err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestCleanupRestoresTheNode(t *testing.T) {
 	}
 	pod.Run(t, "nft", "list", "table", "inet", "sluice") // still there
 	a.Stop(t)
-	if _, err := os.Stat(filepath.Join(n.cniBin, "sluice")); err != nil {
+	if _, err := os.Stat(filepath.Join(n.CNIBin, "sluice")); err != nil {
 		t.Fatalf("the agent removed its plugin on a plain stop: %v", err)
 	}
 
@@ -69,7 +69,7 @@ func TestCleanupRestoresTheNode(t *testing.T) {
 	if _, err := os.Lstat(n.ownedConflist("10-bridge.conflist")); !os.IsNotExist(err) {
 		t.Errorf("sluice's conflist left after cleanup (%v)", err)
 	}
-	for _, gone := range []string{filepath.Join(n.cniBin, "sluice"), n.StateDir, n.Socket} {
+	for _, gone := range []string{filepath.Join(n.CNIBin, "sluice"), n.StateDir, n.Socket} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s left after cleanup (%v)", gone, err)
 		}
@@ -86,17 +86,17 @@ func TestCleanupRestoresTheNode(t *testing.T) {
 // --cleanup-on-uninstall removes what cleanup does as it exits.
 func TestCleanupOnUninstall(t *testing.T) {
 	n := newNode(t)
-	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	primaryPath := filepath.Join(n.ConfDir, "10-bridge.conflist")
 	primary := n.bridgeOnly()
 	if err := os.WriteFile(primaryPath, primary, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	a := n.startAgent("--install=true", "--uninstall-on-exit=true", "--cleanup-on-uninstall=true")
-	conf, err := libcni.LoadConfList(n.confDir, "e2e")
+	conf, err := libcni.LoadConfList(n.ConfDir, "e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cni{NS: n.NS, Conf: conf, Lib: libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)}
+	c := &cni{NS: n.NS, Conf: conf, Lib: libcni.NewCNIConfigWithCacheDir([]string{n.CNIBin, binDir}, t.TempDir(), nil)}
 	pod := n.Pod("leave")
 	if _, err := c.Add(rt("leave1", pod)); err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestCleanupOnUninstall(t *testing.T) {
 	if _, err := os.Lstat(n.ownedConflist("10-bridge.conflist")); !os.IsNotExist(err) {
 		t.Errorf("sluice's conflist left after the agent's uninstall (%v)", err)
 	}
-	for _, gone := range []string{filepath.Join(n.cniBin, "sluice"), n.StateDir, n.Socket} {
+	for _, gone := range []string{filepath.Join(n.CNIBin, "sluice"), n.StateDir, n.Socket} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s left after the agent's uninstall (%v)", gone, err)
 		}

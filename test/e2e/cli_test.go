@@ -67,7 +67,7 @@ func TestCLILookups(t *testing.T) {
 // it must chain into does not parse), so scripts and exec probes can use it.
 func TestCLIStatusExitsNonZeroWhenNotReady(t *testing.T) {
 	n := newNode(t)
-	if err := os.WriteFile(filepath.Join(n.confDir, "10-broken.conflist"), []byte("{not json"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(n.ConfDir, "10-broken.conflist"), []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n.startAgentNotReady("--install=true")

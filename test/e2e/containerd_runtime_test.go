@@ -2,14 +2,10 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,9 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sluicemesh/sluice/internal/ociimage"
-	"github.com/sluicemesh/sluice/test/harness/agenttest"
-	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/containerdtest"
 )
 
 // crictlVersion is served by the Go module proxy (v1.35.0 is not).
@@ -45,75 +39,19 @@ func requireRuntimeBinaries(t *testing.T) {
 	}
 }
 
-// containerd is one containerd with the CRI plugin, isolated from any on the
-// machine: its own root, state, sockets, runc root and config, run inside
-// the node netns so the CNI bridge lands there.
+// containerd is the machine's containerd with the CRI plugin
+// (containerdtest), isolated from any running there: its own root, state,
+// sockets, runc root and config, run inside the node netns so the CNI
+// bridge lands there.
 type containerd struct {
+	*containerdtest.Containerd
 	t      *testing.T
 	dir    string
 	socket string
-	crictl string
-	cfg    string // crictl's config
-	logs   *agenttest.Logs
-	cmd    *exec.Cmd
-	done   chan struct{}
 	// sandboxes maps each pod sandbox run to its netns path; cleanup
 	// removes what a failed test left of them.
 	sandboxes map[string]string
-	// cgroupParent holds the sandboxes' cgroups (cgroupfs driver), so
-	// cleanup can find and remove them.
-	cgroupParent string
 }
-
-// containerdConfig is a version 2 config. Only what the test needs is on;
-// plugins that would touch the machine's own paths (/opt/containerd) or
-// that cannot work here are off.
-const containerdConfig = `version = 2
-root = %[1]q
-state = %[2]q
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = %[3]q
-
-[ttrpc]
-  address = %[4]q
-
-[debug]
-  level = "info"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %[5]q
-  # This VM's root lacks CAP_SYS_RESOURCE: never lower a child's oom_score_adj.
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  enable_selinux = false
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        Root = %[6]q
-        SystemdCgroup = false
-
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %[7]q
-    conf_dir = %[8]q
-    max_conf_num = 1
-`
 
 // startContainerd runs containerd in the node netns with the CRI plugin's
 // CNI dirs set to the node's, waits until CRI reports its network ready
@@ -128,160 +66,22 @@ func (n *node) startContainerd(crictl string) *containerd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &containerd{
-		t:         t,
-		dir:       dir,
-		socket:    filepath.Join(dir, "containerd.sock"),
-		crictl:    crictl,
-		cfg:       filepath.Join(dir, "crictl.yaml"),
-		logs:      &agenttest.Logs{},
-		done:      make(chan struct{}),
-		sandboxes: map[string]string{},
-	}
-	c.cgroupParent = "/" + filepath.Base(dir)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-
-	conf := fmt.Sprintf(containerdConfig,
-		filepath.Join(dir, "root"), filepath.Join(dir, "state"),
-		c.socket, c.socket+".ttrpc", ociimage.PauseRef, filepath.Join(dir, "runc"),
-		n.cniBin, n.confDir)
-	confPath := filepath.Join(dir, "config.toml")
-	crictlConf := fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 30\n", c.socket, c.socket)
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(c.cfg, []byte(crictlConf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	c.cmd = n.NS.Command("containerd", "--config", confPath)
-	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
-	// Pdeathsig fires when the thread that forked the child exits, not the
-	// process: fork from a locked goroutine that lives as long as the child.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := c.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		c.cmd.Wait()
-		close(c.done)
-	}()
-	if err := <-started; err != nil {
-		t.Fatalf("start containerd: %v", err)
-	}
-	t.Cleanup(c.cleanup)
-
-	nstest.Eventually(t, 20*time.Second, func() bool {
-		c.checkAlive()
-		out, err := c.crictlOutput("info")
-		if err != nil {
-			return false
-		}
-		var info struct {
-			Status struct {
-				Conditions []struct {
-					Type   string `json:"type"`
-					Status bool   `json:"status"`
-				} `json:"conditions"`
-			} `json:"status"`
-		}
-		if json.Unmarshal(out, &info) != nil {
-			return false
-		}
-		for _, cond := range info.Status.Conditions {
-			if cond.Type == "NetworkReady" {
-				return cond.Status
-			}
-		}
-		return false
-	}, "containerd CRI never reported NetworkReady:\n%s", c.logs)
-	c.importImage()
+	c := &containerd{t: t, dir: dir, socket: filepath.Join(dir, "containerd.sock"), sandboxes: map[string]string{}}
+	conf := containerdtest.Config{V2: true, Root: filepath.Join(dir, "root"), State: filepath.Join(dir, "state"),
+		Socket: c.socket, RuncRoot: filepath.Join(dir, "runc"), CNIBinDirs: []string{n.CNIBin}, CNIConfDir: n.ConfDir}.String()
+	c.Containerd = containerdtest.Start(t, containerdtest.Options{
+		Dir: dir, Config: conf, Crictl: crictl, Socket: c.socket, Command: n.Command, Reap: c.reap,
+	})
 	return c
 }
 
-// checkAlive fails the test at once if containerd has exited.
-func (c *containerd) checkAlive() {
-	select {
-	case <-c.done:
-		c.t.Fatalf("containerd exited: %v\n%s", c.cmd.ProcessState, c.logs)
-	default:
-	}
-}
-
-// importImage packs the pause image and loads it with ctr, then waits for
-// CRI's image store to have it: CRI learns of imports from events, and a
-// sandbox started before then would try to pull it from a registry.
-func (c *containerd) importImage() {
+// reap removes what containerd left once it has stopped: shims, mounts
+// and pod netns (the node removes its pods' cgroup).
+func (c *containerd) reap() {
 	t := c.t
-	t.Helper()
-	tar := filepath.Join(c.dir, "pause.tar")
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	if err := ociimage.PackPause(ctx, tar, ociimage.PauseRef); err != nil {
-		t.Fatalf("pack pause image: %v", err)
-	}
-	if out, err := exec.CommandContext(ctx, "ctr", "--address", c.socket, "-n", "k8s.io",
-		"images", "import", tar).CombinedOutput(); err != nil {
-		t.Fatalf("ctr images import: %v\n%s\ncontainerd log:\n%s", err, out, c.logs)
-	}
-	nstest.Eventually(t, 10*time.Second, func() bool {
-		_, err := c.crictlOutput("inspecti", ociimage.PauseRef)
-		return err == nil
-	}, "CRI does not list %s after the import", ociimage.PauseRef)
-}
-
-// crictlOutput runs crictl against this containerd and returns stdout.
-func (c *containerd) crictlOutput(args ...string) ([]byte, error) {
-	cmd := exec.Command(c.crictl, append([]string{"--config", c.cfg}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return out, fmt.Errorf("crictl %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
-	}
-	return out, nil
-}
-
-// crictlRun runs crictl and fails the test on error.
-func (c *containerd) crictlRun(args ...string) string {
-	c.t.Helper()
-	out, err := c.crictlOutput(args...)
-	if err != nil {
-		c.t.Fatalf("%v\ncontainerd log:\n%s", err, c.logs)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// cleanup tears down whatever the test left: pods (so CNI DEL runs while
-// the agent is still up), containerd itself, shims, mounts and pod netns.
-func (c *containerd) cleanup() {
-	t := c.t
-	select {
-	case <-c.done:
-	default:
-		if out, err := c.crictlOutput("rmp", "--all", "--force"); err != nil {
-			t.Logf("cleanup: %v %s", err, out)
-		}
-		c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(15 * time.Second):
-			t.Errorf("containerd did not exit on SIGTERM; killing it")
-			c.cmd.Process.Kill()
-			<-c.done
-		}
-	}
-	if t.Failed() {
-		t.Logf("containerd log:\n%s", c.logs)
-	}
 	c.killShims()
 	unmountUnder(t, c.dir)
-	c.removeCgroups()
 	for id, path := range c.sandboxes {
 		if _, err := os.Stat(path); err == nil {
 			t.Errorf("pod netns %s left behind; removing it", path)
@@ -305,35 +105,12 @@ func cniCacheEntries(containerID string) []string {
 }
 
 // runPod runs a pod sandbox from a crictl pod config and returns its id and
-// the netns path containerd made for it, read from the sandbox's runtime
-// spec.
+// the netns path containerd made for it.
 func (c *containerd) runPod(podConfig string) (id, netnsPath string) {
 	c.t.Helper()
-	id = c.crictlRun("runp", podConfig)
-	out := c.crictlRun("inspectp", "--output", "json", id)
-	var sb struct {
-		Info struct {
-			RuntimeSpec struct {
-				Linux struct {
-					Namespaces []struct {
-						Type string `json:"type"`
-						Path string `json:"path"`
-					} `json:"namespaces"`
-				} `json:"linux"`
-			} `json:"runtimeSpec"`
-		} `json:"info"`
-	}
-	if err := json.Unmarshal([]byte(out), &sb); err != nil {
-		c.t.Fatalf("inspectp %s: %v\n%s", id, err, out)
-	}
-	for _, ns := range sb.Info.RuntimeSpec.Linux.Namespaces {
-		if ns.Type == "network" && ns.Path != "" {
-			c.sandboxes[id] = ns.Path
-			return id, ns.Path
-		}
-	}
-	c.t.Fatalf("inspectp %s: no network namespace path:\n%s", id, out)
-	return "", ""
+	s := c.Inspect(c.MustCrictl("runp", podConfig))
+	c.sandboxes[s.ID] = s.Netns
+	return s.ID, s.Netns
 }
 
 // killShims kills the runc shims (and the sandboxes' init processes) that
@@ -378,43 +155,6 @@ func readInt(path string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
-
-// removeCgroups removes the sandboxes' cgroups (runc removes each on a
-// clean delete) and their parent, in every hierarchy: v1 mounts each
-// controller under /sys/fs/cgroup/<name>, v2 is /sys/fs/cgroup itself.
-func (c *containerd) removeCgroups() {
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + c.cgroupParent)
-	dirs = append(dirs, "/sys/fs/cgroup"+c.cgroupParent)
-	for _, d := range dirs {
-		subs, err := os.ReadDir(d)
-		if err != nil {
-			continue
-		}
-		for _, s := range subs {
-			if s.IsDir() {
-				c.rmdirCgroup(filepath.Join(d, s.Name()))
-			}
-		}
-		c.rmdirCgroup(d)
-	}
-}
-
-// rmdirCgroup removes an empty cgroup; a process killed a moment ago may
-// keep it busy until the kernel has finished its exit.
-func (c *containerd) rmdirCgroup(dir string) {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := unix.Rmdir(dir)
-		if err == nil || err == unix.ENOENT {
-			return
-		}
-		if err != unix.EBUSY || time.Now().After(deadline) {
-			c.t.Errorf("remove cgroup %s: %v", dir, err)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func containsPair(args []string, key, value string) bool {

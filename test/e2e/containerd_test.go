@@ -27,7 +27,7 @@ func TestContainerdSandboxCaptured(t *testing.T) {
 
 	// containerd runs the primary chain and its own loopback from bin_dir.
 	for _, p := range []string{"bridge", "host-local", "loopback"} {
-		copyExecutable(t, filepath.Join(binDir, p), filepath.Join(n.cniBin, p))
+		copyExecutable(t, filepath.Join(binDir, p), filepath.Join(n.CNIBin, p))
 	}
 	primary := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -39,7 +39,7 @@ func TestContainerdSandboxCaptured(t *testing.T) {
               "routes": [{"dst": "0.0.0.0/0"}]}}
   ]
 }`, containerdBridge, filepath.Join(t.TempDir(), "ipam"))
-	primaryPath := filepath.Join(n.confDir, "10-containerd-e2e.conflist")
+	primaryPath := filepath.Join(n.ConfDir, "10-containerd-e2e.conflist")
 	if err := os.WriteFile(primaryPath, []byte(primary), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestContainerdSandboxCaptured(t *testing.T) {
   "metadata": {"name": "ctd-pod", "namespace": "ctd-ns", "uid": "uid-ctd-pod", "attempt": 0},
   "hostname": "ctd-pod",
   "linux": {"cgroup_parent": %q, "security_context": {"namespace_options": {"network": 0}}}
-}`, c.cgroupParent), 0o644); err != nil {
+}`, n.Cgroup), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	podID, netnsPath := c.runPod(podConf)
@@ -91,8 +91,8 @@ func TestContainerdSandboxCaptured(t *testing.T) {
 	}
 	p.expect(t, "10.96.0.10:80")
 
-	c.crictlRun("stopp", podID)
-	c.crictlRun("rmp", podID)
+	c.MustCrictl("stopp", podID)
+	c.MustCrictl("rmp", podID)
 	if _, err := os.Stat(netnsPath); !os.IsNotExist(err) {
 		t.Fatalf("sandbox netns %s still there after rmp: %v", netnsPath, err)
 	}

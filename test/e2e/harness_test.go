@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,6 +25,7 @@ import (
 	"github.com/sluicemesh/sluice/internal/productbuild"
 	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // binDir holds freshly built sluice, sluice-agent and the reference plugins.
@@ -55,14 +55,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// node is one simulated node (agenttest.Node) with the CNI dirs the agent
-// installs into, always the test's own.
+// node is one simulated node (agenttest.Node, with the CNI dirs the agent
+// installs into) and this test's agent.
 type node struct {
 	*agenttest.Node
-	t       *testing.T
-	confDir string
-	cniBin  string
-	agent   *agent
+	t     *testing.T
+	agent *agent
 	// The agent runs in the node netns unless it must reach a server on the
 	// machine's loopback (the test kube-apiserver).
 	agentInHostNetns bool
@@ -72,18 +70,11 @@ type node struct {
 
 func newNode(t *testing.T) *node {
 	t.Helper()
-	an := agenttest.NewNode(t)
-	n := &node{Node: an, t: t, confDir: filepath.Join(an.Dir, "net.d"), cniBin: filepath.Join(an.Dir, "cni-bin")}
-	for _, d := range []string{n.confDir, n.cniBin} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return n
+	return &node{Node: agenttest.NewNode(t), t: t}
 }
 
 // agent is a running sluice-agent process.
-type agent = agenttest.Agent
+type agent = proctest.Proc
 
 // startAgent runs sluice-agent inside the node netns and waits until it
 // is ready.
@@ -102,14 +93,15 @@ func (n *node) startAgentNotReady(extra ...string) *agent {
 	t := n.t
 	t.Helper()
 	args := n.agentArgs(extra...)
-	cmd := n.NS.Command(filepath.Join(binDir, "sluice-agent"), args...)
+	argv := append([]string{filepath.Join(binDir, "sluice-agent")}, args...)
+	cmd := n.Command(context.Background(), argv...)
 	if n.agentInHostNetns {
-		cmd = exec.Command(filepath.Join(binDir, "sluice-agent"), args...)
+		cmd = n.HostNetCommand(context.Background(), argv...)
 	}
 	if len(n.agentEnv) > 0 {
 		cmd.Env = append(os.Environ(), n.agentEnv...)
 	}
-	a := agenttest.Start(t, cmd)
+	a := proctest.Start(t, cmd)
 	n.agent = a
 	a.Wait(t, 10*time.Second, func() bool {
 		_, err := n.Status()
@@ -127,8 +119,8 @@ func (n *node) agentArgs(extra ...string) []string {
 		"--state-dir", n.StateDir,
 		"--netns-roots", n.Root,
 		"--health-addr", "127.0.0.1:9890",
-		"--cni-bin-dir", n.cniBin,
-		"--cni-conf-dir", n.confDir,
+		"--cni-bin-dir", n.CNIBin,
+		"--cni-conf-dir", n.ConfDir,
 		"--plugin-binary", filepath.Join(binDir, "sluice"),
 		"--install=false",
 	}, extra...)
@@ -138,7 +130,7 @@ func (n *node) agentArgs(extra ...string) []string {
 // the primary config named primary: "<stem>-sluice.conflist", sorting
 // just before it.
 func (n *node) ownedConflist(primary string) string {
-	return filepath.Join(n.confDir, strings.TrimSuffix(primary, filepath.Ext(primary))+"-sluice.conflist")
+	return filepath.Join(n.ConfDir, strings.TrimSuffix(primary, filepath.Ext(primary))+"-sluice.conflist")
 }
 
 // conflist is the demo's chain: bridge + host-local, then sluice.

@@ -27,24 +27,24 @@ func (n *node) bridgeOnly() []byte {
 // (standalone), the primary never edited.
 func TestInstalledChainCapturesAndUninstalls(t *testing.T) {
 	n := newNode(t)
-	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	primaryPath := filepath.Join(n.ConfDir, "10-bridge.conflist")
 	primary := n.bridgeOnly()
 	if err := os.WriteFile(primaryPath, primary, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	a := n.startAgent("--install=true")
-	if _, err := os.Stat(filepath.Join(n.cniBin, "sluice")); err != nil {
+	if _, err := os.Stat(filepath.Join(n.CNIBin, "sluice")); err != nil {
 		t.Fatalf("plugin not installed: %v", err)
 	}
 
-	conf, err := libcni.LoadConfList(n.confDir, "e2e")
+	conf, err := libcni.LoadConfList(n.ConfDir, "e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if last := conf.Plugins[len(conf.Plugins)-1].Network.Type; last != "sluice" {
 		t.Fatalf("last plugin is %q, want sluice", last)
 	}
-	c := &cni{NS: n.NS, Conf: conf, Lib: libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)}
+	c := &cni{NS: n.NS, Conf: conf, Lib: libcni.NewCNIConfigWithCacheDir([]string{n.CNIBin, binDir}, t.TempDir(), nil)}
 	pod := n.Pod("inst")
 	if _, err := c.Add(rt("inst1", pod)); err != nil {
 		t.Fatalf("ADD through the installed chain: %v", err)
@@ -76,7 +76,7 @@ func TestInstalledChainCapturesAndUninstalls(t *testing.T) {
 	if _, err := os.Lstat(n.ownedConflist("10-bridge.conflist")); !os.IsNotExist(err) {
 		t.Fatalf("sluice's conflist left after SIGTERM (%v)", err)
 	}
-	if _, err := os.Stat(filepath.Join(n.cniBin, "sluice")); err != nil {
+	if _, err := os.Stat(filepath.Join(n.CNIBin, "sluice")); err != nil {
 		t.Fatal("binary removed on exit; pods may still need it for DEL")
 	}
 }
@@ -86,12 +86,12 @@ func TestInstalledChainCapturesAndUninstalls(t *testing.T) {
 // next file (99-loopback.conf); once fixed, it is ready.
 func TestReadyzFollowsInstaller(t *testing.T) {
 	n := newNode(t)
-	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	primaryPath := filepath.Join(n.ConfDir, "10-bridge.conflist")
 	garbage := []byte(`{"cniVersion": "1.0.0", "name": "e2e", "plugins": [`)
 	if err := os.WriteFile(primaryPath, garbage, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	loopbackPath := filepath.Join(n.confDir, "99-loopback.conf")
+	loopbackPath := filepath.Join(n.ConfDir, "99-loopback.conf")
 	loopback := []byte(`{"cniVersion": "1.0.0", "name": "lo", "type": "loopback"}`)
 	if err := os.WriteFile(loopbackPath, loopback, 0o644); err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestReadyzFollowsInstaller(t *testing.T) {
 	if b, _ := os.ReadFile(loopbackPath); !bytes.Equal(b, loopback) {
 		t.Fatal("installer moved to the next file while the primary was invalid")
 	}
-	if entries, _ := os.ReadDir(n.confDir); len(entries) != 2 {
+	if entries, _ := os.ReadDir(n.ConfDir); len(entries) != 2 {
 		t.Fatalf("installer created files while the primary was invalid: %v", entries)
 	}
 	if resp, err := n.Status(); err != nil || resp.Ready || !strings.Contains(resp.Reason, "installer") {

@@ -17,6 +17,7 @@ import (
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 const (
@@ -55,28 +56,9 @@ func createNamespace(t *testing.T, c kubernetes.Interface, name string) {
 	t.Cleanup(func() { c.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
 
-// sidecarPod is a pod as Istio's injector leaves it.
+// sidecarPod is a pod on the test's node as Istio's injector leaves it.
 func sidecarPod(name string, ann map[string]string) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}},
-		Spec: corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{
-			{Name: "app", Image: "app"},
-			{Name: "istio-proxy", Image: "proxyv2"},
-		}},
-	}
-	for k, v := range ann {
-		p.Annotations[k] = v
-	}
-	return p
-}
-
-func createPod(t *testing.T, c kubernetes.Interface, ns string, p *corev1.Pod) *corev1.Pod {
-	t.Helper()
-	got, err := c.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
+	return podtest.SidecarPod(kubeNode, name, ann)
 }
 
 // rtFor is the runtime's view of a pod: CNI_ARGS carry its real identity.
@@ -95,15 +77,15 @@ func TestKubePolicyDecidesCapture(t *testing.T) {
 	n.kubeAgent(env)
 	cni := n.cni(n.loopbackChain("5s"))
 
-	injected := createPod(t, c, "shop", sidecarPod("cart", map[string]string{
+	injected := podtest.Create(t, c, "shop", sidecarPod("cart", map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundPorts": "5432",
 	}))
-	plain := createPod(t, c, "shop", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain"},
+	plain := podtest.Create(t, c, "shop", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain"},
 		Spec: corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{{Name: "app", Image: "app"}}}})
 	hostNet := sidecarPod("hostnet", nil)
 	hostNet.Spec.HostNetwork = true
-	hostNet = createPod(t, c, "shop", hostNet)
-	bad := createPod(t, c, "shop", sidecarPod("bad", map[string]string{
+	hostNet = podtest.Create(t, c, "shop", hostNet)
+	bad := podtest.Create(t, c, "shop", sidecarPod("bad", map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/33",
 	}))
 
@@ -178,7 +160,7 @@ func TestKubeAPIServerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted = true
-	pod := createPod(t, c, "outage", sidecarPod("late", nil))
+	pod := podtest.Create(t, c, "outage", sidecarPod("late", nil))
 	nstest.Eventually(t, 30*time.Second, func() bool {
 		_, err := cni.Add(rtFor("late1", netns, pod))
 		return err == nil
@@ -205,7 +187,7 @@ func TestKubeUninstallOnlyWhenDaemonSetGoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	self := createPod(t, c, agentNS, &corev1.Pod{
+	self := podtest.Create(t, c, agentNS, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "sluice-agent-x1", OwnerReferences: []metav1.OwnerReference{
 			{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID},
 		}},
@@ -213,7 +195,7 @@ func TestKubeUninstallOnlyWhenDaemonSetGoes(t *testing.T) {
 	})
 
 	n := newNode(t)
-	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	primaryPath := filepath.Join(n.ConfDir, "10-bridge.conflist")
 	if err := os.WriteFile(primaryPath, n.bridgeOnly(), 0o644); err != nil {
 		t.Fatal(err)
 	}

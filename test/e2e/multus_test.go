@@ -27,6 +27,7 @@ import (
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 // nadName is the NetworkAttachmentDefinition Istio's injector names in
@@ -51,7 +52,7 @@ func TestMultusNADRunsSluice(t *testing.T) {
 	forwardAPIServer(t, n, env)
 	multus := n.multusRuntime(t, env, multusBin)
 
-	pod := createPod(t, c, "multus", sidecarPod("app", map[string]string{
+	pod := podtest.Create(t, c, "multus", sidecarPod("app", map[string]string{
 		"k8s.v1.cni.cncf.io/networks": "default/" + nadName,
 	}))
 	netns := n.Pod("app")
@@ -59,13 +60,13 @@ func TestMultusNADRunsSluice(t *testing.T) {
 
 	// No agent yet, so no file in Multus's conf dir names the network: the
 	// pod must not start.
-	if _, err := multus.Add(rc); err == nil || !strings.Contains(err.Error(), n.confDir) {
-		t.Fatalf("ADD before the agent wrote its conflist = %v, want an error naming %s", err, n.confDir)
+	if _, err := multus.Add(rc); err == nil || !strings.Contains(err.Error(), n.ConfDir) {
+		t.Fatalf("ADD before the agent wrote its conflist = %v, want an error naming %s", err, n.ConfDir)
 	}
 	expectNoPrimary(t, netns)
 
 	n.kubeAgent(env, "--install=true", "--chained=false", "--cni-network-name="+nadName)
-	own := filepath.Join(n.confDir, "YYY-sluice.conflist")
+	own := filepath.Join(n.ConfDir, "YYY-sluice.conflist")
 	if list, err := libcni.ConfListFromFile(own); err != nil || list.Name != nadName {
 		t.Fatalf("agent's own conflist %s: %v, network %q, want %q", own, err, list.Name, nadName)
 	}
@@ -109,7 +110,7 @@ func TestMultusNADRunsSluice(t *testing.T) {
 	expectNoPrimary(t, netns)
 
 	// A pod that names the NAD but has no sidecar starts uncaptured.
-	plain := createPod(t, c, "multus", &corev1.Pod{
+	plain := podtest.Create(t, c, "multus", &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "plain", Annotations: map[string]string{"k8s.v1.cni.cncf.io/networks": "default/" + nadName}},
 		Spec:       corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	})
@@ -262,11 +263,11 @@ func (n *node) multusRuntime(t *testing.T, env *kubetest.Env, multusBin string) 
 		// Where Multus looks for a network a NAD names without config
 		// (its default, /etc/cni/multus/net.d, on a real node): the
 		// agent's --cni-conf-dir.
-		"confDir": n.confDir,
+		"confDir": n.ConfDir,
 		// Multus's cache (default /var/lib/cni/multus) and the plugin dir
 		// it searches first (default /opt/cni/bin): never the machine's.
 		"cniDir":      filepath.Join(dir, "cache"),
-		"binDir":      n.cniBin,
+		"binDir":      n.CNIBin,
 		"logFile":     filepath.Join(dir, "multus.log"),
 		"logLevel":    "verbose",
 		"logToStderr": false,
@@ -277,7 +278,7 @@ func (n *node) multusRuntime(t *testing.T, env *kubetest.Env, multusBin string) 
 		t.Fatal(err)
 	}
 	c := n.cni(b)
-	c.Lib = libcni.NewCNIConfigWithCacheDir([]string{filepath.Dir(multusBin), n.cniBin, binDir}, filepath.Join(dir, "libcni"), nil)
+	c.Lib = libcni.NewCNIConfigWithCacheDir([]string{filepath.Dir(multusBin), n.CNIBin, binDir}, filepath.Join(dir, "libcni"), nil)
 	return &multusRuntime{cni: c, logFile: conf["logFile"].(string)}
 }
 

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +10,8 @@ import (
 
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // "The netns replaced under the same pod": another netns is mounted at a
@@ -74,7 +74,7 @@ func TestNetnsReplacedEventOnPod(t *testing.T) {
 	n := newNode(t)
 	n.kubeAgent(env, "--netns-roots", n.Root+",/proc", "--host-proc", "/proc")
 	cni := n.cni(n.loopbackChain("5s"))
-	pod := createPod(t, c, "swapped", sidecarPod("cart", nil))
+	pod := podtest.Create(t, c, "swapped", sidecarPod("cart", nil))
 	sandbox := n.Pod("cart")
 	if _, err := cni.Add(rtFor("swapped1", sandbox, pod)); err != nil {
 		t.Fatalf("ADD: %v", err)
@@ -100,15 +100,7 @@ func TestNetnsReplacedEventOnPod(t *testing.T) {
 // process is killed and reaped at the end.
 func podProcess(t *testing.T, pod *nstest.NS) *nstest.NS {
 	t.Helper()
-	cmd := exec.Command("nsenter", "--net="+pod.Path, "--", "sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	own := &nstest.NS{Name: pod.Name + "-own", Path: "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"}
-	nstest.Eventually(t, 5*time.Second, func() bool { return sameFile(own.Path, pod.Path) },
-		"%s never entered %s", own.Path, pod.Path)
-	return own
+	return &nstest.NS{Name: pod.Name + "-own", Path: proctest.InNetns(t, pod.Path).Netns()}
 }
 
 // replaceNetns mounts a fresh netns over pod's path, hiding the pod's own

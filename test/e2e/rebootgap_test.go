@@ -12,8 +12,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // firstConfig loads the config a runtime would use for the next pod: the
@@ -58,7 +58,7 @@ type runtimeTally struct {
 // torn down at once, or its failed ADD cleaned up). A pod counts as
 // uncaptured when its ADD succeeded but its netns holds no sluice table.
 func (r *runtimeTally) addPod(t *testing.T, n *node, lib *libcni.CNIConfig, pod *nstest.NS, away bool) {
-	file, list, err := firstConfig(n.confDir)
+	file, list, err := firstConfig(n.ConfDir)
 	r.mu.Lock()
 	r.pods++
 	if away {
@@ -102,14 +102,14 @@ func (r *runtimeTally) addPod(t *testing.T, n *node, lib *libcni.CNIConfig, pod 
 // closed, and once it is back the pod is captured.
 func TestPrimaryRewrittenWhileAgentAwayFailsClosed(t *testing.T) {
 	n := newNode(t)
-	primaryPath := filepath.Join(n.confDir, "10-bridge.conflist")
+	primaryPath := filepath.Join(n.ConfDir, "10-bridge.conflist")
 	template := n.bridgeOnly()
 	if err := os.WriteFile(primaryPath, template, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	args := n.agentArgs("--install=true", "--uninstall-on-exit=false")
 	start := func() *agent {
-		return agenttest.Start(t, n.NS.Command(filepath.Join(binDir, "sluice-agent"), args...))
+		return proctest.Start(t, n.NS.Command(filepath.Join(binDir, "sluice-agent"), args...))
 	}
 	a := start()
 	a.Wait(t, 10*time.Second, func() bool {
@@ -117,7 +117,7 @@ func TestPrimaryRewrittenWhileAgentAwayFailsClosed(t *testing.T) {
 		return err == nil && resp.Ready
 	}, "agent never became ready")
 
-	lib := libcni.NewCNIConfigWithCacheDir([]string{n.cniBin, binDir}, t.TempDir(), nil)
+	lib := libcni.NewCNIConfigWithCacheDir([]string{n.CNIBin, binDir}, t.TempDir(), nil)
 	var tally runtimeTally
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -142,7 +142,7 @@ func TestPrimaryRewrittenWhileAgentAwayFailsClosed(t *testing.T) {
 		// template, by rename, as a CNI's installer does.
 		rewritten = []byte(strings.Replace(string(template), `"isGateway": true`,
 			fmt.Sprintf(`"isGateway": true, "hairpinMode": %v`, i%2 == 0), 1))
-		tmp := filepath.Join(n.confDir, ".primary.tmp")
+		tmp := filepath.Join(n.ConfDir, ".primary.tmp")
 		if err := os.WriteFile(tmp, rewritten, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +169,7 @@ func TestPrimaryRewrittenWhileAgentAwayFailsClosed(t *testing.T) {
 
 	// The config the runtime reads follows the last rewrite, with sluice.
 	nstest.Eventually(t, 5*time.Second, func() bool {
-		_, list, err := firstConfig(n.confDir)
+		_, list, err := firstConfig(n.ConfDir)
 		b, _ := os.ReadFile(primaryPath)
 		return err == nil && chainHas(list, "sluice") && strings.Contains(string(list.Bytes), `"hairpinMode": false`) &&
 			string(b) == string(rewritten)

@@ -3,9 +3,6 @@ package e2e
 import (
 	"context"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 // These tests need the agent to run daemon/podcheck and daemon/events
@@ -102,7 +100,7 @@ func TestCaptureFailureRecordedOnPod(t *testing.T) {
 	n := newNode(t)
 	n.kubeAgent(env)
 	cni := n.cni(n.loopbackChain("5s"))
-	bad := createPod(t, c, "failing", sidecarPod("bad", map[string]string{
+	bad := podtest.Create(t, c, "failing", sidecarPod("bad", map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/33",
 	}))
 	if _, err := cni.Add(rtFor("bad1", n.Pod("bad"), bad)); err == nil {
@@ -119,7 +117,7 @@ func TestCaptureFailureRecordedOnPod(t *testing.T) {
 // tests on the same node do not find it.
 func runningPod(t *testing.T, c kubernetes.Interface, ns string, p *corev1.Pod, ip netip.Addr) *corev1.Pod {
 	t.Helper()
-	p = createPod(t, c, ns, p)
+	p = podtest.Create(t, c, ns, p)
 	t.Cleanup(func() {
 		zero := int64(0)
 		c.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
@@ -134,30 +132,10 @@ func runningPod(t *testing.T, c kubernetes.Interface, ns string, p *corev1.Pod, 
 	return got
 }
 
-// podSandbox is what a runtime leaves for a running pod: a netns with the
-// pod's IP, and a process in it placed in a cgroup naming the pod, as the
-// kubelet's cgroupfs driver does.
+// podSandbox is what a runtime leaves for a running pod (podtest.SandboxIn):
+// a netns under the node's root with the pod's IP, and a process in it
+// placed in a cgroup naming the pod, as the kubelet's cgroupfs driver does.
 func (n *node) podSandbox(t *testing.T, name string, pod *corev1.Pod, ip netip.Addr) *nstest.NS {
 	t.Helper()
-	sb := n.Pod(name)
-	nstest.Veth(t, sb, "eth0", []string{netip.PrefixFrom(ip, ip.BitLen()).String()}, nstest.New(t, name+"-peer"), "veth0", nil)
-	cg := nstest.PodCgroup(t, "cgroupfs", string(pod.UID))
-	cmd := sb.Command("sleep", "300")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	procNet := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"
-	want, err := os.Stat(sb.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nstest.Eventually(t, 5*time.Second, func() bool {
-		got, err := os.Stat(procNet)
-		return err == nil && os.SameFile(got, want)
-	}, "the pod's process never entered its netns")
-	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		t.Fatalf("move the pod's process into %s: %v", cg, err)
-	}
-	return sb
+	return podtest.SandboxIn(t, n.Pod(name), string(pod.UID), ip, true)
 }

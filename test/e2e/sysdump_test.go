@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // The support bundle from a real agent with two pods enrolled and the
@@ -32,12 +32,12 @@ func TestSysdump(t *testing.T) {
 		"log":        "planted-log-token-8b9c0d",
 	}
 	kubeconfig := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.96.0.1:443\nusers:\n- name: sluice\n  user:\n    token: " + secrets["kubeconfig"] + "\n"
-	writeFile(t, filepath.Join(n.confDir, "ZZZ-sluice-kubeconfig"), kubeconfig)
-	writeFile(t, filepath.Join(n.confDir, "10-bridge.conflist"), string(n.bridgeOnly()))
+	writeFile(t, filepath.Join(n.ConfDir, "ZZZ-sluice-kubeconfig"), kubeconfig)
+	writeFile(t, filepath.Join(n.ConfDir, "10-bridge.conflist"), string(n.bridgeOnly()))
 
 	cmd := n.NS.Command(filepath.Join(binDir, "sluice-agent"), n.agentArgs("--install=true")...)
 	cmd.Env = append(os.Environ(), "SLUICE_E2E_TOKEN="+secrets["env"], "POD_NAME=sluice-agent-e2e", "POD_NAMESPACE=kube-system")
-	n.agent = agenttest.Start(t, cmd)
+	n.agent = proctest.Start(t, cmd)
 	n.agent.Wait(t, 10*time.Second, func() bool {
 		resp, err := n.Status()
 		return err == nil && resp.Ready
@@ -84,7 +84,7 @@ func TestSysdump(t *testing.T) {
 		"health/metrics.txt":                 {"sluice_build_info", "sluice_workloads_enrolled"},
 		"cni/conf.txt":                       {"10-bridge.conflist", "10-bridge-sluice.conflist", "ZZZ-sluice-kubeconfig"},
 		"cni/conf/10-bridge-sluice.conflist": {`"type": "sluice"`},
-		"installer.txt":                      {"10-bridge-sluice.conflist: the sluice entry", filepath.Join(n.cniBin, "sluice") + ": sha256"},
+		"installer.txt":                      {"10-bridge-sluice.conflist: the sluice entry", filepath.Join(n.CNIBin, "sluice") + ": sha256"},
 		"journal.txt":                        {"d00d0001aaaa:eth0.json", ".sluice-state", "notes.txt"},
 		"journal/d00d0001aaaa:eth0.json":     {"d00d0001aaaa"},
 		"journal/notes.txt":                  {"Authorization: [redacted]"},

@@ -31,6 +31,7 @@ import (
 	"github.com/sluicemesh/sluice/test/harness/fleet"
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // The sizes make test runs; make bench sets them larger (SLUICE_FLEET_*).
@@ -294,10 +295,10 @@ func bindAll(t *testing.T, env *kubetest.Env, c kubernetes.Interface, users []st
 // (pod netns, the host probe table) is the node's private netns.
 type agentNode struct {
 	*agenttest.Node
-	agent   *agenttest.Agent
+	agent   *proctest.Proc
 	i       int
 	chain   *agenttest.Chain
-	ztunnel *agenttest.Agent // the test app's ZDS stand-in
+	ztunnel *proctest.Proc // the test app's ZDS stand-in
 	conf    string
 	cniBin  string
 }
@@ -312,7 +313,7 @@ func startAgent(t *testing.T, env *kubetest.Env, i int) *agentNode {
 		}
 	}
 	n.agent = n.spawn(t, env)
-	n.ztunnel = agenttest.Start(t, exec.Command(bin.Path(testApp.Name), "ztunnel", n.ztunnelSocket()))
+	n.ztunnel = proctest.Start(t, exec.Command(bin.Path(testApp.Name), "ztunnel", n.ztunnelSocket()))
 	n.chain = agenttest.NewChain(t, n.NS, []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"fleet","plugins":[
 		{"type":"loopback"},
 		{"type":"sluice","socket":%q,"timeout":"5s"}]}`, n.Socket)), bin.Dir)
@@ -323,8 +324,8 @@ func (n *agentNode) ztunnelSocket() string { return filepath.Join(n.Dir, "ztunne
 
 // spawn starts this node's agent process: at first, and again in a rollout
 // on the same state dir.
-func (n *agentNode) spawn(t *testing.T, env *kubetest.Env) *agenttest.Agent {
-	return agenttest.Start(t, exec.Command(bin.Agent(),
+func (n *agentNode) spawn(t *testing.T, env *kubetest.Env) *proctest.Proc {
+	return proctest.Start(t, exec.Command(bin.Agent(),
 		"--kubeconfig", env.Kubeconfig(t, agentUser(n.i)),
 		"--node-name", fleet.NodeName(n.i),
 		"--socket", n.Socket, "--state-dir", n.StateDir, "--netns-roots", n.Root,

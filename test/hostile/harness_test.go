@@ -21,6 +21,7 @@ import (
 	"github.com/sluicemesh/sluice/internal/productbuild"
 	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // binDir holds the freshly built binaries, readable by any uid (the
@@ -68,7 +69,8 @@ func build() (agenttest.Bin, error) {
 }
 
 // node is one agent's world (agenttest.Node: the agent runs and serves
-// /healthz in its netns), with the socket where any uid can reach it.
+// /healthz in its netns, its socket where any uid can reach it) and this
+// test's agent.
 type node struct {
 	agenttest.Node // by value: a test copies a node to start a second agent beside it
 	t              *testing.T
@@ -79,22 +81,10 @@ type node struct {
 
 func newNode(t *testing.T) *node {
 	t.Helper()
-	n := &node{Node: *agenttest.NewNode(t), t: t}
-	// The socket's base is reachable by any uid (a test's temp dir is not),
-	// so loosening the socket's own dir and mode is all it takes to expose it.
-	sockBase, err := os.MkdirTemp("", "sluice-hostile-sock-")
-	if err == nil {
-		err = os.Chmod(sockBase, 0o755)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockBase) })
-	n.Socket = filepath.Join(sockBase, "run", "agent.sock")
-	return n
+	return &node{Node: *agenttest.NewNodeWith(t, agenttest.NodeOptions{ReachableSocket: true}), t: t}
 }
 
-type agent = agenttest.Agent
+type agent = proctest.Proc
 
 // start runs sluice-agent in the node netns; ready waits for /readyz.
 func (n *node) start(ready bool, extra ...string) *agent {
@@ -107,7 +97,7 @@ func (n *node) start(ready bool, extra ...string) *agent {
 	if n.smallState {
 		cmd = n.inSmallState(cmd)
 	}
-	a := agenttest.Start(t, cmd)
+	a := proctest.Start(t, cmd)
 	if ready {
 		a.Wait(t, 10*time.Second, func() bool {
 			code, _ := n.get("/readyz")

@@ -5,44 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
-
-// sleeper is a process sleeping in a netns: what keeps a pod's netns alive.
-type sleeper struct{ cmd *exec.Cmd }
-
-func sleepIn(t *testing.T, netnsPath string) *sleeper {
-	t.Helper()
-	s := &sleeper{exec.Command("nsenter", "--net="+netnsPath, "--", "sleep", "300")}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.exit)
-	want, err := os.Stat(netnsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nstest.Eventually(t, 5*time.Second, func() bool {
-		got, err := os.Stat(s.path())
-		return err == nil && os.SameFile(got, want)
-	}, "%s never entered %s", s.path(), netnsPath)
-	return s
-}
-
-func (s *sleeper) path() string { return "/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/ns/net" }
-
-func (s *sleeper) exit() {
-	if s.cmd.ProcessState == nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-	}
-}
 
 // journaledNetns is the netns path the agent's journal holds for id's eth0,
 // "" when it holds no record.
@@ -75,22 +45,22 @@ func TestProcEnrolmentOutlivesItsProcess(t *testing.T) {
 	before := ruleset(t, victim)
 
 	pod := nstest.NewIn(t, n.Root, "procpod")
-	first, second := sleepIn(t, pod.Path), sleepIn(t, pod.Path)
-	if e, _ := n.run(call{verb: "ADD", id: "procpod", netns: first.path()}); e != nil {
+	first, second := proctest.InNetns(t, pod.Path), proctest.InNetns(t, pod.Path)
+	if e, _ := n.run(call{verb: "ADD", id: "procpod", netns: first.Netns()}); e != nil {
 		t.Fatal(e)
 	}
 	if err := unix.Unmount(pod.Path, unix.MNT_DETACH); err != nil {
 		t.Fatal(err)
 	}
-	first.exit() // the path the runtime gave is gone; the netns is not
-	nstest.Eventually(t, 10*time.Second, func() bool { return n.journaledNetns("procpod") == second.path() },
-		"the journal never followed the netns to %s (the record was dropped, or kept the dead path)", second.path())
-	table := exec.Command("nsenter", "--net="+second.path(), "--", "nft", "list", "table", "inet", "sluice")
+	first.Kill() // the path the runtime gave is gone; the netns is not
+	nstest.Eventually(t, 10*time.Second, func() bool { return n.journaledNetns("procpod") == second.Netns() },
+		"the journal never followed the netns to %s (the record was dropped, or kept the dead path)", second.Netns())
+	table := exec.Command("nsenter", "--net="+second.Netns(), "--", "nft", "list", "table", "inet", "sluice")
 	if out, err := table.CombinedOutput(); err != nil {
 		t.Fatalf("the pod's table is gone: %v %s", err, out)
 	}
 
-	second.exit()
+	second.Kill()
 	nstest.Eventually(t, 10*time.Second, func() bool { return n.journaledNetns("procpod") == "" },
 		"the record of a netns nothing holds was kept")
 	n.stillServes(t, victim, before)

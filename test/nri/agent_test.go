@@ -2,22 +2,15 @@ package nri_test
 
 import (
 	"context"
-	"path/filepath"
-	"syscall"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/test/harness/agenttest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
-// agentSocket is the agent's gRPC socket in the node.
-const agentSocket = "/run/sluice/agent.sock"
-
 type agent struct {
-	*agenttest.Agent
+	*proctest.Proc
 	n *node
 }
 
@@ -38,19 +31,19 @@ func (n *node) startAgentNoWait(extra ...string) *agent {
 	t := n.t
 	args := append([]string{agentBinary(t),
 		"--trigger", "nri", "--nri-socket", nriSocket,
-		"--socket", agentSocket, "--state-dir", "/run/sluice/state",
+		"--socket", n.Socket, "--state-dir", n.StateDir,
 		"--health-addr", "127.0.0.1:0", "--log-level", "debug",
 		// The node's CNI dirs, never the machine's: --trigger nri removes a
 		// leftover entry from the conf dir.
-		"--cni-conf-dir", filepath.Join(n.dir, "net.d"), "--cni-bin-dir", filepath.Join(n.dir, "cni-bin")}, extra...)
+		"--cni-conf-dir", n.ConfDir, "--cni-bin-dir", n.CNIBin}, extra...)
 	if n.capabilities != nil {
 		args = agenttest.Capped(n.capabilities, args...)
 	}
-	cmd := n.command(context.Background(), args...)
+	cmd := n.Command(context.Background(), args...)
 	if n.agentInHostNetns {
-		cmd = n.commandMountOnly(context.Background(), args...)
+		cmd = n.HostNetCommand(context.Background(), args...)
 	}
-	a := &agent{Agent: agenttest.Start(t, cmd), n: n}
+	a := &agent{Proc: proctest.Start(t, cmd), n: n}
 	t.Cleanup(a.stop) // before the harness's SIGKILL: a clean stop first
 	return a
 }
@@ -58,35 +51,11 @@ func (n *node) startAgentNoWait(extra ...string) *agent {
 func (a *agent) checkAlive() { a.Alive(a.n.t) }
 
 // stop sends SIGTERM and waits; SIGKILL after 15s.
-func (a *agent) stop() {
-	a.Cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.Done:
-	case <-time.After(15 * time.Second):
-		a.Cmd.Process.Kill()
-		<-a.Done
-	}
-}
-
-// workloads lists what the agent has enrolled, over its gRPC socket.
-func (n *node) workloads() []*sluicev1.Workload {
-	t := n.t
-	t.Helper()
-	conn, err := grpc.NewClient("unix://"+n.path(agentSocket), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	resp, err := sluicev1.NewDebugClient(conn).ListWorkloads(t.Context(), &sluicev1.ListWorkloadsRequest{})
-	if err != nil {
-		t.Fatalf("ListWorkloads: %v", err)
-	}
-	return resp.Workloads
-}
+func (a *agent) stop() { a.Terminate(15 * time.Second) }
 
 // enrolled is the workload of sandbox id, or nil.
 func (n *node) enrolled(id string) *sluicev1.Workload {
-	for _, w := range n.workloads() {
+	for _, w := range n.Workloads(n.t) {
 		if w.ContainerId == id {
 			return w
 		}

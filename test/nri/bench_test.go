@@ -95,15 +95,15 @@ func newRunpMode(b *testing.B, mode string) *runpMode {
 func (m *runpMode) pod(b *testing.B) {
 	cpu0 := m.a.cpu()
 	start := time.Now()
-	id := m.c.mustCrictl("runp", m.conf)
+	id := m.c.MustCrictl("runp", m.conf)
 	m.samples.RunpNS = append(m.samples.RunpNS, int64(time.Since(start)))
 	cpu := m.a.cpu() - cpu0
 	if m.a != nil && m.n.enrolled(id) == nil {
 		b.Fatalf("%s: sandbox %s not enrolled", m.samples.Mode, id)
 	}
 	cpu0 = m.a.cpu()
-	m.c.mustCrictl("stopp", id)
-	m.c.mustCrictl("rmp", id)
+	m.c.MustCrictl("stopp", id)
+	m.c.MustCrictl("rmp", id)
 	if m.a != nil {
 		m.samples.AgentCPUNS = append(m.samples.AgentCPUNS, int64(cpu+m.a.cpu()-cpu0))
 	}

@@ -25,9 +25,9 @@ func TestNRICapturesPodWithTheChartsCapabilities(t *testing.T) {
 	n.startAgent()
 	s := c.runPod("capped", "cart")
 	if n.enrolled(s.ID) == nil {
-		t.Fatalf("sandbox %s not enrolled under %v; workloads: %v", s.ID, caps, n.workloads())
+		t.Fatalf("sandbox %s not enrolled under %v; workloads: %v", s.ID, caps, n.Workloads(t))
 	}
 	expectCaptured(t, n.netns(s))
-	c.mustCrictl("stopp", s.ID)
-	c.mustCrictl("rmp", s.ID)
+	c.MustCrictl("stopp", s.ID)
+	c.MustCrictl("rmp", s.ID)
 }

@@ -23,7 +23,7 @@ func TestNRICapturesPod(t *testing.T) {
 	s := c.runPod("shop", "cart")
 	w := n.enrolled(s.ID)
 	if w == nil {
-		t.Fatalf("sandbox %s not enrolled after runp; workloads: %v", s.ID, n.workloads())
+		t.Fatalf("sandbox %s not enrolled after runp; workloads: %v", s.ID, n.Workloads(t))
 	}
 	if w.Netns != s.Netns || w.IfName != "eth0" || w.Pod.GetNamespace() != "shop" || w.Pod.GetName() != "cart" ||
 		w.Pod.GetUid() != "uid-shop-cart" {
@@ -41,15 +41,15 @@ func TestNRICapturesPod(t *testing.T) {
 		t.Fatalf("a sluice entry is in the node's CNI config:\n%s", entries)
 	}
 
-	c.mustCrictl("stopp", s.ID)
+	c.MustCrictl("stopp", s.ID)
 	if n.enrolled(s.ID) != nil {
 		t.Fatalf("sandbox %s still enrolled after stopp", s.ID)
 	}
 	if a.Logs.Count("msg=released", "event=StopPodSandbox", "sandbox="+s.ID[:12]) != 1 {
 		t.Fatalf("no release at StopPodSandbox:\n%s", a.Logs)
 	}
-	c.mustCrictl("rmp", s.ID)
-	nstest.Eventually(t, 5*time.Second, func() bool { return len(n.workloads()) == 0 }, "workloads left after rmp")
+	c.MustCrictl("rmp", s.ID)
+	nstest.Eventually(t, 5*time.Second, func() bool { return len(n.Workloads(t)) == 0 }, "workloads left after rmp")
 }
 
 // An agent switched to --trigger nri removes what a cni or both agent left
@@ -59,7 +59,7 @@ func TestNRICapturesPod(t *testing.T) {
 func TestNRIDropsLeftoverEntry(t *testing.T) {
 	n := newNode(t)
 	c := n.startContainerd(containerdOptions{})
-	primary := filepath.Join(n.dir, "net.d", "10-pods.conflist")
+	primary := filepath.Join(n.ConfDir, "10-pods.conflist")
 	before, err := os.ReadFile(primary)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestNRIDropsLeftoverEntry(t *testing.T) {
 	if err := os.WriteFile(primary, []byte(withEntry), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	owned := filepath.Join(n.dir, "net.d", "10-pods-sluice.conflist")
+	owned := filepath.Join(n.ConfDir, "10-pods-sluice.conflist")
 	if err := os.WriteFile(owned, []byte(withEntry), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestNRIBothTriggersConverge(t *testing.T) {
 	c := n.startContainerd(containerdOptions{chained: true})
 	a := n.startAgent("--trigger", "both", "--install=false")
 	s := c.runPod("shop", "both")
-	ws := n.workloads()
+	ws := n.Workloads(t)
 	if len(ws) != 1 || ws[0].ContainerId != s.ID || ws[0].Netns != s.Netns {
 		t.Fatalf("workloads %v, want one for %s in %s", ws, s.ID, s.Netns)
 	}
@@ -108,9 +108,9 @@ func TestNRIBothTriggersConverge(t *testing.T) {
 		t.Fatalf("the NRI event did not find the CNI's record:\n%s", a.Logs)
 	}
 	expectCaptured(t, n.netns(s))
-	c.mustCrictl("stopp", s.ID)
-	c.mustCrictl("rmp", s.ID)
-	if ws := n.workloads(); len(ws) != 0 {
+	c.MustCrictl("stopp", s.ID)
+	c.MustCrictl("rmp", s.ID)
+	if ws := n.Workloads(t); len(ws) != 0 {
 		t.Fatalf("workloads left after rmp: %v", ws)
 	}
 }

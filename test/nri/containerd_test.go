@@ -1,86 +1,12 @@
 package nri_test
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
-	"time"
 
-	"github.com/sluicemesh/sluice/test/harness/agenttest"
-	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/containerdtest"
 )
-
-// containerdConfig is a version 3 config for containerd 2.x. Every path is
-// the node's: its root in the test dir, its state and sockets in the
-// node's private /run. Plugins that would touch the machine's own paths or
-// cannot work here are off.
-const containerdConfig = `version = 3
-root = %[1]q
-state = "/run/containerd/state"
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.erofs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = "/run/containerd/containerd.sock"
-
-[ttrpc]
-  address = "/run/containerd/containerd.sock.ttrpc"
-
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = "overlayfs"
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = %[2]q
-
-[plugins.'io.containerd.cri.v1.runtime']
-  # This VM's root lacks CAP_SYS_RESOURCE: never lower a child's oom_score_adj.
-  restrict_oom_score_adj = true
-  enable_selinux = false
-  disable_apparmor = true
-  netns_mounts_under_state_dir = false
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = "runc"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        Root = "/run/containerd/runc"
-        SystemdCgroup = false
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = [%[3]s]
-    conf_dir = %[4]q
-
-[plugins.'io.containerd.grpc.v1.cri']
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-
-[plugins.'io.containerd.nri.v1.nri']
-  disable = false
-  socket_path = %[5]q
-  plugin_path = %[6]q
-  plugin_config_path = %[7]q
-  plugin_registration_timeout = "5s"
-  plugin_request_timeout = "2s"
-%[8]s`
-
-// validatorConfig makes the sluice plugin required: containers of every
-// pod are refused while it is not connected, but for pods annotated to
-// tolerate that (the agent's own, static pods).
-const validatorConfig = `  [plugins.'io.containerd.nri.v1.nri'.default_validator]
-    enable = true
-    required_plugins = ["sluice"]
-    tolerate_missing_plugins_annotation = "sluice.dev/tolerate-missing-nri"
-`
 
 // nriSocket is the runtime's NRI socket in the node.
 const nriSocket = "/run/nri/nri.sock"
@@ -88,13 +14,12 @@ const nriSocket = "/run/nri/nri.sock"
 // podSubnet is the primary CNI's pod range; the bridge lives in the node.
 const podSubnet = "10.89.0.0/24"
 
+// containerd is the node's containerd (containerdtest) and the node it
+// runs in, for the pod configs.
 type containerd struct {
-	n    *node
-	bin  string // the containerd binaries
-	conf string
-	logs *agenttest.Logs
-	done <-chan struct{}
-	cmd  *exec.Cmd
+	*containerdtest.Containerd
+	n   *node
+	bin string // the containerd binaries, crictl among them
 }
 
 type containerdOptions struct {
@@ -111,190 +36,38 @@ type containerdOptions struct {
 func (n *node) startContainerd(opts containerdOptions) *containerd {
 	t := n.t
 	t.Helper()
-	c := &containerd{n: n, bin: containerdBinaries(t), logs: &agenttest.Logs{}}
-	confDir := filepath.Join(n.dir, "net.d")
-	if err := os.MkdirAll(confDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	c := &containerd{n: n, bin: containerdBinaries(t)}
+	confDir := n.ConfDir
 	entry := ""
-	binDirs := fmt.Sprintf("%q", cniPlugins(t))
+	binDirs := []string{cniPlugins(t)}
 	if opts.chained {
-		entry = fmt.Sprintf(`, {"type": "sluice", "socket": %q, "timeout": "2s"}`, agentSocket)
-		bin := filepath.Join(n.dir, "cni-bin")
-		if err := os.MkdirAll(bin, 0o755); err != nil {
+		entry = fmt.Sprintf(`, {"type": "sluice", "socket": %q, "timeout": "2s"}`, n.Socket)
+		if err := copyFile(pluginBinary(t), filepath.Join(n.CNIBin, "sluice")); err != nil {
 			t.Fatal(err)
 		}
-		if err := copyFile(pluginBinary(t), filepath.Join(bin, "sluice")); err != nil {
-			t.Fatal(err)
-		}
-		binDirs += fmt.Sprintf(", %q", bin)
+		binDirs = append(binDirs, n.CNIBin)
 	}
 	primary := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "pods", "plugins": [
   {"type": "bridge", "bridge": "nri0", "isGateway": true, "ipMasq": false,
    "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]],
-            "routes": [{"dst": "0.0.0.0/0"}]}}%s]}`, filepath.Join(n.dir, "ipam"), podSubnet, entry)
+            "routes": [{"dst": "0.0.0.0/0"}]}}%s]}`, filepath.Join(n.Dir, "ipam"), podSubnet, entry)
 	if err := os.WriteFile(filepath.Join(confDir, "10-pods.conflist"), []byte(primary), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	extra := ""
+	conf := containerdtest.Config{Root: filepath.Join(n.Dir, "root"), State: "/run/containerd/state",
+		Socket: "/run/containerd/containerd.sock", RuncRoot: "/run/containerd/runc",
+		CNIBinDirs: binDirs, CNIConfDir: confDir,
+		NRI: &containerdtest.NRI{Socket: nriSocket, PluginPath: filepath.Join(n.Dir, "nri", "plugins"),
+			PluginConfigPath: filepath.Join(n.Dir, "nri", "conf.d")}}.String()
 	if opts.validator {
-		extra = validatorConfig
+		conf += containerdtest.NRIValidator("sluice", "sluice.dev/tolerate-missing-nri")
 	}
-	c.conf = filepath.Join(n.dir, "containerd.toml")
-	conf := fmt.Sprintf(containerdConfig, filepath.Join(n.dir, "root"), pauseRef, binDirs, confDir,
-		nriSocket, filepath.Join(n.dir, "nri", "plugins"), filepath.Join(n.dir, "nri", "conf.d"), extra)
-	if err := os.WriteFile(c.conf, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.cleanup)
-	c.start()
-	nstest.Eventually(t, 30*time.Second, func() bool {
-		c.checkAlive()
-		out, err := c.crictl(t.Context(), "info")
-		return err == nil && strings.Contains(out, `"NetworkReady"`) && networkReady(out)
-	}, "containerd never reported NetworkReady:\n%s", c.logs)
-	c.importPause()
+	c.Containerd = containerdtest.Start(t, containerdtest.Options{
+		Dir: n.Dir, Config: conf, Bin: c.bin, Crictl: filepath.Join(c.bin, "crictl"),
+		Socket: "/run/containerd/containerd.sock", Command: n.Command, Pause: pauseArchive(t),
+		Reap: n.KillAll,
+	})
 	return c
-}
-
-func (c *containerd) start() {
-	cmd := c.n.command(context.Background(), "env", "PATH="+c.bin+":"+os.Getenv("PATH"), filepath.Join(c.bin, "containerd"), "--config", c.conf)
-	cmd.Stdout, cmd.Stderr = c.logs, c.logs
-	done, err := agenttest.StartLocked(cmd)
-	if err != nil {
-		c.n.t.Fatalf("start containerd: %v", err)
-	}
-	c.done, c.cmd = done, cmd
-}
-
-// stop ends containerd (SIGTERM, then SIGKILL) and leaves its pods running,
-// as a containerd restart does.
-func (c *containerd) stop() {
-	if c.cmd == nil {
-		return
-	}
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		c.cmd.Process.Kill()
-		<-c.done
-	}
-}
-
-func (c *containerd) checkAlive() {
-	select {
-	case <-c.done:
-		c.n.t.Fatalf("containerd exited:\n%s", c.logs)
-	default:
-	}
-}
-
-func networkReady(info string) bool {
-	var v struct {
-		Status struct {
-			Conditions []struct {
-				Type   string `json:"type"`
-				Status bool   `json:"status"`
-			} `json:"conditions"`
-		} `json:"status"`
-	}
-	if json.Unmarshal([]byte(info), &v) != nil {
-		return false
-	}
-	for _, cond := range v.Status.Conditions {
-		if cond.Type == "NetworkReady" {
-			return cond.Status
-		}
-	}
-	return false
-}
-
-// crictl runs crictl against the node's containerd.
-func (c *containerd) crictl(ctx context.Context, args ...string) (string, error) {
-	argv := append([]string{filepath.Join(c.bin, "crictl"),
-		"--runtime-endpoint", "unix:///run/containerd/containerd.sock",
-		"--image-endpoint", "unix:///run/containerd/containerd.sock", "--timeout", "30s"}, args...)
-	out, err := c.n.run(ctx, argv...)
-	return strings.TrimSpace(out), err
-}
-
-func (c *containerd) mustCrictl(args ...string) string {
-	c.n.t.Helper()
-	out, err := c.crictl(c.n.t.Context(), args...)
-	if err != nil {
-		c.n.t.Fatalf("%v\ncontainerd log:\n%s", err, c.logs)
-	}
-	return out
-}
-
-// importPause loads the project's pause image and waits until CRI lists it.
-func (c *containerd) importPause() {
-	t := c.n.t
-	if _, err := c.n.run(t.Context(), filepath.Join(c.bin, "ctr"), "--address", "/run/containerd/containerd.sock",
-		"-n", "k8s.io", "images", "import", pauseArchive(t)); err != nil {
-		t.Fatalf("import the pause image: %v\n%s", err, c.logs)
-	}
-	nstest.Eventually(t, 10*time.Second, func() bool {
-		_, err := c.crictl(t.Context(), "inspecti", pauseRef)
-		return err == nil
-	}, "CRI does not list %s after the import", pauseRef)
-}
-
-// cleanup removes every pod, stops containerd and kills whatever is left
-// in the node's mount namespace but the holder: shims, pause processes.
-func (c *containerd) cleanup() {
-	t := c.n.t
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	select {
-	case <-c.done:
-	default:
-		if out, err := c.crictl(ctx, "rmp", "--all", "--force"); err != nil {
-			t.Logf("cleanup: rmp: %v %s", err, out)
-		}
-	}
-	c.stop()
-	c.n.killAll()
-	if t.Failed() {
-		t.Logf("containerd log:\n%s", c.logs)
-	}
-}
-
-// killAll kills every process in the node's mount namespace but the
-// holder, and every process in the pods' cgroups (the pause processes,
-// which have mount namespaces of their own).
-func (n *node) killAll() {
-	pids, _ := filepath.Glob("/sys/fs/cgroup/*" + n.cgroup + "/*/cgroup.procs")
-	more, _ := filepath.Glob("/sys/fs/cgroup" + n.cgroup + "/*/cgroup.procs")
-	for _, f := range append(pids, more...) {
-		b, _ := os.ReadFile(f)
-		for _, l := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(l); err == nil && pid > 1 {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	}
-	self := nsInode(n.pid)
-	if self == 0 {
-		return
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(filepath.Base(p))
-		if err != nil || pid == n.pid || nsInode(pid) != self {
-			continue
-		}
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-}
-
-func nsInode(pid int) uint64 {
-	var st syscall.Stat_t
-	if err := syscall.Stat("/proc/"+strconv.Itoa(pid)+"/ns/mnt", &st); err != nil {
-		return 0
-	}
-	return st.Ino
 }
 
 func copyFile(src, dst string) error {

@@ -21,20 +21,20 @@ func TestNRIRejectionFailsRunp(t *testing.T) {
 	c := n.startContainerd(containerdOptions{})
 	a := n.startAgent(ambientNoZtunnel...)
 
-	out, err := c.crictl(t.Context(), "runp", c.podConfig("shop", "refused", nil))
+	out, err := c.Crictl(t.Context(), "runp", c.podConfig("shop", "refused", nil))
 	if err == nil {
 		t.Fatalf("runp of a pod the agent cannot capture succeeded: %s", out)
 	}
 	if !strings.Contains(err.Error(), "sluice: capture pod shop/refused") {
 		t.Fatalf("runp failed without the agent's reason: %v", err)
 	}
-	if pods := c.mustCrictl("pods", "-q"); pods != "" {
+	if pods := c.MustCrictl("pods", "-q"); pods != "" {
 		t.Fatalf("sandboxes left after the rejected runp: %s", pods)
 	}
-	if ns, _ := os.ReadDir(n.path("/run/netns")); len(ns) != 0 {
+	if ns, _ := os.ReadDir(n.Path("/run/netns")); len(ns) != 0 {
 		t.Fatalf("netns left after the rejected runp: %v", ns)
 	}
-	if ws := n.workloads(); len(ws) != 0 {
+	if ws := n.Workloads(t); len(ws) != 0 {
 		t.Fatalf("records left after the rejected runp: %v", ws)
 	}
 	nstest.Eventually(t, 5*time.Second, func() bool { return len(allocatedIPs(t, n)) == 0 },
@@ -47,7 +47,7 @@ func TestNRIRejectionFailsRunp(t *testing.T) {
 // allocatedIPs are host-local's reservations (one file per address).
 func allocatedIPs(t *testing.T, n *node) []string {
 	var ips []string
-	files, _ := filepath.Glob(filepath.Join(n.dir, "ipam", "pods", "*"))
+	files, _ := filepath.Glob(filepath.Join(n.Dir, "ipam", "pods", "*"))
 	for _, f := range files {
 		if b := filepath.Base(f); b != "lock" && !strings.HasPrefix(b, "last_reserved_ip") {
 			ips = append(ips, b)
@@ -66,7 +66,7 @@ func TestNRICreateContainerGate(t *testing.T) {
 	if a.Logs.Count("capture failed", "event=Synchronize", "pod=shop/missed") == 0 {
 		t.Fatalf("Synchronize did not try the missed pod:\n%s", a.Logs)
 	}
-	out, err := c.crictl(t.Context(), "create", s.ID, c.containerConfig("app"), c.podConfig("shop", "missed", nil))
+	out, err := c.Crictl(t.Context(), "create", s.ID, c.containerConfig("app"), c.podConfig("shop", "missed", nil))
 	if err == nil {
 		t.Fatalf("a container of an uncaptured pod was created: %s", out)
 	}
@@ -77,7 +77,7 @@ func TestNRICreateContainerGate(t *testing.T) {
 
 // containerConfig is a crictl container config running the pause image.
 func (c *containerd) containerConfig(name string) string {
-	path := filepath.Join(c.n.dir, "ctr-"+name+".json")
+	path := filepath.Join(c.n.Dir, "ctr-"+name+".json")
 	conf := `{"metadata": {"name": "` + name + `"}, "image": {"image": "` + pauseRef + `"}, "linux": {}}`
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		c.n.t.Fatal(err)

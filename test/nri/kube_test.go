@@ -15,6 +15,7 @@ import (
 
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/podtest"
 )
 
 const (
@@ -36,19 +37,19 @@ func TestNRIAndCNIDecideAlike(t *testing.T) {
 	c := n.startContainerd(containerdOptions{})
 	n.agentInHostNetns = true
 	a := n.startAgent("--trigger", "both", "--install=false", "--kubeconfig", env.Kubeconfig(t, agentUser), "--node-name", kubeNode)
-	mesh := "mesh-" + strings.TrimPrefix(filepath.Base(n.dir), "sluice-nri-")
+	mesh := "mesh-" + strings.TrimPrefix(filepath.Base(n.Dir), "sluice-agentnode-")
 	if _, err := kc.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mesh}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { kc.CoreV1().Namespaces().Delete(context.Background(), mesh, metav1.DeleteOptions{}) })
 
-	injected := createPod(t, kc, mesh, sidecarPod("cart", map[string]string{
+	injected := podtest.Create(t, kc, mesh, sidecarPod("cart", map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundPorts":    "5432",
 		"traffic.sidecar.istio.io/includeOutboundIPRanges": "10.96.0.0/12",
 	}))
-	plain := createPod(t, kc, mesh, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain"},
+	plain := podtest.Create(t, kc, mesh, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain"},
 		Spec: corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{{Name: "app", Image: "app"}}}})
-	bad := createPod(t, kc, mesh, sidecarPod("bad", map[string]string{
+	bad := podtest.Create(t, kc, mesh, sidecarPod("bad", map[string]string{
 		"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/33",
 	}))
 
@@ -84,7 +85,7 @@ func TestNRIAndCNIDecideAlike(t *testing.T) {
 	if _, err := n.cniAddPod("cni-bad", n.holdNetns(), podRef(bad)); err == nil {
 		t.Fatal("CNI ADD accepted a pod with an invalid annotation")
 	}
-	if out, err := c.crictl(t.Context(), "runp", c.kubePodConfig(bad)); err == nil {
+	if out, err := c.Crictl(t.Context(), "runp", c.kubePodConfig(bad)); err == nil {
 		t.Fatalf("runp of a pod with an invalid annotation succeeded: %s", out)
 	} else if !strings.Contains(err.Error(), "10.0.0.0/33") {
 		t.Fatalf("runp failed without the policy's reason: %v", err)
@@ -113,8 +114,8 @@ func (c *containerd) kubePodConfig(p *corev1.Pod) string {
   "metadata": {"name": %q, "namespace": %q, "uid": %q, "attempt": 0},
   "hostname": %q,
   "linux": {"cgroup_parent": %q, "security_context": {"namespace_options": {"network": 0}}}
-}`, p.Name, p.Namespace, p.UID, p.Name, c.n.cgroup)
-	path := filepath.Join(c.n.dir, "kube-"+p.Name+".json")
+}`, p.Name, p.Namespace, p.UID, p.Name, c.n.Cgroup)
+	path := filepath.Join(c.n.Dir, "kube-"+p.Name+".json")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		c.n.t.Fatal(err)
 	}
@@ -123,31 +124,12 @@ func (c *containerd) kubePodConfig(p *corev1.Pod) string {
 
 func (c *containerd) runKubePod(p *corev1.Pod) sandbox {
 	c.n.t.Helper()
-	return c.inspect(c.mustCrictl("runp", c.kubePodConfig(p)))
+	return c.Inspect(c.MustCrictl("runp", c.kubePodConfig(p)))
 }
 
-// sidecarPod is a pod as Istio's injector leaves it.
+// sidecarPod is a pod on the test's node as Istio's injector leaves it.
 func sidecarPod(name string, ann map[string]string) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}},
-		Spec: corev1.PodSpec{NodeName: kubeNode, Containers: []corev1.Container{
-			{Name: "app", Image: "app"},
-			{Name: "istio-proxy", Image: "proxyv2"},
-		}},
-	}
-	for k, v := range ann {
-		p.Annotations[k] = v
-	}
-	return p
-}
-
-func createPod(t *testing.T, c kubernetes.Interface, ns string, p *corev1.Pod) *corev1.Pod {
-	t.Helper()
-	got, err := c.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
+	return podtest.SidecarPod(kubeNode, name, ann)
 }
 
 // A pod the policy cannot decide in time (the API server does not know
@@ -163,7 +145,7 @@ func TestNRIUndecidablePodFailsClosedInBudget(t *testing.T) {
 	c := n.startContainerd(containerdOptions{})
 	n.agentInHostNetns = true
 	a := n.startAgent("--kubeconfig", env.Kubeconfig(t, agentUser), "--node-name", kubeNode)
-	mesh := "late-" + strings.TrimPrefix(filepath.Base(n.dir), "sluice-nri-")
+	mesh := "late-" + strings.TrimPrefix(filepath.Base(n.Dir), "sluice-agentnode-")
 	if _, err := kc.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mesh}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +154,7 @@ func TestNRIUndecidablePodFailsClosedInBudget(t *testing.T) {
 	ghost := sidecarPod("ghost", nil)
 	ghost.Namespace, ghost.UID = mesh, "uid-not-in-the-api"
 	start := time.Now()
-	out, err := c.crictl(t.Context(), "runp", c.kubePodConfig(ghost))
+	out, err := c.Crictl(t.Context(), "runp", c.kubePodConfig(ghost))
 	took := time.Since(start)
 	if err == nil {
 		t.Fatalf("runp of a pod the API server does not know succeeded: %s", out)
@@ -181,13 +163,13 @@ func TestNRIUndecidablePodFailsClosedInBudget(t *testing.T) {
 		t.Fatalf("runp failed without the agent's reason: %v", err)
 	}
 	t.Logf("runp failed after %v", took)
-	if strings.Contains(c.logs.String(), "closing plugin 10-sluice") {
-		t.Fatalf("containerd dropped the plugin:\n%s", c.logs)
+	if strings.Contains(c.Logs.String(), "closing plugin 10-sluice") {
+		t.Fatalf("containerd dropped the plugin:\n%s", c.Logs)
 	}
 	if got := a.Logs.Count("synchronized with the runtime"); got != 1 {
 		t.Fatalf("the plugin reconnected (%d connections): the event overran the runtime's timeout", got)
 	}
-	pod := createPod(t, kc, mesh, sidecarPod("known", map[string]string{
+	pod := podtest.Create(t, kc, mesh, sidecarPod("known", map[string]string{
 		"traffic.sidecar.istio.io/includeOutboundIPRanges": "10.96.0.0/12",
 	}))
 	s := c.runKubePod(pod)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicemesh/sluice/internal/origdst"
+	"github.com/sluicemesh/sluice/test/harness/containerdtest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
@@ -25,8 +26,8 @@ func (c *containerd) podConfig(namespace, name string, annotations map[string]st
   "hostname": %[1]q,
   "annotations": %[4]s,
   "linux": {"cgroup_parent": %[3]q, "security_context": {"namespace_options": {"network": 0}}}
-}`, name, namespace, c.n.cgroup, ann)
-	path := filepath.Join(c.n.dir, namespace+"-"+name+".json")
+}`, name, namespace, c.n.Cgroup, ann)
+	path := filepath.Join(c.n.Dir, namespace+"-"+name+".json")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -34,57 +35,17 @@ func (c *containerd) podConfig(namespace, name string, annotations map[string]st
 }
 
 // sandbox is what inspectp says of a running pod sandbox.
-type sandbox struct {
-	ID    string
-	Netns string // in the node's mount namespace
-	IP    string
-}
-
-func (c *containerd) inspect(id string) sandbox {
-	t := c.n.t
-	t.Helper()
-	out := c.mustCrictl("inspectp", "--output", "json", id)
-	var v struct {
-		Status struct {
-			Network struct {
-				IP string `json:"ip"`
-			} `json:"network"`
-		} `json:"status"`
-		Info struct {
-			RuntimeSpec struct {
-				Linux struct {
-					Namespaces []struct {
-						Type string `json:"type"`
-						Path string `json:"path"`
-					} `json:"namespaces"`
-				} `json:"linux"`
-			} `json:"runtimeSpec"`
-		} `json:"info"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("inspectp %s: %v\n%s", id, err, out)
-	}
-	s := sandbox{ID: id, IP: v.Status.Network.IP}
-	for _, ns := range v.Info.RuntimeSpec.Linux.Namespaces {
-		if ns.Type == "network" {
-			s.Netns = ns.Path
-		}
-	}
-	if s.Netns == "" {
-		t.Fatalf("inspectp %s: no network namespace:\n%s", id, out)
-	}
-	return s
-}
+type sandbox = containerdtest.Sandbox
 
 // runPod runs a sandbox and returns it.
 func (c *containerd) runPod(namespace, name string) sandbox {
 	c.n.t.Helper()
-	return c.inspect(c.mustCrictl("runp", c.podConfig(namespace, name, nil)))
+	return c.Inspect(c.MustCrictl("runp", c.podConfig(namespace, name, nil)))
 }
 
 // netns is the sandbox's network namespace as the test sees it.
 func (n *node) netns(s sandbox) *nstest.NS {
-	return &nstest.NS{Name: s.ID[:12], Path: n.path(s.Netns)}
+	return &nstest.NS{Name: s.ID[:12], Path: n.Path(s.Netns)}
 }
 
 // expectCaptured proves with real TCP that a connection from the pod to a

@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	sluicev1 "github.com/sluicemesh/sluice/api/sluice/v1"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
@@ -37,8 +34,8 @@ func TestNRISynchronize(t *testing.T) {
 		t.Fatal("the ghost attachment was not enrolled")
 	}
 
-	c.stop()
-	c.start()
+	c.Stop()
+	c.Run()
 	nstest.Eventually(t, 30*time.Second, func() bool {
 		return a.Logs.Count("synchronized with the runtime") >= 2
 	}, "the agent did not reconnect after containerd restarted:\n%s", a.Logs)
@@ -58,7 +55,7 @@ func TestNRISynchronize(t *testing.T) {
 // netns path; the process is killed with the node.
 func (n *node) holdNetns() string {
 	pid := n.holdProcess("sleep", "unshare", "--net", "sleep", "600")
-	if nsOf(pid, "net") == nsOf(n.pid, "net") {
+	if nsOf(pid, "net") == nsOf(n.HolderPID(), "net") {
 		n.t.Fatal("unshare --net kept the node's netns")
 	}
 	return "/proc/" + strconv.Itoa(pid) + "/ns/net"
@@ -78,12 +75,7 @@ func (n *node) cniAdd(containerID, netns string) (*sluicev1.AddResponse, error) 
 // ips are prevResult's addresses, as the chain before sluice would pass them.
 func (n *node) cniAddPod(containerID, netns string, pod *sluicev1.PodRef, ips ...string) (*sluicev1.AddResponse, error) {
 	n.t.Helper()
-	conn, err := grpc.NewClient("unix://"+n.path(agentSocket), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	defer conn.Close()
-	return sluicev1.NewCNIClient(conn).Add(n.t.Context(), &sluicev1.AddRequest{
+	return sluicev1.NewCNIClient(n.Client()).Add(n.t.Context(), &sluicev1.AddRequest{
 		ApiVersion: sluicev1.ApiVersion_API_VERSION_2, ContainerId: containerID, Netns: netns, IfName: "eth0",
 		Pod:    pod,
 		Config: &sluicev1.PluginConfig{NetworkName: "pods"},

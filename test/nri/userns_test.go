@@ -12,8 +12,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/sluicemesh/sluice/test/harness/agenttest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // A pod netns owned by a user namespace other than the initial one (what
@@ -75,25 +75,25 @@ func TestNRIUserNamespacePod(t *testing.T) {
 	n := newNode(t)
 	c := n.startContainerd(containerdOptions{})
 	n.startAgent()
-	conf := filepath.Join(n.dir, "userns-pod.json")
+	conf := filepath.Join(n.Dir, "userns-pod.json")
 	if err := os.WriteFile(conf, []byte(`{
   "metadata": {"name": "nohost", "namespace": "shop", "uid": "uid-shop-nohost", "attempt": 0},
   "hostname": "nohost",
-  "linux": {"cgroup_parent": "`+n.cgroup+`", "security_context": {"namespace_options": {"network": 0,
+  "linux": {"cgroup_parent": "`+n.Cgroup+`", "security_context": {"namespace_options": {"network": 0,
     "userns_options": {"mode": 0,
       "uids": [{"host_id": 1000000, "container_id": 0, "length": 65536}],
       "gids": [{"host_id": 1000000, "container_id": 0, "length": 65536}]}}}}
 }`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id, err := c.crictl(t.Context(), "runp", conf)
+	id, err := c.Crictl(t.Context(), "runp", conf)
 	if err != nil {
 		if strings.Contains(err.Error(), "sluice: ") {
 			t.Fatalf("the agent refused a user-namespaced pod: %v", err)
 		}
 		t.Skipf("this machine's runtime cannot run a user-namespaced sandbox (not sluice's refusal): %v", err)
 	}
-	s := c.inspect(id)
+	s := c.Inspect(id)
 	if w := n.enrolled(s.ID); w == nil {
 		t.Fatalf("user-namespaced sandbox %s not enrolled", s.ID)
 	}
@@ -104,12 +104,7 @@ func TestNRIUserNamespacePod(t *testing.T) {
 // pid once it runs comm (nsenter and unshare exec the next, they do not
 // fork, so the pid stays the same).
 func (n *node) holdProcess(comm string, argv ...string) int {
-	cmd := n.command(context.Background(), argv...)
-	done, err := agenttest.StartLocked(cmd)
-	if err != nil {
-		n.t.Fatalf("%v: %v", argv, err)
-	}
-	n.t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	cmd := proctest.Start(n.t, n.Command(context.Background(), argv...)).Cmd
 	nstest.Eventually(n.t, 5*time.Second, func() bool {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm")
 		return strings.TrimSpace(string(b)) == comm

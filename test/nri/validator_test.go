@@ -17,7 +17,7 @@ func TestNRIValidatorGate(t *testing.T) {
 	c := n.startContainerd(containerdOptions{validator: true})
 	s := c.runPod("shop", "gated")
 	podConf := c.podConfig("shop", "gated", nil)
-	out, err := c.crictl(t.Context(), "create", s.ID, c.containerConfig("app"), podConf)
+	out, err := c.Crictl(t.Context(), "create", s.ID, c.containerConfig("app"), podConf)
 	if err == nil {
 		t.Fatalf("a container was created with the required plugin absent: %s", out)
 	}
@@ -28,14 +28,14 @@ func TestNRIValidatorGate(t *testing.T) {
 	// The agent's own pod must start while no agent is connected: it
 	// carries the toleration annotation docs/nri.md names.
 	tolerant := map[string]string{"sluice.dev/tolerate-missing-nri": "true"}
-	own := c.inspect(c.mustCrictl("runp", c.podConfig("sluice-system", "agent", tolerant)))
-	c.mustCrictl("create", own.ID, c.containerConfig("agent"), c.podConfig("sluice-system", "agent", tolerant))
+	own := c.Inspect(c.MustCrictl("runp", c.podConfig("sluice-system", "agent", tolerant)))
+	c.MustCrictl("create", own.ID, c.containerConfig("agent"), c.podConfig("sluice-system", "agent", tolerant))
 
 	n.startAgent()
 	if n.enrolled(s.ID) == nil {
 		t.Fatal("Synchronize did not enrol the gated pod")
 	}
-	c.mustCrictl("create", s.ID, c.containerConfig("app"), podConf)
+	c.MustCrictl("create", s.ID, c.containerConfig("app"), podConf)
 	expectCaptured(t, n.netns(s))
 }
 
@@ -51,7 +51,7 @@ func TestNRIConcurrentPods(t *testing.T) {
 	start := time.Now()
 	for i := range pods {
 		wg.Go(func() {
-			out, err := c.crictl(t.Context(), "runp", c.podConfig("shop", "burst-"+string(rune('a'+i)), nil))
+			out, err := c.Crictl(t.Context(), "runp", c.podConfig("shop", "burst-"+string(rune('a'+i)), nil))
 			if err != nil {
 				t.Errorf("runp %d: %v", i, err)
 				return
@@ -65,7 +65,7 @@ func TestNRIConcurrentPods(t *testing.T) {
 		t.FailNow()
 	}
 	for _, s := range sandboxes {
-		s = c.inspect(s.ID)
+		s = c.Inspect(s.ID)
 		if w := n.enrolled(s.ID); w == nil || w.Netns != s.Netns {
 			t.Fatalf("sandbox %s: workload %v, want one in %s", s.ID, w, s.Netns)
 		}

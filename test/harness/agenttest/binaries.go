@@ -1,17 +1,14 @@
 // Package agenttest runs the real sluice binaries for the suites that test
 // them whole (test/e2e, test/hostile, test/nri): it builds them the
-// product's way (internal/productbuild) once per test binary, starts
-// sluice-agent (or any daemon) with its log captured and its end watched,
-// gives a "node" netns with the agent's paths, and runs a CNI chain through
-// libcni as a runtime would. Each suite keeps only what is its own: its
-// agent flags, its attacks, its containerd.
+// product's way (internal/productbuild) once per test binary, gives a node
+// (a netns with the agent's paths and CNI dirs), and runs a CNI chain
+// through libcni as a runtime would. Each suite keeps only what is its
+// own: its agent flags, its attacks, its containerd config. The agent is
+// started with proctest and containerd with containerdtest.
 //
 // Builds go to a temp dir (the go build cache makes a warm one only the
-// links). The agent is started from a locked OS thread, so its Pdeathsig
-// holds, and is killed and its log quoted at the test's end. test/nri uses
-// Build, Start, Logs and StartLocked (for its namespace holder and
-// containerd) and keeps its own node: a mount and network namespace held
-// by one process.
+// links). Node is the one node of the three suites; test/nri's has a mount
+// namespace of its own (NodeOptions.PrivateRun).
 package agenttest
 
 import (

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // Version is the Kubernetes release the tests run against.
@@ -32,13 +31,4 @@ func apiserverBinary() (string, error) {
 			"or set SLUICE_KUBE_APISERVER", Version, err)
 	}
 	return bin, nil
-}
-
-// tail keeps the last n lines of s: a failed start's cause is at the end.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

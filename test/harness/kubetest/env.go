@@ -118,7 +118,7 @@ func StartWith(t testing.TB, opts Options, users ...string) *Env {
 func (e *Env) Stop() {
 	e.StopAPIServer()
 	if e.etcd != nil {
-		e.etcd.stop(10 * time.Second)
+		e.etcd.Stop(10 * time.Second)
 	}
 	if e.dir != "" {
 		_ = os.RemoveAll(e.dir)
@@ -138,7 +138,7 @@ func (e *Env) StopAPIServer() {
 	if e.apiserver != nil {
 		// An open watch holds kube-apiserver's graceful shutdown for many
 		// seconds; its state is all in etcd, so a short grace loses nothing.
-		e.apiserver.stop(2 * time.Second)
+		e.apiserver.Stop(2 * time.Second)
 		e.apiserver = nil
 	}
 }
@@ -158,8 +158,8 @@ func (e *Env) StartAPIServer() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if err := waitHTTP(ctx, p, insecureClient(), e.Host()+"/readyz", e.users[Admin].token); err != nil {
-		p.stop(5 * time.Second)
-		return fmt.Errorf("wait for kube-apiserver at %s: %w\n%s", e.Host(), err, p.logTail())
+		p.Stop(5 * time.Second)
+		return fmt.Errorf("wait for kube-apiserver at %s: %w\n%s", e.Host(), err, p.LogTail())
 	}
 	e.apiserver = p
 	return nil

@@ -46,8 +46,8 @@ func startEtcd(dir string) (proc *process, url string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := waitHTTP(ctx, proc, http.DefaultClient, url+"/health", ""); err != nil {
-		proc.stop(5 * time.Second)
-		return nil, "", fmt.Errorf("wait for etcd at %s: %w\n%s", url, err, proc.logTail())
+		proc.Stop(5 * time.Second)
+		return nil, "", fmt.Errorf("wait for etcd at %s: %w\n%s", url, err, proc.LogTail())
 	}
 	return proc, url, nil
 }

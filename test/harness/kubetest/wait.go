@@ -16,8 +16,8 @@ func waitHTTP(ctx context.Context, p *process, client *http.Client, url, token s
 	defer tick.Stop()
 	var last string
 	for {
-		if ok, err := p.exited(); ok {
-			return fmt.Errorf("%s exited: %v", p.name, err)
+		if ok, err := p.Exited(); ok {
+			return fmt.Errorf("%s exited: %v", p.Name, err)
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/sluicemesh/sluice/internal/ociimage"
+	"github.com/sluicemesh/sluice/test/harness/containerdtest"
 )
 
 // containerdSocket is containerd's socket in the node's private /run.
@@ -49,103 +49,6 @@ func SystemContainerd() (string, error) {
 	}
 	return filepath.Dir(bin), nil
 }
-
-// containerdConfigV3 is a version 3 config, for containerd 2.x: its own
-// root and runc root; plugins that would touch the machine's own paths or
-// cannot work here are off.
-const containerdConfigV3 = `version = 3
-root = %[1]q
-state = "/run/containerd/state"
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.erofs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = %[2]q
-
-[ttrpc]
-  address = "/run/containerd/containerd.sock.ttrpc"
-
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = "overlayfs"
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    # The only place the pause image is set: kubelet 1.37 has no flag for it.
-    sandbox = %[3]q
-
-[plugins.'io.containerd.cri.v1.runtime']
-  # This VM's root lacks CAP_SYS_RESOURCE: never lower a child's oom_score_adj.
-  restrict_oom_score_adj = true
-  enable_selinux = false
-  disable_apparmor = true
-  # Pod netns mounts in /var/run/netns, where the agent's chart looks.
-  netns_mounts_under_state_dir = false
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = "runc"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        Root = "/run/containerd/runc"
-        SystemdCgroup = false
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["/opt/cni/bin"]
-    conf_dir = "/etc/cni/net.d"
-    max_conf_num = 1
-
-[plugins.'io.containerd.grpc.v1.cri']
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-`
-
-// containerdConfigV2 is the same for containerd 1.x (version 2 config).
-const containerdConfigV2 = `version = 2
-root = %[1]q
-state = "/run/containerd/state"
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = %[2]q
-
-[ttrpc]
-  address = "/run/containerd/containerd.sock.ttrpc"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  # The only place the pause image is set: kubelet 1.37 has no flag for it.
-  sandbox_image = %[3]q
-  # This VM's root lacks CAP_SYS_RESOURCE: never lower a child's oom_score_adj.
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  enable_selinux = false
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        Root = "/run/containerd/runc"
-        SystemdCgroup = false
-
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/opt/cni/bin"
-    conf_dir = "/etc/cni/net.d"
-    max_conf_num = 1
-`
 
 // primaryConflist is the node's primary CNI: the reference bridge with
 // host-local IPAM, as a kubeadm node with the bridge CNI would have. The
@@ -204,15 +107,17 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tmpl := containerdConfigV2
+	// Pod netns mounts in /var/run/netns, where the agent's chart looks.
+	conf := containerdtest.Config{V2: !v2, Root: c.path("containerd"), State: "/run/containerd/state",
+		Socket: containerdSocket, RuncRoot: "/run/containerd/runc",
+		CNIBinDirs: []string{"/opt/cni/bin"}, CNIConfDir: "/etc/cni/net.d"}
 	if v2 {
-		tmpl = containerdConfigV3
+		// NRI on, as containerd 2.x's default has it, with the plugin dirs
+		// the cluster's; no plugin connects unless a test installs one, and
+		// no validator is set until RequireNRIPlugin.
+		conf.NRI = &containerdtest.NRI{Socket: nriSocket, PluginPath: c.path("nri", "plugins"), PluginConfigPath: c.path("nri", "conf.d")}
 	}
-	conf := fmt.Sprintf(tmpl, c.path("containerd"), containerdSocket, ociimage.PauseRef)
-	if v2 {
-		conf += fmt.Sprintf(nriConfig, nriSocket, c.path("nri", "plugins"), c.path("nri", "conf.d"))
-	}
-	if err := os.WriteFile(c.path("containerd.toml"), []byte(conf), 0o644); err != nil {
+	if err := os.WriteFile(c.path("containerd.toml"), []byte(conf.String()), 0o644); err != nil {
 		return err
 	}
 	// The shim is looked up on PATH: this containerd's own first, not

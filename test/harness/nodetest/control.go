@@ -134,7 +134,7 @@ func (c *Cluster) startScheduler(ctx context.Context) error {
 func waitHTTP(ctx context.Context, p *process, client *http.Client, url, token string) error {
 	var last error
 	for {
-		if err := p.alive(); err != nil {
+		if err := p.Alive(); err != nil {
 			return err
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -155,7 +155,7 @@ func waitHTTP(ctx context.Context, p *process, client *http.Client, url, token s
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for %s at %s: %w (last: %v)\n%s", p.name, url, ctx.Err(), last, p.logTail())
+			return fmt.Errorf("wait for %s at %s: %w (last: %v)\n%s", p.Name, url, ctx.Err(), last, p.LogTail())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -136,13 +136,13 @@ func (c *Cluster) startHolder() error {
 	select {
 	case s := <-line:
 		if s != "ready" {
-			<-p.done
-			return fmt.Errorf("node holder failed: %v\n%s", p.err, p.logTail())
+			<-p.Done
+			return fmt.Errorf("node holder failed: %v\n%s", p.Cmd.ProcessState, p.LogTail())
 		}
 	case <-time.After(30 * time.Second):
-		return fmt.Errorf("node holder not ready after 30s\n%s", p.logTail())
+		return fmt.Errorf("node holder not ready after 30s\n%s", p.LogTail())
 	}
-	c.holderPID = p.cmd.Process.Pid
+	c.holderPID = p.Cmd.Process.Pid
 	for _, ns := range []string{"net", "mnt"} {
 		// Held open until teardown has proved the namespace unused: a dead
 		// namespace's inode number is soon reused by a new one, which
@@ -168,13 +168,6 @@ func (c *Cluster) releaseNamespaces() {
 		f.Close()
 	}
 	c.nsFiles = nil
-}
-
-func startWithStdout(name string, logf, stdout *os.File, argv []string) (*process, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = stdout, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return startCmd(name, logf.Name(), cmd)
 }
 
 // nsInode is the inode of a process's namespace of kind ns (net, mnt).

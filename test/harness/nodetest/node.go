@@ -106,7 +106,7 @@ func poll(ctx context.Context, p *process, what string, f func() error) error {
 	var last error
 	for {
 		if p != nil {
-			if err := p.alive(); err != nil {
+			if err := p.Alive(); err != nil {
 				return err
 			}
 		}
@@ -117,7 +117,7 @@ func poll(ctx context.Context, p *process, what string, f func() error) error {
 		case <-ctx.Done():
 			tail := ""
 			if p != nil {
-				tail = "\n" + p.logTail()
+				tail = "\n" + p.LogTail()
 			}
 			return fmt.Errorf("wait for %s: %w (last: %v)%s", what, ctx.Err(), last, tail)
 		case <-time.After(100 * time.Millisecond):

@@ -1,101 +1,28 @@
 package nodetest
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
-	"strings"
-	"syscall"
-	"time"
+
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 // process is one daemon the cluster runs: a direct child of the process
 // that started the cluster, with its real PID (nsenter and the cgroup
 // wrapper exec, they do not fork).
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string        // combined stdout and stderr
-	done chan struct{} // closed when the process has exited
-	err  error         // its exit status, valid after done
-}
+type process = proctest.Daemon
 
-// start runs bin with its output in logPath. Pdeathsig kills the child if
+// start runs argv with its output in logPath. Pdeathsig kills the child if
 // the starting process dies without cleaning up; it is tied to the thread
-// that forked, so the fork happens on a locked goroutine that keeps its
+// that forked, so proctest forks from a locked goroutine that keeps its
 // thread until the child exits.
 func start(name, logPath string, argv []string) (*process, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("start %s: open log: %w", name, err)
-	}
-	defer logf.Close()
+	return proctest.StartDaemon(name, logPath, exec.Command(argv[0], argv[1:]...))
+}
+
+// startWithStdout is start with stdout to a pipe and stderr to logf.
+func startWithStdout(name string, logf, stdout *os.File, argv []string) (*process, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return startCmd(name, logPath, cmd)
-}
-
-func startCmd(name, logPath string, cmd *exec.Cmd) (*process, error) {
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %s (%s): %w", name, cmd.Path, err)
-	}
-	return p, nil
-}
-
-// alive fails when the process has exited, naming its status and log.
-func (p *process) alive() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("%s exited: %v\n%s", p.name, p.err, p.logTail())
-	default:
-		return nil
-	}
-}
-
-// stop sends SIGTERM and SIGKILLs after grace; it returns once the process
-// is gone. A nil process is already stopped.
-func (p *process) stop(grace time.Duration) {
-	if p == nil {
-		return
-	}
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// logTail is the end of the process's output, for error messages.
-func (p *process) logTail() string {
-	b, err := os.ReadFile(p.log)
-	if err != nil {
-		return fmt.Sprintf("(read %s log: %v)", p.name, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 30 {
-		lines = lines[len(lines)-30:]
-	}
-	return strings.Join(lines, "\n")
+	cmd.Stdout, cmd.Stderr = stdout, logf
+	return proctest.StartDaemon(name, logf.Name(), cmd)
 }

@@ -7,10 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
 // Reboot takes the node down as a power cut does and boots it again: the
@@ -26,8 +27,8 @@ import (
 // Reboot returns once containerd serves and the kubelet runs; the pods come
 // back on their own. It works on any node of the cluster (Nodes).
 func (c *Cluster) Reboot(ctx context.Context) error {
-	kubeletArgv, containerdArgv := c.kubelet.cmd.Args, c.containerd.cmd.Args
-	c.kubelet.stop(5 * time.Second)
+	kubeletArgv, containerdArgv := c.kubelet.Cmd.Args, c.containerd.Cmd.Args
+	c.kubelet.Stop(5 * time.Second)
 	if err := c.killRuntime(10 * time.Second); err != nil {
 		return fmt.Errorf("reboot node %s: %w", c.NodeName, err)
 	}
@@ -54,7 +55,7 @@ func (c *Cluster) Reboot(ctx context.Context) error {
 func (c *Cluster) killRuntime(deadline time.Duration) error {
 	keep := map[int]bool{c.holderPID: true}
 	if c.kubeProxy != nil {
-		keep[c.kubeProxy.cmd.Process.Pid] = true
+		keep[c.kubeProxy.Cmd.Process.Pid] = true
 	}
 	end := time.Now().Add(deadline)
 	for {
@@ -76,7 +77,7 @@ func (c *Cluster) killRuntime(deadline time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The direct child's exit is reaped by its own goroutine.
-	c.containerd.stop(time.Second)
+	c.containerd.Stop(time.Second)
 	return nil
 }
 
@@ -85,35 +86,20 @@ func (c *Cluster) killRuntime(deadline time.Duration) error {
 // stalls on stale ones), deepest first; the node's system cgroup, where the
 // holder and kube-proxy run, stays.
 func (c *Cluster) removePodCgroups(deadline time.Duration) error {
-	var dirs []string
+	children := map[string]bool{}
 	for _, h := range c.hierarchies {
-		root := filepath.Join(h, c.cgroup)
-		_ = filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
-			switch {
-			case err != nil || !info.IsDir() || p == root:
-				return nil
-			case p == filepath.Join(root, "system"):
-				return filepath.SkipDir
+		entries, _ := os.ReadDir(filepath.Join(h, c.cgroup))
+		for _, e := range entries {
+			if e.IsDir() && e.Name() != "system" {
+				children[e.Name()] = true
 			}
-			dirs = append(dirs, p)
-			return nil
-		})
-	}
-	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
-	for _, d := range dirs {
-		end := time.Now().Add(deadline)
-		for {
-			err := syscall.Rmdir(d)
-			if err == nil || errors.Is(err, syscall.ENOENT) {
-				break
-			}
-			if !errors.Is(err, syscall.EBUSY) || time.Now().After(end) {
-				return fmt.Errorf("remove cgroup %s: %w", d, err)
-			}
-			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	return nil
+	var errs []error
+	for name := range children {
+		errs = append(errs, nstest.RemoveCgroup(c.hierarchies, filepath.Join(c.cgroup, name), deadline))
+	}
+	return errors.Join(errs...)
 }
 
 // emptyRunScript unmounts everything below the node's /run, deepest

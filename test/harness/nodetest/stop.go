@@ -31,8 +31,8 @@ func (c *Cluster) stop() error {
 		}
 	}
 	// The kubelet first, so it does not restart what is killed next.
-	c.kubelet.stop(5 * time.Second)
-	c.kubeProxy.stop(5 * time.Second)
+	c.kubelet.Stop(5 * time.Second)
+	c.kubeProxy.Stop(5 * time.Second)
 	// containerd, the shims, every container and the holder: all in the
 	// node's cgroups, whatever they forked.
 	if len(c.hierarchies) > 0 {
@@ -45,12 +45,12 @@ func (c *Cluster) stop() error {
 	var wg sync.WaitGroup
 	for _, p := range c.control {
 		wg.Add(1)
-		go func() { defer wg.Done(); p.stop(2 * time.Second) }()
+		go func() { defer wg.Done(); p.Stop(2 * time.Second) }()
 	}
 	wg.Wait()
-	c.etcd.stop(5 * time.Second)
+	c.etcd.Stop(5 * time.Second)
 	for _, p := range c.procs {
-		p.stop(time.Second)
+		p.Stop(time.Second)
 	}
 	if len(c.hierarchies) > 0 {
 		if err := c.removeCgroups(5 * time.Second); err != nil {
@@ -82,7 +82,7 @@ func (c *Cluster) stop() error {
 func (c *Cluster) LogTails() string {
 	var b strings.Builder
 	for _, p := range c.procs {
-		fmt.Fprintf(&b, "==> %s\n%s\n", p.name, p.logTail())
+		fmt.Fprintf(&b, "==> %s\n%s\n", p.Name, p.LogTail())
 	}
 	return b.String()
 }

@@ -1,7 +1,6 @@
 package nstest
 
 import (
-	"bufio"
 	"crypto/rand"
 	"fmt"
 	"net/netip"
@@ -9,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // PodCgroup creates a cgroup whose path names the pod the way a kubelet's
@@ -19,13 +19,16 @@ import (
 func PodCgroup(t testing.TB, driver, uid string) string {
 	t.Helper()
 	RequireRoot(t)
-	top := filepath.Join(cgroupMount(t), fmt.Sprintf("sluice-test-%d-%s", os.Getpid(), uid[:8]))
+	mount, name := cgroupMount(t), fmt.Sprintf("sluice-test-%d-%s", os.Getpid(), uid[:8])
+	if driver == "systemd" {
+		name += ".slice"
+	}
+	top := filepath.Join(mount, name)
 	var leaf string
 	switch driver {
 	case "cgroupfs":
 		leaf = filepath.Join(top, "besteffort", "pod"+uid)
 	case "systemd":
-		top += ".slice"
 		leaf = filepath.Join(top, "kubepods-besteffort-pod"+strings.ReplaceAll(uid, "-", "_")+".slice")
 	default:
 		t.Fatalf("unknown cgroup driver %q", driver)
@@ -34,11 +37,8 @@ func PodCgroup(t testing.TB, driver, uid string) string {
 		t.Fatalf("create cgroup %s: %v", leaf, err)
 	}
 	t.Cleanup(func() {
-		// A cgroup is removed with rmdir, deepest first.
-		for d := leaf; strings.HasPrefix(d, top); d = filepath.Dir(d) {
-			if err := os.Remove(d); err != nil {
-				t.Errorf("remove cgroup %s: %v", d, err)
-			}
+		if err := RemoveCgroup([]string{mount}, name, 5*time.Second); err != nil {
+			t.Error(err)
 		}
 	})
 	return leaf
@@ -47,27 +47,17 @@ func PodCgroup(t testing.TB, driver, uid string) string {
 // cgroupMount is a cgroup2 mount point, or failing that a v1 one.
 func cgroupMount(t testing.TB) string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	points, fstypes, err := cgroupMounts()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var v1 string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ... mount-point ... - fstype source options
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, fstype := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(fstype) < 1 {
-			continue
+	v1 := ""
+	for i, p := range points {
+		if fstypes[i] == "cgroup2" {
+			return p
 		}
-		switch fstype[0] {
-		case "cgroup2":
-			return fields[4]
-		case "cgroup":
-			if v1 == "" {
-				v1 = fields[4]
-			}
+		if v1 == "" {
+			v1 = p
 		}
 	}
 	if v1 == "" {

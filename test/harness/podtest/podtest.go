@@ -30,6 +30,7 @@ import (
 	"github.com/sluicemesh/sluice/daemon/workloads"
 	"github.com/sluicemesh/sluice/test/harness/kubetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
+	"github.com/sluicemesh/sluice/test/harness/proctest"
 )
 
 const (
@@ -157,6 +158,32 @@ func (a *Parts) CreatePod(t *testing.T, c kubernetes.Interface, ns, name string,
 	return got
 }
 
+// SidecarPod is a pod on node as Istio's injector leaves it, with ann
+// added to its annotations.
+func SidecarPod(node, name string, ann map[string]string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{
+			{Name: "app", Image: "app"},
+			{Name: "istio-proxy", Image: "proxyv2"},
+		}},
+	}
+	for k, v := range ann {
+		p.Annotations[k] = v
+	}
+	return p
+}
+
+// Create creates p in namespace ns, failing t if it cannot.
+func Create(t testing.TB, c kubernetes.Interface, ns string, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	got, err := c.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)
+	}
+	return got
+}
+
 // SetRunning writes the status a kubelet writes once the sandbox is up.
 func SetRunning(t *testing.T, c kubernetes.Interface, p *corev1.Pod, ip netip.Addr) *corev1.Pod {
 	t.Helper()
@@ -187,7 +214,12 @@ func Get(t *testing.T, c kubernetes.Interface, ns, name string) *corev1.Pod {
 // without, only the IP can find it.
 func Sandbox(t *testing.T, uid string, ip netip.Addr, inCgroup bool) *nstest.NS {
 	t.Helper()
-	pod := nstest.New(t, "pod")
+	return SandboxIn(t, nstest.New(t, "pod"), uid, ip, inCgroup)
+}
+
+// SandboxIn is Sandbox in the netns pod (one under a node's netns root).
+func SandboxIn(t *testing.T, pod *nstest.NS, uid string, ip netip.Addr, inCgroup bool) *nstest.NS {
+	t.Helper()
 	nstest.Veth(t, pod, "eth0", []string{netip.PrefixFrom(ip, ip.BitLen()).String()}, nstest.New(t, "peer"), "veth0", nil)
 	var cg string
 	if inCgroup {
@@ -195,20 +227,7 @@ func Sandbox(t *testing.T, uid string, ip netip.Addr, inCgroup bool) *nstest.NS 
 		// registered first, and a cgroup with a process cannot go.
 		cg = nstest.PodCgroup(t, "cgroupfs", uid)
 	}
-	cmd := pod.Command("sleep", "300")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	procNet := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"
-	want, err := os.Stat(pod.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nstest.Eventually(t, 5*time.Second, func() bool {
-		got, err := os.Stat(procNet)
-		return err == nil && os.SameFile(got, want)
-	}, "the pod's process never entered its netns")
+	cmd := proctest.InNetns(t, pod.Path).Cmd
 	if cg != "" {
 		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 			t.Fatalf("move the pod's process into %s: %v", cg, err)

@@ -1,4 +1,4 @@
-package agenttest
+package proctest
 
 import (
 	"os/exec"
