@@ -138,17 +138,40 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 // exits at once (seen in a reboot; a real node's systemd restarts it, this
 // harness does not).
 func (c *Cluster) awaitContainerd(ctx context.Context, p *process) error {
+	crictl, err := c.crictl(ctx)
+	if err != nil {
+		return err
+	}
 	return poll(ctx, p, "containerd to serve its API and the CRI", func() error {
 		if out, err := c.ctr(ctx, "version").CombinedOutput(); err != nil {
 			return fmt.Errorf("ctr version: %w: %s", err, out)
 		}
-		cri := exec.CommandContext(ctx, filepath.Join(c.containerdBin, "crictl"),
+		cri := exec.CommandContext(ctx, crictl,
 			"--runtime-endpoint", "unix://"+c.NodeRoot()+containerdSocket, "--timeout", "2s", "version")
 		if out, err := cri.CombinedOutput(); err != nil {
 			return fmt.Errorf("crictl version: %w: %s", err, out)
 		}
 		return nil
 	})
+}
+
+// crictl is the harness's crictl: beside the node's containerd when the
+// harness built it, else from the harness's build (a node on the
+// machine's own containerd 1.x, whose directory has none).
+func (c *Cluster) crictl(ctx context.Context) (string, error) {
+	if p := filepath.Join(c.containerdBin, "crictl"); fileExists(p) {
+		return p, nil
+	}
+	dir, err := ContainerdBinaries(ctx)
+	if err != nil {
+		return "", fmt.Errorf("crictl for the node's containerd: %w", err)
+	}
+	return filepath.Join(dir, "crictl"), nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // ctr is the node's containerd's own ctr, run from the machine.
