@@ -159,7 +159,15 @@ func (m *Mesh) startRebootPods(t *testing.T, node, prefix string, perKind int) [
 		}
 		p.uid = string(got.UID)
 	}
-	nodetest.Eventually(t, 2*time.Minute, "the reboot test's pods running", func() error {
+	m.awaitRunning(t, pods, 2*time.Minute, "the reboot test's pods running")
+	return pods
+}
+
+// awaitRunning waits until every one of pods runs, noting its app
+// container.
+func (m *Mesh) awaitRunning(t *testing.T, pods []*rebootPod, timeout time.Duration, what string) {
+	cs := m.Client(t)
+	nodetest.Eventually(t, timeout, what, func() error {
 		for _, p := range pods {
 			got, err := cs.CoreV1().Pods(p.ns).Get(t.Context(), p.name, metav1.GetOptions{})
 			if err != nil {
@@ -172,5 +180,4 @@ func (m *Mesh) startRebootPods(t *testing.T, node, prefix string, perKind int) [
 		}
 		return nil
 	})
-	return pods
 }

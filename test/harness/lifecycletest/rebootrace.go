@@ -169,16 +169,5 @@ func (m *Mesh) replaceGone(t *testing.T, node string, pods []*rebootPod) {
 		}
 		p.uid, p.failed, p.evicted, p.gone, p.back = string(got.UID), "", false, false, 0
 	}
-	nodetest.Eventually(t, 3*time.Minute, "the replaced pods running", func() error {
-		for _, p := range pods {
-			got, err := cs.CoreV1().Pods(p.ns).Get(t.Context(), p.name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if !AllRunning(got) {
-				return fmt.Errorf("%s/%s: %s", p.ns, p.name, nodetest.PodState(got))
-			}
-		}
-		return nil
-	})
+	m.awaitRunning(t, pods, 3*time.Minute, "the replaced pods running")
 }
