@@ -2,7 +2,6 @@ package ambientpods_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"github.com/sluicemesh/sluice/daemon/ambientpods"
@@ -100,18 +99,7 @@ func runLive(t *testing.T, r liveRow) {
 	}
 	n.Flush()
 	got := n.Out(t, r.pod, path)
-	if want := controlplane.Golden(t, r.want.rules); got.Ruleset != want {
-		t.Errorf("ruleset:\n%s\nwant:\n%s", got.Ruleset, want)
-	}
-	if got.Redirection != r.want.redirection {
-		t.Errorf("redirection annotation %q, want %q", got.Redirection, r.want.redirection)
-	}
-	if got.Ztunnel != r.want.ztunnel {
-		t.Errorf("ztunnel holds the pod: %v, want %v", got.Ztunnel, r.want.ztunnel)
-	}
-	if !slices.Equal(got.Events, r.want.events) {
-		t.Errorf("events %v, want %v", got.Events, r.want.events)
-	}
+	got.Expect(t, controlplane.Want{Rules: r.want.rules, Redirection: r.want.redirection, Ztunnel: r.want.ztunnel, Events: r.want.events})
 }
 
 // check hands the pod, as the agent's caches hold it, to the Enroller as

@@ -3,7 +3,6 @@ package istioadopt_test
 import (
 	"context"
 	"errors"
-	"slices"
 	"testing"
 	"time"
 
@@ -122,23 +121,11 @@ func runAdopt(t *testing.T, r adoptRow) {
 	}
 	n.Flush()
 	got := n.Out(t, r.pod, path)
-	want := controlplane.Golden(t, r.want.rules)
-	if got.Ruleset != want {
-		t.Errorf("ruleset:\n%s\nwant:\n%s", got.Ruleset, want)
-	}
-	if got.Journaled != (want != "") {
-		t.Errorf("journaled %v, with a ruleset wanted: %v", got.Journaled, want != "")
+	got.Expect(t, controlplane.Want{Rules: r.want.rules, Redirection: r.want.redirection, Ztunnel: r.want.ztunnel, Events: r.want.events})
+	if wantRules := controlplane.Golden(t, r.want.rules) != ""; got.Journaled != wantRules {
+		t.Errorf("journaled %v, with a ruleset wanted: %v", got.Journaled, wantRules)
 	}
 	if got.Istio != r.want.istio {
 		t.Errorf("istio-cni's capture %q, want %q", got.Istio, r.want.istio)
-	}
-	if got.Redirection != r.want.redirection {
-		t.Errorf("redirection annotation %q, want %q", got.Redirection, r.want.redirection)
-	}
-	if got.Ztunnel != r.want.ztunnel {
-		t.Errorf("ztunnel holds the pod: %v, want %v", got.Ztunnel, r.want.ztunnel)
-	}
-	if !slices.Equal(got.Events, r.want.events) {
-		t.Errorf("events %v, want %v", got.Events, r.want.events)
 	}
 }

@@ -52,3 +52,29 @@ func (n *Node) Out(t *testing.T, p Pod, path string) State {
 	slices.Sort(s.Events)
 	return s
 }
+
+// Want is what a row expects of a pod's State in the checks every
+// control-plane test makes; Expect compares them.
+type Want struct {
+	Rules       string // a golden's name (Golden); "" no table
+	Redirection string
+	Ztunnel     bool
+	Events      []string
+}
+
+// Expect reports each way s differs from w.
+func (s State) Expect(t *testing.T, w Want) {
+	t.Helper()
+	if want := Golden(t, w.Rules); s.Ruleset != want {
+		t.Errorf("ruleset:\n%s\nwant:\n%s", s.Ruleset, want)
+	}
+	if s.Redirection != w.Redirection {
+		t.Errorf("redirection annotation %q, want %q", s.Redirection, w.Redirection)
+	}
+	if s.Ztunnel != w.Ztunnel {
+		t.Errorf("ztunnel holds the pod: %v, want %v", s.Ztunnel, w.Ztunnel)
+	}
+	if !slices.Equal(s.Events, w.Events) {
+		t.Errorf("events %v, want %v", s.Events, w.Events)
+	}
+}
