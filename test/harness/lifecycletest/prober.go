@@ -3,10 +3,13 @@ package lifecycletest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/sluicemesh/sluice/test/harness/nodetest"
 	"github.com/sluicemesh/sluice/test/harness/nstest"
@@ -45,11 +48,43 @@ type prober struct {
 // newProber makes the prober's netns, linked to node's, with its default
 // route through the node.
 func newProber(ctx context.Context, t *testing.T, node *nodetest.Cluster) *prober {
+	return newProberOn(ctx, t, node.NetnsPath())
+}
+
+// proberLink is the prober's link in the node's netns.
+const proberLink = "lcprobe0"
+
+// newProberOn links the prober to the netns at nodePath. The node's end
+// is deleted at cleanup rather than left to the kernel: a deleted netns
+// frees its links later, from a workqueue, and the suite's next test on
+// the same node would meet the old link's name. One a killed run left
+// behind is deleted first for the same reason.
+func newProberOn(ctx context.Context, t *testing.T, nodePath string) *prober {
+	n := &nstest.NS{Name: "node", Path: nodePath}
+	if err := n.Do(func() error { return deleteLink(proberLink) }); err != nil {
+		t.Fatalf("stale prober link: %v", err)
+	}
 	ns := nstest.New(t, "prober")
-	n := &nstest.NS{Name: "node", Path: node.NetnsPath()}
-	nstest.Veth(t, ns, "eth0", []string{proberAddr}, n, "lcprobe0", []string{proberNodeIP + "/30"})
+	nstest.Veth(t, ns, "eth0", []string{proberAddr}, n, proberLink, []string{proberNodeIP + "/30"})
+	t.Cleanup(func() {
+		if err := n.Do(func() error { return deleteLink(proberLink) }); err != nil {
+			t.Errorf("prober link: %v", err)
+		}
+	})
 	ns.Run(t, "ip", "route", "add", "default", "via", proberNodeIP)
 	return &prober{ns: ns, ctx: ctx, counts: map[string]map[probeResult]int{}, last: map[string]string{}}
+}
+
+// deleteLink deletes the link named name in the current netns, if any.
+func deleteLink(name string) error {
+	l, err := netlink.LinkByName(name)
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return netlink.LinkDel(l)
 }
 
 // watch starts probing ip, once per address.
