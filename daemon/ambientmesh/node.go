@@ -67,8 +67,8 @@ type NodeConfig struct {
 // Node is what --ambient adds to the agent: the host netns, the host probe
 // table in it with the probe owner that keeps its SNAT rule on the
 // kubelet's uid, and the ZDS server ztunnel connects to. NewNode builds it
-// whole; Start runs it, Stop ends it in the order below, and Workloads is
-// what the store needs of it.
+// whole; Start runs it, Stop ends it in the order its doc gives, and
+// Workloads is what the store needs of it.
 type Node struct {
 	host     netns.NsHandle
 	probe    *hostprobe.Owner
