@@ -158,7 +158,7 @@ test: prereqs build plugins multus kube containerd istiod verify
 # above. The import checks need the go command and the module cache under
 # /root, so they are left to the root run.
 UNIT_NONROOT := daemon/redirect daemon/rpc daemon/workloads daemon/tracing plugin internal/grpccall \
-	daemon/policy daemon/events daemon/kubecache daemon/nodetaint daemon/admission daemon/istioadopt daemon/ambientmesh daemon daemon/cli \
+	daemon/policy daemon/events daemon/kubecache daemon/nodetaint daemon/admission daemon/istioadopt daemon/ambientmesh daemon/ambientmesh/internal/hostprobe daemon daemon/cli \
 	daemon/podcheck daemon/ambientpods test/harness/controlplane
 unit-nonroot:
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && chmod 755 "$$dir" && \

@@ -24,7 +24,6 @@ import (
 	"github.com/sluicemesh/sluice/daemon/rpc"
 	"github.com/sluicemesh/sluice/daemon/tracing"
 	"github.com/sluicemesh/sluice/daemon/workloads"
-	"github.com/sluicemesh/sluice/daemon/ztunnel"
 	"github.com/sluicemesh/sluice/internal/buildinfo"
 	"github.com/sluicemesh/sluice/internal/dirlock"
 )
@@ -53,7 +52,7 @@ type agent struct {
 	opener    *podns.Opener
 	metrics   *metrics.Metrics
 	decisions *events.Decisions
-	amb       *ambientNode // nil without --ambient; the store and Debug use it
+	amb       *ambientmesh.Node // nil without --ambient; the store and Debug use it
 	store     *workloads.Store
 	checks    *health.Checks
 	mesh      *ambientmesh.Mesh // the ambient owner; without Kubernetes it marks nothing
@@ -144,24 +143,8 @@ func (a *agent) lockState() error {
 	return nil
 }
 
-func (a *agent) buildAmbient() (err error) {
-	if !a.cfg.ambient {
-		return nil
-	}
-	// ZDS reads the store only once it serves, after buildStore.
-	snapshot := func() []ztunnel.Workload { return a.store.ZtunnelSnapshot() }
-	records := func() []workloads.Record { return a.store.List() }
-	if a.amb, err = newAmbient(a.cfg, a.opener, snapshot, records, a.k.cache(), a.log); err != nil {
-		return err
-	}
-	// A replaced ZDS socket strands every ztunnel that restarts (a removed
-	// one is listened on again).
-	a.checks.AddLiveness("ztunnel-socket", a.amb.zds.SocketOurs)
-	return nil
-}
-
 func (a *agent) buildStore() (err error) {
-	a.store, err = openStore(a.cfg, a.opener, a.amb, a.metrics, a.k.recorder(), a.log)
+	a.store, err = openStore(a.cfg, a.opener, a.amb.Workloads(), a.metrics, a.k.recorder(), a.log)
 	return err
 }
 
@@ -212,7 +195,7 @@ func (a *agent) serve() (net.Listener, error) {
 	a.auth = rpc.NewAuthorizer(a.uids(), a.log.With("component", "rpc"))
 	debug := &rpc.Debug{Workloads: a.store, Policy: a.pol, ExcludeNamespaces: splitList(a.cfg.excludeNamespaces)}
 	if a.amb != nil {
-		debug.ZDS, debug.ZtunnelSocket = a.amb.zds, a.cfg.ztunnelSocket
+		debug.ZDS, debug.ZtunnelSocket = a.amb.ZDS(), a.cfg.ztunnelSocket
 	}
 	a.gs, a.hs = rpc.NewServer(a.cni, debug, a.auth, a.metrics.Unary, a.log.With("component", "rpc"))
 	lis, err := rpc.Listen(a.cfg.socket)

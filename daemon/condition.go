@@ -44,7 +44,7 @@ func (a *agent) buildCondition() error {
 	}
 	var ztunnel func() (bool, string)
 	if a.amb != nil {
-		ztunnel = a.amb.zds.Ready
+		ztunnel = a.amb.ZDS().Ready
 	}
 	pub := &nodecondition.Publisher{Client: a.k.client, Node: a.cfg.nodeName, Type: corev1.NodeConditionType(a.cfg.nodeCondition),
 		Want: meshState(a.checks.Failing, ztunnel), Wake: a.checks.Published, Refresh: conditionRefresh,

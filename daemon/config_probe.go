@@ -2,13 +2,48 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
+	"strconv"
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
 )
 
 // The probe SNAT settings: one source for the host table and every
 // ambient Spec.
+
+// probeUIDFlag is --probe-snat-uid: auto, none, or a uid.
+type probeUIDFlag struct{ s string }
+
+const (
+	probeUIDAuto = "auto"
+	probeUIDNone = "none"
+)
+
+func (f *probeUIDFlag) String() string { return f.s }
+
+func (f *probeUIDFlag) Set(s string) error {
+	if s != probeUIDAuto && s != probeUIDNone {
+		// (uid_t)-1 is no uid: setresuid takes it for "unchanged".
+		if n, err := strconv.ParseUint(s, 10, 32); err != nil || n == math.MaxUint32 {
+			return fmt.Errorf("want auto, none or a uid, got %q", s)
+		}
+	}
+	f.s = s
+	return nil
+}
+
+// auto is whether the uid is the running kubelet's.
+func (f *probeUIDFlag) auto() bool { return f.s == probeUIDAuto || f.s == "" }
+
+// uid is the uid the flag names; none for none and for auto.
+func (f *probeUIDFlag) uid() redirect.UID {
+	n, err := strconv.ParseUint(f.s, 10, 32)
+	if err != nil {
+		return redirect.UID{}
+	}
+	return redirect.UIDOf(uint32(n))
+}
 
 // probeSNAT is --probe-snat-ipv4 and --probe-snat-ipv6, each checked to be
 // an address of its family.
@@ -34,8 +69,8 @@ func (c *config) ambientBase() redirect.Spec {
 }
 
 // hostConfig is the host-side probe table's configuration. With
-// --probe-snat-uid auto its uid is none: the probe owner puts the
-// kubelet's in (probeaddrs_uid.go).
+// --probe-snat-uid auto its uid is none: daemon/ambientmesh's probe owner
+// puts the kubelet's in.
 func (c *config) hostConfig() redirect.HostConfig {
 	hc := redirect.DefaultHostConfig()
 	hc.ProbeSNATIPv4, hc.ProbeSNATIPv6, _ = c.probeSNAT() // checked by check

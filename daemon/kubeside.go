@@ -63,11 +63,3 @@ func (k *kubeSide) config() *rest.Config {
 	}
 	return k.rc
 }
-
-// cache is the node's informers; nil standalone.
-func (k *kubeSide) cache() *kubecache.Cache {
-	if k == nil {
-		return nil
-	}
-	return k.informers
-}

@@ -34,7 +34,7 @@ func (a *agent) restored(lis *rpc.Listener) map[string]int {
 	n := a.store.Restored()
 	n[restoredAgentSocket] = int(lis.Restored())
 	if a.amb != nil {
-		n[restoredZDSSocket] = int(a.amb.zds.SocketRestores())
+		n[restoredZDSSocket] = int(a.amb.ZDS().SocketRestores())
 	}
 	return n
 }

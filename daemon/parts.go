@@ -76,8 +76,8 @@ func (a *agent) leavesState() bool {
 }
 
 // stopParts stops every part, last started first: a part may rely on one
-// built before it (the kubelet's uid follower writes into the ambient
-// node's host table, so it stops before that table is removed).
+// built before it (the running-pod checks enrol ambient pods through the
+// ambient node's ZDS server, so they stop before it).
 func (a *agent) stopParts(leaving, drained bool) {
 	stopInReverse(a.parts, leaving, drained)
 }

@@ -47,7 +47,7 @@ func (a *agent) buildRepair() error {
 	}
 	var ztunnelReady func() (bool, string)
 	if a.amb != nil {
-		ztunnelReady = a.amb.zds.Ready
+		ztunnelReady = a.amb.ZDS().Ready
 	}
 	c, err := podcheck.New(podcheck.Config{Policy: a.k.policy, Pods: a.k.informers.Pods, Namespaces: a.k.informers.Namespaces,
 		Store: a.store, Client: a.k.client, Events: a.k.rec, HostProc: a.cfg.hostProc, Mode: a.cfg.repairMode, Label: label,

@@ -15,7 +15,7 @@ import (
 // handed over at once, so the start-up Reconcile already observes applies
 // and records an Event for each ruleset it reasserts and each netns
 // path it finds replaced.
-func openStore(cfg *config, opener *podns.Opener, amb *ambientNode, m *metrics.Metrics, rec *events.Recorder, log *slog.Logger) (*workloads.Store, error) {
+func openStore(cfg *config, opener *podns.Opener, amb *workloads.Ambient, m *metrics.Metrics, rec *events.Recorder, log *slog.Logger) (*workloads.Store, error) {
 	return workloads.Open(workloads.Config{
 		Dir:     cfg.stateDir,
 		Opener:  opener,
@@ -28,6 +28,6 @@ func openStore(cfg *config, opener *podns.Opener, amb *ambientNode, m *metrics.M
 		OnNetnsReplaced: func(r workloads.Record, followed string) {
 			rec.NetnsReplaced(events.PodRef{Namespace: r.PodNamespace, Name: r.PodName, UID: r.PodUID}, r.Netns, followed)
 		},
-		Ambient: amb.workloads(),
+		Ambient: amb,
 	})
 }

@@ -1,11 +1,19 @@
 // Package ambientmesh owns ambient enrolment: the one place that knows its
-// order and its rollback. rpc's ADD, ambientpods' live enrolment and
-// istioadopt's adoption call it; nothing else writes the redirection
-// annotation. Istio's node agent holds the same order in one function
-// (AddPodToMesh in cni/pkg/nodeagent, "ordering is important"). A new
-// step goes into Add or Remove here, with its reason below; a step that
-// must share the attachment's lock and rollback goes into the store's
-// handOver or takeBack (workloads/ambient.go), named in step 2.
+// order and its rollback (Mesh), and the node side it runs on (Node, built
+// once by NewNode): the host netns, the host probe table with its SNAT
+// rule on the kubelet's uid (internal/hostprobe), the pod addresses the
+// API server reports fed to that table, the ZDS server ztunnel connects
+// to, and the redirection annotator. rpc's ADD, ambientpods' live
+// enrolment and istioadopt's adoption call the Mesh; nothing else writes
+// the redirection annotation or serves ZDS, and nothing else in the
+// running agent writes the host table's rules (the store keeps the pods'
+// addresses in its sets, and has the Node write the table again when
+// someone deleted it). Istio's node agent holds the same order in one
+// function (AddPodToMesh in cni/pkg/nodeagent, "ordering is important").
+// A new step goes into Add or Remove here, with its reason below; a step
+// that must share the attachment's lock and rollback goes into the
+// store's handOver or takeBack (workloads/ambient.go), named in step 2.
+// The node's own order (what it builds, and how it stops) is Node's.
 //
 // Add's order, and why it is this one:
 //

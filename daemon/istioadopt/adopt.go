@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/sluicemesh/sluice/daemon/ambientmesh"
 	"github.com/sluicemesh/sluice/daemon/events"
 	"github.com/sluicemesh/sluice/daemon/late"
 	"github.com/sluicemesh/sluice/daemon/podns"
@@ -57,9 +56,16 @@ type Config struct {
 	// ZtunnelReady reports whether a ztunnel holds its snapshot; an
 	// ambient pod istio-cni enrolled is adopted only then. Nil: always.
 	ZtunnelReady func() (bool, string)
-	Events       *events.Recorder  // nil records nothing
-	Mesh         *ambientmesh.Mesh // marks an adopted ambient pod; nil marks nothing
+	Events       *events.Recorder // nil records nothing
+	Mesh         Marker           // marks an adopted ambient pod; nil marks nothing
 	Log          *slog.Logger
+}
+
+// Marker marks an adopted ambient pod for istiod: the ambient owner's
+// (ambientmesh.Mesh), which imports this package for the pending list
+// its ZDS server sends.
+type Marker interface {
+	Mark(ctx context.Context, pod policy.Pod, value string)
 }
 
 // Adopter takes pods over from istio-cni, or leaves them to it.
@@ -148,7 +154,7 @@ func (a *Adopter) Check(ctx context.Context, pod *corev1.Pod, d policy.Decision)
 	if err := a.takeOver(ctx, pod, d, path, c); err != nil {
 		return "", true, err
 	}
-	if ambient {
+	if ambient && a.cfg.Mesh != nil {
 		// Taken over with its rules and ztunnel's hold as istio-cni left
 		// them: only the annotation is the mesh's to write.
 		a.cfg.Mesh.Mark(ctx, policy.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}, "enabled")

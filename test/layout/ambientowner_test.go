@@ -12,7 +12,8 @@ import (
 
 // Ambient enrolment has one owner, daemon/ambientmesh (issue #39): rpc
 // reaches ztunnel only through it, so rpc's code imports no ztunnel, and
-// no package but the owner builds the redirection annotator.
+// no package but the owner builds the redirection annotator, the ZDS
+// server or the host probe table.
 func TestAmbientEnrolmentHasOneOwner(t *testing.T) {
 	fset := token.NewFileSet()
 	files, err := filepath.Glob(filepath.Join("..", "..", "daemon", "rpc", "*.go"))
@@ -37,16 +38,21 @@ func TestAmbientEnrolmentHasOneOwner(t *testing.T) {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return err
 		}
-		dir := filepath.Base(filepath.Dir(path))
-		if dir == "ambientmesh" || dir == "redirection" {
+		if strings.Contains(filepath.ToSlash(path), "daemon/ambientmesh/") {
 			return nil
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		if strings.Contains(string(b), "redirection.New(") {
-			t.Errorf("%s builds a redirection annotator: daemon/ambientmesh owns it (ambientmesh.New)", path)
+		for _, call := range []struct{ text, what, owner string }{
+			{"redirection.New(", "a redirection annotator", "ambientmesh.New"},
+			{"ztunnel.New(", "the ZDS server", "ambientmesh.NewNode"},
+			{".EnsureHostTable(", "the host probe table", "ambientmesh.NewNode"},
+		} {
+			if strings.Contains(string(b), call.text) {
+				t.Errorf("%s builds %s: daemon/ambientmesh owns it (%s)", path, call.what, call.owner)
+			}
 		}
 		return nil
 	})

@@ -1,4 +1,4 @@
-package main
+package hostprobe
 
 import (
 	"fmt"
@@ -15,42 +15,6 @@ import (
 
 	"github.com/sluicemesh/sluice/daemon/redirect"
 )
-
-// --probe-snat-uid: auto by default, a uid or none, from the flag or
-// SLUICE_PROBE_SNAT_UID; the host table gets an explicit uid as it is and
-// no uid for auto (the probe owner finds the kubelet's).
-func TestProbeSNATUIDFlag(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		env  string
-		auto bool
-		uid  redirect.UID
-	}{
-		{nil, "", true, redirect.UID{}},
-		{[]string{"--probe-snat-uid", "auto"}, "", true, redirect.UID{}},
-		{[]string{"--probe-snat-uid", "0"}, "", false, redirect.UIDOf(0)},
-		{nil, "1000", false, redirect.UIDOf(1000)},
-		{[]string{"--probe-snat-uid=none"}, "1000", false, redirect.UID{}},
-	} {
-		c, err := parseConfig(tc.args, func(k string) string {
-			if k == "SLUICE_PROBE_SNAT_UID" {
-				return tc.env
-			}
-			return ""
-		}, io.Discard)
-		if err != nil {
-			t.Fatalf("%v env %q: %v", tc.args, tc.env, err)
-		}
-		if c.probeSNATUID.auto() != tc.auto || c.hostConfig().ProbeUID != tc.uid {
-			t.Errorf("%v env %q: auto %v, host table uid %v; want %v, %v", tc.args, tc.env, c.probeSNATUID.auto(), c.hostConfig().ProbeUID, tc.auto, tc.uid)
-		}
-	}
-	for _, bad := range []string{"root", "-1", "4294967295", "", " 0"} {
-		if _, err := parseConfig([]string{"--probe-snat-uid=" + bad}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "probe-snat-uid") {
-			t.Errorf("--probe-snat-uid=%q: err %v, want a probe-snat-uid error", bad, err)
-		}
-	}
-}
 
 // fakeProc is a host /proc: each process a directory with comm, cmdline,
 // status and ns/net, the last a symlink to one of two files standing for
@@ -192,7 +156,7 @@ func TestKubeletExitIsSeen(t *testing.T) {
 func TestProbeOwnerFollowsTheKubelet(t *testing.T) {
 	p := newFakeProc(t)
 	var wrote []string
-	o := &probeOwner{hostProc: p.dir, host: p.host(), auto: true, base: redirect.DefaultHostConfig(),
+	o := &Owner{hostProc: p.dir, host: p.host(), auto: true, base: redirect.DefaultHostConfig(),
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		ensure: func(hc redirect.HostConfig) error {
 			wrote = append(wrote, hc.ProbeUID.String())
@@ -210,7 +174,7 @@ func TestProbeOwnerFollowsTheKubelet(t *testing.T) {
 			t.Errorf("%s: wrote the table with uids %v, want %v", what, wrote, want)
 		}
 	}
-	step("start with no kubelet", o.start, "none")
+	step("start with no kubelet", o.Start, "none")
 	if o.uid.Load() != -1 {
 		t.Errorf("metric %d, want -1", o.uid.Load())
 	}
@@ -232,6 +196,6 @@ func TestProbeOwnerFollowsTheKubelet(t *testing.T) {
 	o.kubelet.close()
 	o.kubelet, o.auto = nil, false
 	o.base.ProbeUID = redirect.UIDOf(7)
-	step("an explicit uid", o.start, "7")
+	step("an explicit uid", o.Start, "7")
 	step("an explicit uid is not followed", o.recheck)
 }
