@@ -26,6 +26,8 @@ func (a *agent) buildAmbient() (err error) {
 	if a.amb, err = ambientmesh.NewNode(cfg); err != nil {
 		return err
 	}
+	// After the node's Stop, or alone when a later step fails.
+	a.closers = append(a.closers, a.amb.Close)
 	// A replaced ZDS socket strands every ztunnel that restarts (a removed
 	// one is listened on again).
 	a.checks.AddLiveness("ztunnel-socket", a.amb.ZDS().SocketOurs)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -79,6 +81,8 @@ type Node struct {
 	// probeDone and zdsDone are closed once the probe owner and the ZDS
 	// server (its socket unlinked) have stopped.
 	probeDone, zdsDone chan struct{}
+	started            atomic.Bool
+	closeOnce          sync.Once
 }
 
 // NewNode opens the host netns, writes the host probe table and listens on
@@ -160,6 +164,7 @@ func (n *Node) ZDS() *ztunnel.Server { return n.zds }
 // server until ctx ends; fail ends the agent when the ZDS server cannot
 // serve.
 func (n *Node) Start(ctx context.Context, fail func(error)) {
+	n.started.Store(true)
 	go func() {
 		defer close(n.probeDone)
 		n.probe.Run(ctx, n.recheck)
@@ -182,6 +187,26 @@ func (n *Node) Metrics(m *metrics.Metrics) {
 		func() float64 { return float64(n.zds.Accepted()) })
 }
 
+// Close lets go of what NewNode opened: the ZDS socket (Run closes it
+// itself; this is for a node whose Start never ran, when a later part of
+// the agent failed), the kubelet's pidfd and the host netns handle. A
+// started node is waited for first, as Stop waits: a handle closed under a
+// running probe owner could be a reused fd, another netns. The agent calls
+// Close last, after Stop; closing twice does nothing.
+func (n *Node) Close() {
+	n.closeOnce.Do(func() {
+		if err := n.zds.Close(); err != nil {
+			n.log.Warn("close the ZDS socket", "err", err)
+		}
+		if n.started.Load() && !n.waitStopped() {
+			n.log.Warn("the ambient node did not stop; its host netns handle is left open")
+			return
+		}
+		n.probe.Close()
+		n.host.Close()
+	})
+}
+
 // Stop ends the node once Start's ctx has ended, after the drain (an
 // ambient ADD still in flight needs all of it), in this order:
 //
@@ -194,19 +219,29 @@ func (n *Node) Metrics(m *metrics.Metrics) {
 //
 // Each wait is bounded by 5 s.
 func (n *Node) Stop(leaving bool) {
-	select {
-	case <-n.probeDone:
-	case <-time.After(5 * time.Second):
-		n.probeLog.Warn("the kubelet's uid follower did not stop within 5s")
-	}
-	select {
-	case <-n.zdsDone:
-	case <-time.After(5 * time.Second):
-		n.log.Warn("ztunnel server did not stop within 5s")
-	}
+	n.waitStopped()
 	if leaving {
 		if err := n.probe.Remove(); err != nil {
 			n.log.Error("remove the host probe table on exit", "err", err)
 		}
 	}
+}
+
+// waitStopped waits, 5 s at most each, for the probe owner and the ZDS
+// server that Start ran to end; false if one did not.
+func (n *Node) waitStopped() bool {
+	stopped := true
+	select {
+	case <-n.probeDone:
+	case <-time.After(5 * time.Second):
+		n.probeLog.Warn("the kubelet's uid follower did not stop within 5s")
+		stopped = false
+	}
+	select {
+	case <-n.zdsDone:
+	case <-time.After(5 * time.Second):
+		n.log.Warn("ztunnel server did not stop within 5s")
+		stopped = false
+	}
+	return stopped
 }

@@ -3,6 +3,7 @@ package ambientmesh
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -88,5 +89,45 @@ func TestNewNodeFails(t *testing.T) {
 	cfg.ZtunnelSocket = filepath.Join(filepath.Dir(cfg.ZtunnelSocket), "file", "ztunnel.sock")
 	if n, err := NewNode(cfg); err == nil {
 		t.Errorf("a ZDS socket under a file: built %v", n)
+	}
+}
+
+// fdIs is whether fd is open on what link names (/proc/self/fd's form).
+func fdIs(fd int, link string) bool {
+	got, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	return err == nil && got == link
+}
+
+// Close lets go of everything NewNode opened: unstarted (a later part of
+// the agent failed) its socket is unlinked; started, with no Stop (a part
+// failed while serving), it waits for the node's goroutines first. Twice
+// is once.
+func TestNodeCloseLetsGo(t *testing.T) {
+	host := nstest.New(t, "host")
+	cfg := nodeConfig(t, host)
+	for _, started := range []bool{false, true} {
+		n, err := NewNode(cfg) // fails while the last one still listens
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostFD := int(n.host)
+		hostLink, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", hostFD))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if started {
+			ctx, cancel := context.WithCancel(context.Background())
+			n.Start(ctx, func(err error) { t.Errorf("the node failed: %v", err) })
+			time.Sleep(50 * time.Millisecond)
+			cancel()
+		}
+		n.Close()
+		n.Close()
+		if _, err := os.Stat(cfg.ZtunnelSocket); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("started=%v: the ZDS socket is still there after Close: %v", started, err)
+		}
+		if fdIs(hostFD, hostLink) {
+			t.Errorf("started=%v: the host netns handle (fd %d, %s) is open after Close", started, hostFD, hostLink)
+		}
 	}
 }

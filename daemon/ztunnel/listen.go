@@ -27,6 +27,10 @@ func listen(path string) (*sockfile.Listener, error) {
 // false only until Run listens again (within Config.SocketCheck).
 func (s *Server) SocketOurs() (bool, string) { return s.ln.Ours() }
 
+// Close closes the socket of a server whose Run never ran (a failed
+// start); Run closes it itself. Closing twice does nothing.
+func (s *Server) Close() error { return s.ln.Close() }
+
 // SocketRestores is how many times the socket file was found removed and
 // listened on again. The ztunnels connected meanwhile stay connected.
 func (s *Server) SocketRestores() uint64 { return s.ln.Restored() }
