@@ -3,157 +3,39 @@ package main
 import (
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
-
-	"github.com/sluicemesh/sluice/daemon/podns"
-	"github.com/sluicemesh/sluice/daemon/redirect"
-	"github.com/sluicemesh/sluice/daemon/redirect/kernel"
-	"github.com/sluicemesh/sluice/daemon/workloads"
-	"github.com/sluicemesh/sluice/test/harness/nstest"
 )
 
-// cleanupNode is a node's worth of cleanup's flags in temp dirs: its own
-// netns root and a netns standing in for the host's (cleanup removes the
-// host probe table there), nothing installed.
-func cleanupNode(t *testing.T) *config {
-	t.Helper()
-	nstest.RequireRoot(t)
-	dir := t.TempDir()
-	roots := filepath.Join(dir, "netns")
-	if err := os.Mkdir(roots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := parseConfig([]string{"--install=false", "--state-dir", filepath.Join(dir, "state"),
-		"--socket", filepath.Join(dir, "run", "agent.sock"), "--ztunnel-socket", filepath.Join(dir, "zt", "ztunnel.sock"),
-		"--netns-roots", roots, "--host-netns", nstest.New(t, "host").Path}, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
-// enrollOne opens the journal in cfg's state dir as the agent does and
-// enrolls one pod there, which leaves its record and its table.
-func enrollOne(t *testing.T, cfg *config) *nstest.NS {
-	t.Helper()
-	opener, err := podns.NewOpener(splitList(cfg.netnsRoots), cfg.hostProc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := workloads.Open(workloads.Config{Dir: cfg.stateDir, Opener: opener, Kernel: kernel.Netlink{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := nstest.NewIn(t, cfg.netnsRoots, "pod")
-	r := workloads.Record{Attachment: workloads.Attachment{ContainerID: "c1", IfName: "eth0"}, Netns: pod.Path, Spec: redirect.DefaultSpec()}
-	if err := s.Enroll(t.Context(), r); err != nil {
-		t.Fatal(err)
-	}
-	return pod
-}
-
-func hasSluiceTable(ns *nstest.NS) bool {
-	return ns.Command("nft", "list", "table", "inet", "sluice").Run() == nil
-}
-
-func writeFiles(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+// cleanup finds the agent's things through the agent's own flags: the
+// installer's only when the agent installs.
+func TestCleanupConfigFromFlags(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		args    []string
+		install bool
+	}{
+		{[]string{"--install=false"}, false},
+		{[]string{"--plugin-binary", "/opt/sluice"}, true},
+	} {
+		args := append([]string{"--state-dir", "/s", "--socket", "/r/a.sock", "--ztunnel-socket", "/z/z.sock",
+			"--netns-roots", "/n1,/n2", "--host-netns", "/h", "--host-proc", "/hp", "--cni-bin-dir", "/b1,/b2"}, tc.args...)
+		cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
-// TestCleanupRefusesAStateDirThatIsNotSluices: --state-dir mistyped as a
-// directory of the host's (here a conf dir holding a conflist and a .json)
-// is refused, and cleanup touches nothing, there or elsewhere: before, it
-// deleted every regular file in it and then the directory.
-func TestCleanupRefusesAStateDirThatIsNotSluices(t *testing.T) {
-	cfg := cleanupNode(t)
-	if err := os.MkdirAll(cfg.stateDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	host := map[string]string{"10-bridge.conflist": `{"cniVersion":"1.0.0"}`, "99-extra.json": `{"x":1}`, "passwd": "root:x:0:0"}
-	writeFiles(t, cfg.stateDir, host)
-	err := cleanup(t.Context(), cfg, slog.New(slog.DiscardHandler))
-	if err == nil || !strings.Contains(err.Error(), "not sluice's") {
-		t.Errorf("cleanup on a host directory: %v, want a refusal", err)
-	}
-	if got, want := dirNames(t, cfg.stateDir), []string{"10-bridge.conflist", "99-extra.json", "passwd"}; !slices.Equal(got, want) {
-		t.Fatalf("the directory holds %q after cleanup, want %q untouched", got, want)
-	}
-	for name, body := range host {
-		if b, _ := os.ReadFile(filepath.Join(cfg.stateDir, name)); string(b) != body {
-			t.Errorf("%s changed: %q", name, b)
+		cc, err := cfg.cleanupConfig(log)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-}
-
-// TestCleanupRemovesOnlyTheJournals: in the agent's own state dir, cleanup
-// removes the pod's table, its record, records moved aside and temp files,
-// and leaves what someone else put there (and so the dir, which is not
-// empty); before, it deleted every regular file.
-func TestCleanupRemovesOnlyTheJournals(t *testing.T) {
-	cfg := cleanupNode(t)
-	pod := enrollOne(t, cfg)
-	writeFiles(t, cfg.stateDir, map[string]string{"c0:eth0.json.corrupt": "{", ".tmp-42": "half",
-		"README": "the operator's notes", "notes.json": "{not a record"})
-	if err := cleanup(t.Context(), cfg, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatalf("cleanup: %v", err)
-	}
-	if hasSluiceTable(pod) {
-		t.Error("the pod's table is still there")
-	}
-	got := dirNames(t, cfg.stateDir)
-	for _, gone := range []string{"c1:eth0.json", "c0:eth0.json.corrupt", ".tmp-42"} {
-		if slices.Contains(got, gone) {
-			t.Errorf("%s left after cleanup", gone)
+		if cc.StateDir != "/s" || cc.Socket != "/r/a.sock" || cc.ZtunnelSocket != "/z/z.sock" || len(cc.NetnsRoots) != 2 ||
+			cc.NetnsRoots[1] != "/n2" || cc.HostNetns != "/h" || cc.HostProc != "/hp" || cc.Log != log {
+			t.Errorf("%v: %+v", tc.args, cc)
 		}
-	}
-	for _, kept := range []string{"README", "notes.json"} {
-		if !slices.Contains(got, kept) {
-			t.Errorf("cleanup removed %s, which is not sluice's", kept)
+		if got := cc.Installer != nil; got != tc.install {
+			t.Fatalf("%v: installer %v, want %v", tc.args, got, tc.install)
 		}
-	}
-}
-
-// TestCleanupOfAnEarlierAgentsStateDir: a state dir an agent from before
-// the ownership marker left (records only) is still cleaned up whole, the
-// directory included.
-func TestCleanupOfAnEarlierAgentsStateDir(t *testing.T) {
-	cfg := cleanupNode(t)
-	pod := enrollOne(t, cfg)
-	// As an earlier agent left it: its records and nothing else.
-	for _, name := range dirNames(t, cfg.stateDir) {
-		if !strings.HasSuffix(name, ".json") {
-			os.Remove(filepath.Join(cfg.stateDir, name))
+		if tc.install && (len(cc.Installer.BinDirs) != 2 || cc.Installer.PluginBinary != "/opt/sluice") {
+			t.Errorf("%v: installer %+v", tc.args, *cc.Installer)
 		}
-	}
-	if err := cleanup(t.Context(), cfg, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatalf("cleanup: %v", err)
-	}
-	if hasSluiceTable(pod) {
-		t.Error("the pod's table is still there")
-	}
-	if _, err := os.Lstat(cfg.stateDir); !os.IsNotExist(err) {
-		t.Errorf("state dir left after cleanup: %v", err)
 	}
 }

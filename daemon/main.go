@@ -18,14 +18,14 @@
 // after the journal is loaded. The start-up reconcile runs before the
 // socket serves, with max(4, 2×NumCPU) workers.
 //
-// `sluice-agent cleanup` refuses while an agent holds the state dir's
-// flock, then removes the journaled pods' tables (Store.Release), the host
-// table, the conflist entry, the plugin (a regular file only), the journal
-// and dead sockets; run twice it changes nothing. On SIGTERM the entry
-// leaves when the API says sluice is leaving the node: access lost (an
-// uninstall deleted the ServiceAccount) or a DaemonSet whose nodeSelector
-// or required affinity no longer selects the node (component-helpers'
-// nodeaffinity, nodes: get); a node that cannot be read keeps the entry.
+// The commands have rooms of their own: the operator CLI (daemon/cli),
+// `sluice-agent cleanup` (daemon/cleanup; cleanup.go hands it the flags)
+// and `sluice-agent migrate-values` (daemon/istiovalues). On SIGTERM the
+// entry leaves when the API says sluice is leaving the node: access lost
+// (an uninstall deleted the ServiceAccount) or a DaemonSet whose
+// nodeSelector or required affinity no longer selects the node
+// (component-helpers' nodeaffinity, nodes: get); a node that cannot be
+// read keeps the entry.
 //
 // check (so --check-config too) refuses, one line each, what would start
 // an agent that cannot serve: --allowed-uids without 0, an empty
@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/sluicemesh/sluice/daemon/cli"
+	"github.com/sluicemesh/sluice/daemon/istiovalues"
 	"github.com/sluicemesh/sluice/internal/buildinfo"
 )
 
@@ -58,7 +59,7 @@ func main() {
 		os.Exit(runCleanup(os.Args[2:], os.Getenv, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "migrate-values" {
-		os.Exit(migrateValues(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(istiovalues.Command(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	if isVersionFlag(os.Args[1:]) {
 		fmt.Println("sluice-agent", buildinfo.Version)
@@ -93,7 +94,7 @@ func main() {
 	if err == nil && a.left && cfg.cleanupOnUninstall {
 		// After run: its lock on the state dir is released.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err = cleanup(ctx, cfg, log)
+		err = runCleanupWith(ctx, cfg, log)
 		cancel()
 	}
 	if err != nil {

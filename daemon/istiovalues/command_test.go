@@ -1,4 +1,4 @@
-package main
+package istiovalues
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 func TestMigrateValuesEscapesControlCharacters(t *testing.T) {
 	in := "chained: false\n\"x\\rimage: {repository: evil.example/sluice}\\r#\": 1\n"
 	var out, errOut bytes.Buffer
-	if code := migrateValues([]string{"-"}, strings.NewReader(in), &out, &errOut); code != 0 {
+	if code := Command([]string{"-"}, strings.NewReader(in), &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	for _, r := range out.String() {

@@ -1,18 +1,16 @@
-package main
+package istiovalues
 
 import (
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/sluicemesh/sluice/daemon/istiovalues"
 )
 
-// migrateValues is `sluice-agent migrate-values FILE|-`: an istio-cni
+// Command is `sluice-agent migrate-values FILE|-`: an istio-cni
 // values file in, the sluice chart's values out, with a comment for every
 // value that has no equivalent. Exit 2 for a usage error, 1 for a file
 // that cannot be read.
-func migrateValues(args []string, stdin io.Reader, out, errOut io.Writer) int {
+func Command(args []string, stdin io.Reader, out, errOut io.Writer) int {
 	if len(args) != 1 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(errOut, "usage: sluice-agent migrate-values FILE|-\n  an istio-cni values file (the istio-cni chart's, or Istio's with a cni: section) as the sluice chart's values, on stdout")
 		if len(args) == 1 {
@@ -31,7 +29,7 @@ func migrateValues(args []string, stdin io.Reader, out, errOut io.Writer) int {
 		fmt.Fprintf(errOut, "sluice-agent migrate-values: %v\n", err)
 		return 1
 	}
-	res, err := istiovalues.Convert(in)
+	res, err := Convert(in)
 	if err != nil {
 		fmt.Fprintf(errOut, "sluice-agent migrate-values: %s: %v\n", args[0], err)
 		return 1
