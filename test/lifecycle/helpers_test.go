@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -57,7 +55,7 @@ func requireMesh(t *testing.T) {
 	t.Helper()
 	if !installed {
 		helm(t, chartArgs("install", tagA)...)
-		if _, err := client(t).AppsV1().DaemonSets(releaseNS).Create(t.Context(), ztunnelDaemonSet(), metav1.CreateOptions{}); err != nil {
+		if _, err := client(t).AppsV1().DaemonSets(releaseNS).Create(t.Context(), images.ZtunnelStandIn(releaseNS, nil), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create ztunnel DaemonSet: %v", err)
 		}
 		installed = true
@@ -113,35 +111,4 @@ func sluiceMesh() *lifecycletest.Mesh {
 // logs is a container's log (nodetest's Logs).
 func logs(t testing.TB, ns, pod, container string) string {
 	return cluster.Logs(ns, pod, container)
-}
-
-// ztunnelDaemonSet is the test app's ztunnel stand-in, deployed as Istio
-// deploys ztunnel (see test/node's TestAmbient).
-func ztunnelDaemonSet() *appsv1.DaemonSet {
-	labels := map[string]string{"app": "ztunnel"}
-	root := int64(0)
-	hostPathType := corev1.HostPathDirectoryOrCreate
-	return &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "ztunnel", Namespace: releaseNS},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{
-						Name: "istio-proxy", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
-						Command: []string{"/testapp", "ztunnel", "/var/run/ztunnel/ztunnel.sock"},
-						SecurityContext: &corev1.SecurityContext{
-							RunAsUser:    &root,
-							Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "SYS_ADMIN", "NET_RAW"}},
-						},
-						VolumeMounts: []corev1.VolumeMount{{Name: "cni-ztunnel-sock-dir", MountPath: "/var/run/ztunnel"}},
-					}},
-					Volumes: []corev1.Volume{{Name: "cni-ztunnel-sock-dir", VolumeSource: corev1.VolumeSource{
-						HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/ztunnel", Type: &hostPathType},
-					}}},
-				},
-			},
-		},
-	}
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sluicemesh/sluice/test/harness/nodetest"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -22,7 +21,7 @@ func installStandIn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := cs.AppsV1().DaemonSets(istioNS).Create(ctx, standInDaemonSet(), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().DaemonSets(istioNS).Create(ctx, images.ZtunnelStandIn(istioNS, map[string]string{labelDataplane: "none"}), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the ztunnel stand-in: %w", err)
 	}
 	return waitFor(ctx, 2*time.Minute, "the ztunnel stand-in connected to the agent on every node", func() error {
@@ -38,33 +37,4 @@ func installStandIn(ctx context.Context) error {
 		}
 		return nil
 	})
-}
-
-func standInDaemonSet() *appsv1.DaemonSet {
-	labels := map[string]string{"app": "ztunnel", labelDataplane: "none"}
-	root := int64(0)
-	hostPathType := corev1.HostPathDirectoryOrCreate
-	return &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "ztunnel", Namespace: istioNS},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "ztunnel"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{
-						Name: "istio-proxy", Image: images.TestApp, ImagePullPolicy: corev1.PullNever,
-						Command: []string{"/testapp", "ztunnel", "/var/run/ztunnel/ztunnel.sock"},
-						SecurityContext: &corev1.SecurityContext{
-							RunAsUser:    &root,
-							Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "SYS_ADMIN", "NET_RAW"}},
-						},
-						VolumeMounts: []corev1.VolumeMount{{Name: "cni-ztunnel-sock-dir", MountPath: "/var/run/ztunnel"}},
-					}},
-					Volumes: []corev1.Volume{{Name: "cni-ztunnel-sock-dir", VolumeSource: corev1.VolumeSource{
-						HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/ztunnel", Type: &hostPathType},
-					}}},
-				},
-			},
-		},
-	}
 }

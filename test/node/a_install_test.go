@@ -43,9 +43,9 @@ func TestStartupTaint(t *testing.T) {
 		t.Fatalf("node %s registered without the startup taint %s", cluster.NodeName, nodetaint.DefaultKey)
 	}
 	ns := namespace(t, nil)
-	p := createPod(t, ns, sidecarPod("before-agent", unreachable, nil))
+	p := cluster.CreatePod(t, ns, sidecarPod("before-agent", unreachable, nil))
 	nodetest.Eventually(t, 30*time.Second, "the pod unschedulable for the startup taint", func() error {
-		c := podCondition(getPod(t, ns, p.Name), corev1.PodScheduled)
+		c := podCondition(cluster.GetPod(t, ns, p.Name), corev1.PodScheduled)
 		if c == nil || c.Reason != corev1.PodReasonUnschedulable || !strings.Contains(c.Message, "untolerated taint") {
 			return fmt.Errorf("PodScheduled condition %+v", c)
 		}
@@ -62,10 +62,10 @@ func TestStartupTaint(t *testing.T) {
 		}
 		return nil
 	})
-	runningPod(t, ns, p.Name, time.Minute)
-	logShows(t, ns, p.Name, "app", 30*time.Second,
+	cluster.RunningPod(t, ns, p.Name, time.Minute)
+	cluster.LogShows(t, ns, p.Name, "app", 30*time.Second,
 		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
-	logShows(t, releaseNS, agent.Name, "sluice-agent", 10*time.Second, "removed the node's startup taint", cluster.NodeName)
+	cluster.LogShows(t, releaseNS, agent.Name, "sluice-agent", 10*time.Second, "removed the node's startup taint", cluster.NodeName)
 }
 
 // nodeTainted says whether the node carries the startup taint.

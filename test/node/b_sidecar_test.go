@@ -20,11 +20,11 @@ func TestSidecar(t *testing.T) {
 	ns := namespace(t, nil)
 
 	// Its app dials an address nothing routes: only capture answers.
-	s := createPod(t, ns, sidecarPod("injected", unreachable, nil))
-	s = runningPod(t, ns, s.Name, time.Minute)
+	s := cluster.CreatePod(t, ns, sidecarPod("injected", unreachable, nil))
+	s = cluster.RunningPod(t, ns, s.Name, time.Minute)
 	sIP := s.Status.PodIP
 
-	logShows(t, ns, s.Name, "app", 30*time.Second,
+	cluster.LogShows(t, ns, s.Name, "app", 30*time.Second,
 		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
 	nodetest.Eventually(t, 30*time.Second, "inbound capture of "+sIP+":8080", func() error {
 		line, err := dialLine(sIP + ":8080")
@@ -39,12 +39,12 @@ func TestSidecar(t *testing.T) {
 
 	// The uninjected pod answers itself, and its outbound reaches the
 	// injected pod directly (seen there as inbound from its own IP).
-	u := createPod(t, ns, plainPod("plain", sIP+":8080"))
-	u = runningPod(t, ns, u.Name, time.Minute)
+	u := cluster.CreatePod(t, ns, plainPod("plain", sIP+":8080"))
+	u = cluster.RunningPod(t, ns, u.Name, time.Minute)
 	if line, err := dialLine(u.Status.PodIP + ":8080"); err != nil || line != "app" {
 		t.Errorf("node → uninjected %s:8080 = %q, %v; want its app's own answer", u.Status.PodIP, line, err)
 	}
-	logShows(t, ns, u.Name, "app", 30*time.Second,
+	cluster.LogShows(t, ns, u.Name, "app", 30*time.Second,
 		"app dial "+sIP+":8080: proxy captured on :15006 original dst "+sIP+":8080 from "+u.Status.PodIP+":")
 	if recs := journalRecords(t, string(u.UID)); len(recs) != 0 {
 		t.Errorf("uninjected pod has journal records %v", recs)
@@ -86,7 +86,7 @@ func TestInvalidAnnotation(t *testing.T) {
 	requireAgent(t)
 	ns := namespace(t, nil)
 	const ann = "traffic.sidecar.istio.io/includeOutboundIPRanges"
-	p := createPod(t, ns, sidecarPod("invalid", unreachable, map[string]string{ann: "not-a-cidr"}))
+	p := cluster.CreatePod(t, ns, sidecarPod("invalid", unreachable, map[string]string{ann: "not-a-cidr"}))
 	cs := client(t)
 	var agentEvent, sandboxEvent string
 	nodetest.Eventually(t, time.Minute, "the agent's Warning and the kubelet's sandbox error", func() error {
@@ -112,7 +112,7 @@ func TestInvalidAnnotation(t *testing.T) {
 	})
 	// kubectl shows this as ContainerCreating: Pending, no container
 	// started, the sandbox retried.
-	got := getPod(t, ns, p.Name)
+	got := cluster.GetPod(t, ns, p.Name)
 	if got.Status.Phase != corev1.PodPending {
 		t.Errorf("pod with an invalid annotation: %s, want Pending", nodetest.PodState(got))
 	}

@@ -60,7 +60,7 @@ func noExecuteTaint(t *testing.T) error {
 func TestNodeConditionOutage(t *testing.T) {
 	requireAgent(t)
 	cs := client(t)
-	if _, err := cs.AppsV1().DaemonSets(releaseNS).Create(t.Context(), ztunnelDaemonSet(), metav1.CreateOptions{}); err != nil &&
+	if _, err := cs.AppsV1().DaemonSets(releaseNS).Create(t.Context(), images.ZtunnelStandIn(releaseNS, nil), metav1.CreateOptions{}); err != nil &&
 		!apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create ztunnel DaemonSet: %v", err)
 	}

@@ -97,7 +97,7 @@ func noRunningAgent(t *testing.T) error {
 func TestAgentOutage(t *testing.T) {
 	requireAgent(t)
 	ns := namespace(t, nil)
-	running := runningPod(t, ns, createPod(t, ns, evictedSoon(sidecarPod("running", unreachable, nil))).Name, time.Minute)
+	running := cluster.RunningPod(t, ns, cluster.CreatePod(t, ns, evictedSoon(sidecarPod("running", unreachable, nil))).Name, time.Minute)
 
 	restore := agentOutage(t)
 	nodetest.Eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
@@ -107,27 +107,27 @@ func TestAgentOutage(t *testing.T) {
 	}
 
 	cluster.KillPodContainer(t, running, "app")
-	excluded := createPod(t, releaseNS, plainPod(fmt.Sprintf("outage-excluded-%d", seq.Add(1)), unreachable))
-	t.Cleanup(func() { deletePod(releaseNS, excluded.Name) })
-	mesh := createPod(t, ns, sidecarPod("during-outage", unreachable, nil))
+	excluded := cluster.CreatePod(t, releaseNS, plainPod(fmt.Sprintf("outage-excluded-%d", seq.Add(1)), unreachable))
+	t.Cleanup(func() { cluster.DeletePod(releaseNS, excluded.Name) })
+	mesh := cluster.CreatePod(t, ns, sidecarPod("during-outage", unreachable, nil))
 
 	watch.Eventually(t, time.Minute, "the killed container restarted", func() error {
-		return nodetest.Restarted(getPod(t, ns, running.Name), "app")
+		return nodetest.Restarted(cluster.GetPod(t, ns, running.Name), "app")
 	})
 	t.Logf("killed container running again %.1fs into the outage", watch.Elapsed().Seconds())
 	watch.Eventually(t, time.Minute, "the excluded pod running", func() error {
-		return isRunning(getPod(t, releaseNS, excluded.Name))
+		return nodetest.IsRunning(cluster.GetPod(t, releaseNS, excluded.Name))
 	})
 	t.Logf("excluded pod running %.1fs into the outage", watch.Elapsed().Seconds())
 	watch.Eventually(t, time.Minute, "the mesh pod's sandbox refused for want of an agent", func() error {
 		return sandboxRefused(t, ns, mesh.Name)
 	})
-	if got := getPod(t, ns, mesh.Name); got.Status.Phase != corev1.PodPending {
+	if got := cluster.GetPod(t, ns, mesh.Name); got.Status.Phase != corev1.PodPending {
 		t.Fatalf("mesh pod created with no agent: %s, want Pending", nodetest.PodState(got))
 	}
 	watch.Held(t, 15*time.Second)
 
-	if got := getPod(t, ns, running.Name); got.UID != running.UID || got.DeletionTimestamp != nil {
+	if got := cluster.GetPod(t, ns, running.Name); got.UID != running.UID || got.DeletionTimestamp != nil {
 		t.Fatalf("the running pod was evicted during the outage: %s", nodetest.PodState(got))
 	}
 
@@ -136,9 +136,9 @@ func TestAgentOutage(t *testing.T) {
 	back := time.Now()
 	// The kubelet retries a failed sandbox after its pod worker's backoff
 	// (10 s); the pod then starts through the new agent, captured.
-	runningPod(t, ns, mesh.Name, 30*time.Second)
+	cluster.RunningPod(t, ns, mesh.Name, 30*time.Second)
 	t.Logf("mesh pod running %.1fs after the agent was Ready again", time.Since(back).Seconds())
-	logShows(t, ns, mesh.Name, "app", 30*time.Second,
+	cluster.LogShows(t, ns, mesh.Name, "app", 30*time.Second,
 		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
 }
 
@@ -154,19 +154,6 @@ func evictedSoon(p *corev1.Pod) *corev1.Pod {
 	return p
 }
 
-// isRunning is nil once every container of the pod runs.
-func isRunning(p *corev1.Pod) error {
-	if p.Status.Phase != corev1.PodRunning {
-		return fmt.Errorf("%s", nodetest.PodState(p))
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running == nil {
-			return fmt.Errorf("%s", nodetest.PodState(p))
-		}
-	}
-	return nil
-}
-
 // sandboxRefused is nil once the kubelet reports the pod's sandbox failed
 // in the sluice plugin.
 func sandboxRefused(t *testing.T, ns, pod string) error {
@@ -179,17 +166,7 @@ func sandboxRefused(t *testing.T, ns, pod string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("no FailedCreatePodSandBox naming sluice; pod %s", nodetest.PodState(getPod(t, ns, pod)))
-}
-
-// deletePod deletes a pod at once, for cleanups.
-func deletePod(ns, name string) {
-	cs, err := cluster.Client()
-	if err != nil {
-		return
-	}
-	zero := int64(0)
-	_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	return fmt.Errorf("no FailedCreatePodSandBox naming sluice; pod %s", nodetest.PodState(cluster.GetPod(t, ns, pod)))
 }
 
 // A DaemonSet that no longer selects the node is leaving it: the agent's

@@ -56,7 +56,7 @@ func underChurn(t *testing.T, half string, roll func()) {
 	pods := churn.stop()
 	var starts []time.Duration
 	for _, p := range pods {
-		got := runningPod(t, ns, p.Name, 2*time.Minute)
+		got := cluster.RunningPod(t, ns, p.Name, 2*time.Minute)
 		starts = append(starts, startDelay(got))
 		for _, cs := range append(got.Status.InitContainerStatuses, got.Status.ContainerStatuses...) {
 			if cs.RestartCount > 0 {

@@ -28,7 +28,7 @@ func TestHelmUpgrade(t *testing.T) {
 	if types := conflistTypes(t); types[len(types)-1] != "sluice" {
 		t.Fatalf("conflist plugins during the roll = %v, want the sluice entry kept", types)
 	}
-	p := createPod(t, ns, sidecarPod("during-upgrade", unreachable, nil))
+	p := cluster.CreatePod(t, ns, sidecarPod("during-upgrade", unreachable, nil))
 
 	agent := readyAgent(t, 2*time.Minute)
 	if agent.Name == old.Name {
@@ -40,7 +40,7 @@ func TestHelmUpgrade(t *testing.T) {
 	if types := conflistTypes(t); types[len(types)-1] != "sluice" {
 		t.Errorf("conflist plugins after the roll = %v, want the sluice entry", types)
 	}
-	runningPod(t, ns, p.Name, time.Minute)
-	logShows(t, ns, p.Name, "app", 30*time.Second,
+	cluster.RunningPod(t, ns, p.Name, time.Minute)
+	cluster.LogShows(t, ns, p.Name, "app", 30*time.Second,
 		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
 }

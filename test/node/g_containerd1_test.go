@@ -31,7 +31,7 @@ func TestAgentStatusOnContainerd1(t *testing.T) {
 	agentOutage(t)
 	nodetest.Eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
 	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
-	mesh := createPod(t, ns, sidecarPod("during-outage", unreachable, nil))
+	mesh := cluster.CreatePod(t, ns, sidecarPod("during-outage", unreachable, nil))
 	watch.Eventually(t, time.Minute, "the mesh pod's sandbox refused for want of an agent", func() error {
 		return sandboxRefused(t, ns, mesh.Name)
 	})

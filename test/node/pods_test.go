@@ -2,17 +2,14 @@ package node
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicemesh/sluice/test/harness/nodetest"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The Istio metadata istiod's injector writes in CNI mode, and a
@@ -34,77 +31,6 @@ func sidecarPod(name, dial string, annotations map[string]string) *corev1.Pod {
 		p.Annotations[k] = v
 	}
 	return p
-}
-
-// createPod creates p on the node under test (cluster.NodeName), whose
-// files, netns and agent the tests read; the other node is there for the
-// cluster's sake (the node lifecycle controller evicts only while another
-// node is Ready).
-func createPod(t *testing.T, ns string, p *corev1.Pod) *corev1.Pod {
-	t.Helper()
-	if p.Spec.NodeSelector == nil {
-		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName}
-	}
-	got, err := client(t).CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)
-	}
-	return got
-}
-
-func getPod(t testing.TB, ns, name string) *corev1.Pod {
-	t.Helper()
-	p, err := client(t).CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get pod %s/%s: %v", ns, name, err)
-	}
-	return p
-}
-
-// runningPod waits until every container of the pod runs and returns it.
-func runningPod(t testing.TB, ns, name string, timeout time.Duration) *corev1.Pod {
-	t.Helper()
-	var p *corev1.Pod
-	nodetest.Eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() error {
-		p = getPod(t, ns, name)
-		if p.Status.PodIP == "" {
-			return fmt.Errorf("%s, no pod IP", nodetest.PodState(p))
-		}
-		return isRunning(p)
-	})
-	return p
-}
-
-// logShows waits until the container's log has a line containing every
-// one of parts.
-func logShows(t testing.TB, ns, pod, container string, timeout time.Duration, parts ...string) {
-	t.Helper()
-	nodetest.Eventually(t, timeout, fmt.Sprintf("%s/%s[%s] to log %q", ns, pod, container, parts), func() error {
-		l := logs(t, ns, pod, container)
-		for _, line := range strings.Split(l, "\n") {
-			if containsAll(line, parts) {
-				return nil
-			}
-		}
-		return fmt.Errorf("log:\n%s", tailLines(l, 10))
-	})
-}
-
-func containsAll(s string, parts []string) bool {
-	for _, p := range parts {
-		if !strings.Contains(s, p) {
-			return false
-		}
-	}
-	return true
-}
-
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // record is the agent's journal record of a pod, read from the node's

@@ -24,7 +24,7 @@ func TestUninstallCleansTheNode(t *testing.T) {
 	installed = true
 	readyAgent(t, 2*time.Minute)
 	ns := namespace(t, nil)
-	s := runningPod(t, ns, createPod(t, ns, sidecarPod("cleaned", unreachable, nil)).Name, time.Minute)
+	s := cluster.RunningPod(t, ns, cluster.CreatePod(t, ns, sidecarPod("cleaned", unreachable, nil)).Name, time.Minute)
 	recs := journalRecords(t, string(s.UID))
 	if len(recs) != 1 {
 		t.Fatalf("captured pod has %d journal records, want 1", len(recs))
@@ -58,8 +58,8 @@ func TestUninstallCleansTheNode(t *testing.T) {
 		}
 		return nil
 	})
-	p := getPod(t, ns, s.Name)
-	if err := isRunning(p); err != nil {
+	p := cluster.GetPod(t, ns, s.Name)
+	if err := nodetest.IsRunning(p); err != nil {
 		t.Fatalf("the pod after cleanup: %v", err)
 	}
 	if line, err := dialLine(s.Status.PodIP + ":8080"); err != nil || line != "app" {

@@ -62,17 +62,9 @@ func agentLogs() string {
 	var b strings.Builder
 	for _, p := range l.Items {
 		raw, err := cs.CoreV1().Pods(releaseNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: "install-cni"}).DoRaw(ctx)
-		fmt.Fprintf(&b, "istio-cni pod %s (%s) log (%v):\n%s\n", p.Name, nodetest.PodState(&p), err, tailLines(string(raw), 40))
+		fmt.Fprintf(&b, "istio-cni pod %s (%s) log (%v):\n%s\n", p.Name, nodetest.PodState(&p), err, nodetest.TailLines(string(raw), 40))
 	}
 	return b.String()
-}
-
-func tailLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // Istio's chart runs install-cni on the node: its pod becomes Ready through

@@ -13,14 +13,14 @@ import (
 func TestIstioCNISidecar(t *testing.T) {
 	requireAgent(t)
 	ns := namespace(t)
-	s := runningPod(t, ns, createPod(t, ns, sidecarPod("injected", unreachable)).Name, time.Minute)
+	s := cluster.RunningPod(t, ns, cluster.CreatePod(t, ns, sidecarPod("injected", unreachable)).Name, time.Minute)
 	if err := captured(podRules(t, s)); err != nil {
 		t.Fatalf("injected pod: %v", err)
 	}
-	logShows(t, ns, s.Name, "app", 30*time.Second,
+	cluster.LogShows(t, ns, s.Name, "app", 30*time.Second,
 		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
 
-	u := runningPod(t, ns, createPod(t, ns, plainPod("plain", unreachable)).Name, time.Minute)
+	u := cluster.RunningPod(t, ns, cluster.CreatePod(t, ns, plainPod("plain", unreachable)).Name, time.Minute)
 	if rules := podRules(t, u); strings.Contains(rules, "ISTIO") {
 		t.Fatalf("uninjected pod has Istio rules:\n%s", rules)
 	}

@@ -32,7 +32,7 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 	requireAgent(t)
 	ns := namespace(t)
 	readyAgent(t, time.Minute)
-	running := runningPod(t, ns, createPod(t, ns, sidecarPod("running", unreachable)).Name, time.Minute)
+	running := cluster.RunningPod(t, ns, cluster.CreatePod(t, ns, sidecarPod("running", unreachable)).Name, time.Minute)
 	if err := captured(podRules(t, running)); err != nil {
 		t.Fatalf("pod started before the outage: %v", err)
 	}
@@ -46,32 +46,32 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 	}
 
 	cluster.KillPodContainer(t, running, "app")
-	excluded := createPod(t, excludedNS, plainPod(fmt.Sprintf("outage-excluded-%d", seq.Add(1)), unreachable))
-	t.Cleanup(func() { deletePod(excludedNS, excluded.Name) })
-	mesh := createPod(t, ns, sidecarPod("during-outage", unreachable))
-	plain := createPod(t, ns, plainPod("plain-during-outage", unreachable))
+	excluded := cluster.CreatePod(t, excludedNS, plainPod(fmt.Sprintf("outage-excluded-%d", seq.Add(1)), unreachable))
+	t.Cleanup(func() { cluster.DeletePod(excludedNS, excluded.Name) })
+	mesh := cluster.CreatePod(t, ns, sidecarPod("during-outage", unreachable))
+	plain := cluster.CreatePod(t, ns, plainPod("plain-during-outage", unreachable))
 
 	watch.Eventually(t, time.Minute, "the killed container restarted", func() error {
-		return nodetest.Restarted(getPod(t, ns, running.Name), "app")
+		return nodetest.Restarted(cluster.GetPod(t, ns, running.Name), "app")
 	})
 	t.Logf("killed container running again %.1fs into the outage", watch.Elapsed().Seconds())
 	watch.Eventually(t, time.Minute, "the excluded pod running", func() error {
-		return isRunning(getPod(t, excludedNS, excluded.Name))
+		return nodetest.IsRunning(cluster.GetPod(t, excludedNS, excluded.Name))
 	})
 	t.Logf("excluded pod running %.1fs into the outage", watch.Elapsed().Seconds())
 	watch.Eventually(t, time.Minute, "the uninjected pod running", func() error {
-		return isRunning(getPod(t, ns, plain.Name))
+		return nodetest.IsRunning(cluster.GetPod(t, ns, plain.Name))
 	})
 	t.Logf("uninjected pod running %.1fs into the outage", watch.Elapsed().Seconds())
 	watch.Eventually(t, time.Minute, "istio-validation refusing the sidecar pod created during the outage", func() error {
-		return validationFailed(getPod(t, ns, mesh.Name))
+		return validationFailed(cluster.GetPod(t, ns, mesh.Name))
 	})
 	t.Logf("sidecar pod created during the outage refused by istio-validation %.1fs into it", watch.Elapsed().Seconds())
-	if err := captured(podRules(t, getPod(t, ns, running.Name))); err != nil {
+	if err := captured(podRules(t, cluster.GetPod(t, ns, running.Name))); err != nil {
 		t.Fatalf("pod started before the outage, after its container's restart: %v", err)
 	}
 	watch.Held(t, 15*time.Second)
-	if p := getPod(t, ns, mesh.Name); appStarted(p) {
+	if p := cluster.GetPod(t, ns, mesh.Name); appStarted(p) {
 		t.Fatalf("the outage's sidecar pod ran its app with no agent: %s", nodetest.PodState(p))
 	}
 
@@ -87,12 +87,12 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 		return nil
 	})
 	t.Logf("the refused pod deleted %.1fs after istio-cni was Ready again", time.Since(back).Seconds())
-	again := runningPod(t, ns, createPod(t, ns, sidecarPod("after-outage", unreachable)).Name, time.Minute)
+	again := cluster.RunningPod(t, ns, cluster.CreatePod(t, ns, sidecarPod("after-outage", unreachable)).Name, time.Minute)
 	t.Logf("a new sidecar pod running %.1fs after istio-cni was Ready again", time.Since(back).Seconds())
 	if err := captured(podRules(t, again)); err != nil {
 		t.Fatalf("sidecar pod created after the agent's return: %v", err)
 	}
-	logShows(t, ns, again.Name, "app", 30*time.Second,
+	cluster.LogShows(t, ns, again.Name, "app", 30*time.Second,
 		"app dial "+unreachable+": proxy captured on :15001 original dst "+unreachable)
 }
 

@@ -1,16 +1,13 @@
 package peer
 
 import (
-	"context"
 	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicemesh/sluice/test/harness/nodetest"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The Istio metadata istiod's injector writes in CNI mode, and a
@@ -40,91 +37,6 @@ func sidecarPod(name, dial string) *corev1.Pod {
 	v := &p.Spec.InitContainers[0]
 	v.Image, v.Command, v.Args = validationImage, nil, validationArgs
 	return p
-}
-
-// createPod creates p on the node under test, as test/node's does: the
-// second node is there to stay Ready, and the rule and container helpers
-// read the first node's runtime.
-func createPod(t testing.TB, ns string, p *corev1.Pod) *corev1.Pod {
-	t.Helper()
-	if p.Spec.NodeSelector == nil {
-		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: cluster.NodeName}
-	}
-	got, err := client(t).CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)
-	}
-	return got
-}
-
-func getPod(t testing.TB, ns, name string) *corev1.Pod {
-	t.Helper()
-	p, err := client(t).CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get pod %s/%s: %v", ns, name, err)
-	}
-	return p
-}
-
-// deletePod deletes a pod at once, for cleanups.
-func deletePod(ns, name string) {
-	cs, err := cluster.Client()
-	if err != nil {
-		return
-	}
-	zero := int64(0)
-	_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-}
-
-// runningPod waits until every container of the pod runs and returns it.
-func runningPod(t testing.TB, ns, name string, timeout time.Duration) *corev1.Pod {
-	t.Helper()
-	var p *corev1.Pod
-	nodetest.Eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() error {
-		p = getPod(t, ns, name)
-		if p.Status.PodIP == "" {
-			return fmt.Errorf("%s, no pod IP", nodetest.PodState(p))
-		}
-		return isRunning(p)
-	})
-	return p
-}
-
-// isRunning is nil once every container of the pod runs.
-func isRunning(p *corev1.Pod) error {
-	if p.Status.Phase != corev1.PodRunning {
-		return fmt.Errorf("%s", nodetest.PodState(p))
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running == nil {
-			return fmt.Errorf("%s", nodetest.PodState(p))
-		}
-	}
-	return nil
-}
-
-// logShows waits until the container's log has a line containing every
-// one of parts.
-func logShows(t testing.TB, ns, pod, container string, timeout time.Duration, parts ...string) {
-	t.Helper()
-	nodetest.Eventually(t, timeout, fmt.Sprintf("%s/%s[%s] to log %q", ns, pod, container, parts), func() error {
-		l := logs(t, ns, pod, container)
-		for _, line := range strings.Split(l, "\n") {
-			if containsAll(line, parts) {
-				return nil
-			}
-		}
-		return fmt.Errorf("log:\n%s", l)
-	})
-}
-
-func containsAll(s string, parts []string) bool {
-	for _, p := range parts {
-		if !strings.Contains(s, p) {
-			return false
-		}
-	}
-	return true
 }
 
 // podRules is what iptables (nf_tables backend, as istio-cni's plugin

@@ -123,7 +123,7 @@ func podStart(b *testing.B, ns, name string) (ready, app time.Duration) {
 	}
 	b.StopTimer()
 	app = appFirstLine(b, ns, name).Sub(start)
-	deletePod(ns, name)
+	cluster.DeletePod(ns, name)
 	nodetest.Eventually(b, time.Minute, "pod "+name+" gone", func() error {
 		if _, err := pods.Get(ctx, name, metav1.GetOptions{}); err == nil {
 			return fmt.Errorf("still there")
@@ -197,9 +197,9 @@ func installSluiceNRI(t testing.TB) {
 func podCaptured(t testing.TB, ns string) {
 	p := sidecarPod(fmt.Sprintf("captured-%d", seq.Add(1)), unreachable)
 	p.Spec.InitContainers = nil // as the timed pods
-	p = createPod(t, ns, p)
-	defer deletePod(ns, p.Name)
-	runningPod(t, ns, p.Name, time.Minute)
+	p = cluster.CreatePod(t, ns, p)
+	defer cluster.DeletePod(ns, p.Name)
+	cluster.RunningPod(t, ns, p.Name, time.Minute)
 	var first string
 	nodetest.Eventually(t, 30*time.Second, p.Name+"'s first dial", func() error {
 		for _, l := range strings.Split(logs(t, ns, p.Name, "app"), "\n") {

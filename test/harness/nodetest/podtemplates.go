@@ -1,6 +1,9 @@
 package nodetest
 
 import (
+	"maps"
+
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -61,4 +64,39 @@ func (im Images) SidecarPod(name, dial string) *corev1.Pod {
 		Command: []string{"/testapp", "proxy", "15001", "15006"}, SecurityContext: sc,
 	})
 	return p
+}
+
+// ZtunnelStandIn is the test app's ztunnel part deployed as Istio deploys
+// ztunnel: a DaemonSet in ns whose pods (labelled app=ztunnel and labels)
+// share the node's /var/run/ztunnel with the agent and hold the
+// capabilities to enter pod network namespaces.
+func (im Images) ZtunnelStandIn(ns string, labels map[string]string) *appsv1.DaemonSet {
+	selector := map[string]string{"app": "ztunnel"}
+	podLabels := maps.Clone(selector)
+	maps.Copy(podLabels, labels)
+	root := int64(0)
+	hostPathType := corev1.HostPathDirectoryOrCreate
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "ztunnel", Namespace: ns},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name: "istio-proxy", Image: im.TestApp, ImagePullPolicy: corev1.PullNever,
+						Command: []string{"/testapp", "ztunnel", "/var/run/ztunnel/ztunnel.sock"},
+						SecurityContext: &corev1.SecurityContext{
+							RunAsUser:    &root,
+							Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "SYS_ADMIN", "NET_RAW"}},
+						},
+						VolumeMounts: []corev1.VolumeMount{{Name: "cni-ztunnel-sock-dir", MountPath: "/var/run/ztunnel"}},
+					}},
+					Volumes: []corev1.Volume{{Name: "cni-ztunnel-sock-dir", VolumeSource: corev1.VolumeSource{
+						HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/ztunnel", Type: &hostPathType},
+					}}},
+				},
+			},
+		},
+	}
 }

@@ -113,3 +113,100 @@ func (c *Cluster) ReadyPodOn(t testing.TB, ns, selector string, timeout time.Dur
 	})
 	return ready
 }
+
+// CreatePod creates p on the node (NodeName) unless p names its own: the
+// suites read the node's files, netns and agent, and the other node is
+// there for the cluster's sake (the node lifecycle controller evicts only
+// while another node is Ready).
+func (c *Cluster) CreatePod(t testing.TB, ns string, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	if p.Spec.NodeSelector == nil {
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: c.NodeName}
+	}
+	got, err := c.ClientT(t).CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", ns, p.Name, err)
+	}
+	return got
+}
+
+// GetPod reads a pod, failing t.
+func (c *Cluster) GetPod(t testing.TB, ns, name string) *corev1.Pod {
+	t.Helper()
+	p, err := c.ClientT(t).CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s/%s: %v", ns, name, err)
+	}
+	return p
+}
+
+// DeletePod deletes a pod at once, for cleanups: errors pass.
+func (c *Cluster) DeletePod(ns, name string) {
+	cs, err := c.Client()
+	if err != nil {
+		return
+	}
+	zero := int64(0)
+	_ = cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+}
+
+// RunningPod waits until the pod has an IP and every container runs, and
+// returns it.
+func (c *Cluster) RunningPod(t testing.TB, ns, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var p *corev1.Pod
+	Eventually(t, timeout, "pod "+ns+"/"+name+" Running", func() error {
+		p = c.GetPod(t, ns, name)
+		if p.Status.PodIP == "" {
+			return fmt.Errorf("%s, no pod IP", PodState(p))
+		}
+		return IsRunning(p)
+	})
+	return p
+}
+
+// IsRunning is nil once every container of the pod runs.
+func IsRunning(p *corev1.Pod) error {
+	if p.Status.Phase != corev1.PodRunning {
+		return fmt.Errorf("%s", PodState(p))
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return fmt.Errorf("%s", PodState(p))
+		}
+	}
+	return nil
+}
+
+// LogShows waits until the container's log has a line holding every one
+// of parts.
+func (c *Cluster) LogShows(t testing.TB, ns, pod, container string, timeout time.Duration, parts ...string) {
+	t.Helper()
+	Eventually(t, timeout, fmt.Sprintf("%s/%s[%s] to log %q", ns, pod, container, parts), func() error {
+		l := c.Logs(ns, pod, container)
+		for _, line := range strings.Split(l, "\n") {
+			if containsAll(line, parts) {
+				return nil
+			}
+		}
+		return fmt.Errorf("log:\n%s", TailLines(l, 10))
+	})
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// TailLines is the last n lines of s.
+func TailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
