@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -97,7 +96,7 @@ func TestHelmInstall(t *testing.T) {
 	if agent.Spec.NodeName != cluster.NodeName {
 		t.Errorf("agent pod on node %q, want %q", agent.Spec.NodeName, cluster.NodeName)
 	}
-	if types := conflistTypes(t); len(types) < 2 || types[len(types)-1] != "sluice" || types[0] != "bridge" {
+	if types := cluster.RuntimeConflistTypes(t); len(types) < 2 || types[len(types)-1] != "sluice" || types[0] != "bridge" {
 		t.Errorf("node conflist plugins = %v, want bridge first and sluice last", types)
 	}
 	if st, err := os.Stat(cluster.NodePath("/opt/cni/bin/sluice")); err != nil || st.Mode()&0o111 == 0 {
@@ -110,28 +109,4 @@ func TestHelmInstall(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// conflistTypes are the plugin types, in order, of the conflist the
-// node's runtime uses: the first in its conf dir (sluice's own, sorting
-// just before the primary, once sluice is chained).
-func conflistTypes(t testing.TB) []string {
-	t.Helper()
-	_, b, err := cluster.RuntimeConflist()
-	if err != nil {
-		t.Fatalf("read node conflist: %v", err)
-	}
-	var conf struct {
-		Plugins []struct {
-			Type string `json:"type"`
-		} `json:"plugins"`
-	}
-	if err := json.Unmarshal(b, &conf); err != nil {
-		t.Fatalf("parse node conflist: %v\n%s", err, b)
-	}
-	var types []string
-	for _, p := range conf.Plugins {
-		types = append(types, p.Type)
-	}
-	return types
 }

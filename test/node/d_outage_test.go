@@ -102,7 +102,7 @@ func TestAgentOutage(t *testing.T) {
 	restore := agentOutage(t)
 	nodetest.Eventually(t, time.Minute, "no agent running", func() error { return noRunningAgent(t) })
 	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
-	if types := conflistTypes(t); types[len(types)-1] != "sluice" {
+	if types := cluster.RuntimeConflistTypes(t); types[len(types)-1] != "sluice" {
 		t.Fatalf("conflist plugins with the agent away = %v, want the sluice entry kept", types)
 	}
 
@@ -191,7 +191,7 @@ func TestAgentLeavesUnselectedNode(t *testing.T) {
 		return nil
 	})
 	nodetest.Eventually(t, 30*time.Second, "the sluice entry removed", func() error {
-		if types := conflistTypes(t); slices.Contains(types, "sluice") {
+		if types := cluster.RuntimeConflistTypes(t); slices.Contains(types, "sluice") {
 			return fmt.Errorf("conflist plugins %v", types)
 		}
 		return nil
@@ -200,7 +200,7 @@ func TestAgentLeavesUnselectedNode(t *testing.T) {
 	restored = true
 	readyAgent(t, 2*time.Minute)
 	nodetest.Eventually(t, 30*time.Second, "the sluice entry back", func() error {
-		if types := conflistTypes(t); types[len(types)-1] != "sluice" {
+		if types := cluster.RuntimeConflistTypes(t); types[len(types)-1] != "sluice" {
 			return fmt.Errorf("conflist plugins %v", types)
 		}
 		return nil

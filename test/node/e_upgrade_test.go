@@ -25,7 +25,7 @@ func TestHelmUpgrade(t *testing.T) {
 		}
 		return nil
 	})
-	if types := conflistTypes(t); types[len(types)-1] != "sluice" {
+	if types := cluster.RuntimeConflistTypes(t); types[len(types)-1] != "sluice" {
 		t.Fatalf("conflist plugins during the roll = %v, want the sluice entry kept", types)
 	}
 	p := cluster.CreatePod(t, ns, sidecarPod("during-upgrade", unreachable, nil))
@@ -37,7 +37,7 @@ func TestHelmUpgrade(t *testing.T) {
 	if args := agent.Spec.Containers[0].Args; !slices.Contains(args, "--log-level=debug") {
 		t.Errorf("new agent's args = %q, want the upgraded --log-level=debug", args)
 	}
-	if types := conflistTypes(t); types[len(types)-1] != "sluice" {
+	if types := cluster.RuntimeConflistTypes(t); types[len(types)-1] != "sluice" {
 		t.Errorf("conflist plugins after the roll = %v, want the sluice entry", types)
 	}
 	cluster.RunningPod(t, ns, p.Name, time.Minute)

@@ -2,7 +2,6 @@ package peer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -75,7 +74,7 @@ func TestIstioCNIInstall(t *testing.T) {
 	requireAgent(t)
 	t.Logf("istio-cni Ready %.1fs after helm install", time.Since(start).Seconds())
 	nodetest.Eventually(t, 30*time.Second, "istio-cni chained last", func() error {
-		if types := conflistTypes(t); len(types) < 2 || types[0] != "bridge" || types[len(types)-1] != "istio-cni" {
+		if types := cluster.RuntimeConflistTypes(t); len(types) < 2 || types[0] != "bridge" || types[len(types)-1] != "istio-cni" {
 			return fmt.Errorf("node conflist plugins = %v, want bridge first and istio-cni last", types)
 		}
 		return nil
@@ -83,28 +82,4 @@ func TestIstioCNIInstall(t *testing.T) {
 	if st, err := os.Stat(cluster.NodePath("/opt/cni/bin/istio-cni")); err != nil || st.Mode()&0o111 == 0 {
 		t.Errorf("plugin in the node's /opt/cni/bin: %v (mode %v)", err, st)
 	}
-}
-
-// conflistTypes are the plugin types, in order, of the conflist the
-// node's runtime uses: the first in its conf dir (sluice's own, sorting
-// just before the primary, once sluice is chained).
-func conflistTypes(t testing.TB) []string {
-	t.Helper()
-	_, b, err := cluster.RuntimeConflist()
-	if err != nil {
-		t.Fatalf("read node conflist: %v", err)
-	}
-	var conf struct {
-		Plugins []struct {
-			Type string `json:"type"`
-		} `json:"plugins"`
-	}
-	if err := json.Unmarshal(b, &conf); err != nil {
-		t.Fatalf("parse node conflist: %v\n%s", err, b)
-	}
-	var types []string
-	for _, p := range conf.Plugins {
-		types = append(types, p.Type)
-	}
-	return types
 }

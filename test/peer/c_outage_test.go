@@ -41,7 +41,7 @@ func TestIstioCNIAgentOutage(t *testing.T) {
 	// could take the other node's first and stall there.
 	restore := lifecycletest.DaemonSetOutage(t, cluster, releaseNS, agentDS, "install-cni", "localhost/istio-absent:outage", cluster.NodeName)
 	watch := nodetest.WatchNode(t, client(t), cluster.NodeName)
-	if types := conflistTypes(t); slices.Contains(types, "istio-cni") {
+	if types := cluster.RuntimeConflistTypes(t); slices.Contains(types, "istio-cni") {
 		t.Fatalf("conflist plugins with istio-cni away = %v: measured before, its SIGTERM removed the entry", types)
 	}
 

@@ -171,7 +171,7 @@ func installSluice(t testing.TB) {
 		"--set", "image.repository="+images.SluiceRepo, "--set", "image.tag="+images.SluiceTag,
 		"--set", "image.pullPolicy=Never")
 	nodetest.Eventually(t, time.Minute, "sluice chained last", func() error {
-		if types := conflistTypes(t); types[len(types)-1] != "sluice" {
+		if types := cluster.RuntimeConflistTypes(t); types[len(types)-1] != "sluice" {
 			return fmt.Errorf("conflist plugins %v", types)
 		}
 		return nil
@@ -186,7 +186,7 @@ func installSluiceNRI(t testing.TB) {
 	helm(t, "install", sluiceRelease, "deploy/helm/sluice", "-n", sluiceNS, "--wait",
 		"--set", "image.repository="+images.SluiceRepo, "--set", "image.tag="+images.SluiceTag,
 		"--set", "image.pullPolicy=Never", "--set", "trigger=nri")
-	if types := conflistTypes(t); slices.Contains(types, "sluice") {
+	if types := cluster.RuntimeConflistTypes(t); slices.Contains(types, "sluice") {
 		t.Fatalf("conflist plugins with trigger=nri: %v, want no sluice entry", types)
 	}
 }
@@ -224,7 +224,7 @@ func uninstallSluice(t testing.TB) {
 func conflistWithout(t testing.TB, typ string) {
 	t.Helper()
 	nodetest.Eventually(t, time.Minute, typ+" out of the conflist", func() error {
-		if types := conflistTypes(t); slices.Contains(types, typ) {
+		if types := cluster.RuntimeConflistTypes(t); slices.Contains(types, typ) {
 			return fmt.Errorf("conflist plugins %v", types)
 		}
 		return nil

@@ -2,10 +2,12 @@ package nodetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -157,6 +159,28 @@ func (c *Cluster) RuntimeConflist() (name string, data []byte, err error) {
 		}
 	}
 	return "", nil, fmt.Errorf("no CNI config in %s", c.ConfDir())
+}
+
+// RuntimeConflistTypes are the plugin types, in order, of RuntimeConflist.
+func (c *Cluster) RuntimeConflistTypes(t testing.TB) []string {
+	t.Helper()
+	_, b, err := c.RuntimeConflist()
+	if err != nil {
+		t.Fatalf("read node conflist: %v", err)
+	}
+	var conf struct {
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	if err := json.Unmarshal(b, &conf); err != nil {
+		t.Fatalf("parse node conflist: %v\n%s", err, b)
+	}
+	var types []string
+	for _, p := range conf.Plugins {
+		types = append(types, p.Type)
+	}
+	return types
 }
 
 // registerWithTaints is the kubelet config's taint list for the node's
