@@ -69,6 +69,7 @@ func newAgent(cfg *config, log *slog.Logger) (*agent, error) {
 	a := &agent{cfg: cfg, log: log, errc: make(chan error, 4), metrics: metrics.New(), checks: &health.Checks{},
 		decisions: events.NewDecisions(log.With("component", "cni"))}
 	a.ctx, a.stopBackground = context.WithCancel(context.Background())
+	a.closers = append(a.closers, a.stopBackground)
 	log.Info("starting", "version", buildinfo.Version, "socket", cfg.socket, "state_dir", cfg.stateDir)
 	// Each step builds one thing and, for an optional part, appends it to
 	// a.parts; a step sees everything the steps before it built.
@@ -249,13 +250,10 @@ func (a *agent) shutdown() {
 	a.hsrv.Close()
 }
 
-// close ends the background, then undoes what newAgent and run acquired,
-// last first: the socket file, the ambient node, queued Events, the state
-// dir lock.
+// close undoes what newAgent and run acquired, last first: the socket
+// file, the ambient node, queued Events, the state dir lock, the
+// background context.
 func (a *agent) close() {
-	// First, also when a part failed while serving (run's errc): the
-	// parts' goroutines end before what they use is closed.
-	a.stopBackground()
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		a.closers[i]()
 	}

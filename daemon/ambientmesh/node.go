@@ -187,23 +187,21 @@ func (n *Node) Metrics(m *metrics.Metrics) {
 		func() float64 { return float64(n.zds.Accepted()) })
 }
 
-// Close lets go of what NewNode opened: the ZDS socket (Run closes it
-// itself; this is for a node whose Start never ran, when a later part of
-// the agent failed), the kubelet's pidfd and the host netns handle. A
-// started node is waited for first, as Stop waits: a handle closed under a
-// running probe owner could be a reused fd, another netns. The agent calls
-// Close last, after Stop; closing twice does nothing.
+// Close lets go of what NewNode opened when Start never ran (a later part
+// of the agent failed to build or start): the ZDS socket, the kubelet's
+// pidfd and the host netns handle. A started node's socket is Run's to
+// close, and its handles are left to the process's exit: a handle closed
+// under a resync still running could be a reused fd, another netns.
+// Closing twice does nothing.
 func (n *Node) Close() {
 	n.closeOnce.Do(func() {
 		if err := n.zds.Close(); err != nil {
 			n.log.Warn("close the ZDS socket", "err", err)
 		}
-		if n.started.Load() && !n.waitStopped() {
-			n.log.Warn("the ambient node did not stop; its host netns handle is left open")
-			return
+		if !n.started.Load() {
+			n.probe.Close()
+			n.host.Close()
 		}
-		n.probe.Close()
-		n.host.Close()
 	})
 }
 
@@ -219,29 +217,19 @@ func (n *Node) Close() {
 //
 // Each wait is bounded by 5 s.
 func (n *Node) Stop(leaving bool) {
-	n.waitStopped()
-	if leaving {
-		if err := n.probe.Remove(); err != nil {
-			n.log.Error("remove the host probe table on exit", "err", err)
-		}
-	}
-}
-
-// waitStopped waits, 5 s at most each, for the probe owner and the ZDS
-// server that Start ran to end; false if one did not.
-func (n *Node) waitStopped() bool {
-	stopped := true
 	select {
 	case <-n.probeDone:
 	case <-time.After(5 * time.Second):
 		n.probeLog.Warn("the kubelet's uid follower did not stop within 5s")
-		stopped = false
 	}
 	select {
 	case <-n.zdsDone:
 	case <-time.After(5 * time.Second):
 		n.log.Warn("ztunnel server did not stop within 5s")
-		stopped = false
 	}
-	return stopped
+	if leaving {
+		if err := n.probe.Remove(); err != nil {
+			n.log.Error("remove the host probe table on exit", "err", err)
+		}
+	}
 }

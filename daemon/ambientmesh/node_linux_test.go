@@ -98,36 +98,31 @@ func fdIs(fd int, link string) bool {
 	return err == nil && got == link
 }
 
-// Close lets go of everything NewNode opened: unstarted (a later part of
-// the agent failed) its socket is unlinked; started, with no Stop (a part
-// failed while serving), it waits for the node's goroutines first. Twice
-// is once.
+// Close lets go of everything NewNode opened when the node never started
+// (a later part of the agent failed): its socket unlinked, the host netns
+// handle closed. Twice is once.
 func TestNodeCloseLetsGo(t *testing.T) {
 	host := nstest.New(t, "host")
 	cfg := nodeConfig(t, host)
-	for _, started := range []bool{false, true} {
-		n, err := NewNode(cfg) // fails while the last one still listens
-		if err != nil {
-			t.Fatal(err)
-		}
-		hostFD := int(n.host)
-		hostLink, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", hostFD))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if started {
-			ctx, cancel := context.WithCancel(context.Background())
-			n.Start(ctx, func(err error) { t.Errorf("the node failed: %v", err) })
-			time.Sleep(50 * time.Millisecond)
-			cancel()
-		}
-		n.Close()
-		n.Close()
-		if _, err := os.Stat(cfg.ZtunnelSocket); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("started=%v: the ZDS socket is still there after Close: %v", started, err)
-		}
-		if fdIs(hostFD, hostLink) {
-			t.Errorf("started=%v: the host netns handle (fd %d, %s) is open after Close", started, hostFD, hostLink)
-		}
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
+	hostFD := int(n.host)
+	hostLink, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", hostFD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	n.Close()
+	if _, err := os.Stat(cfg.ZtunnelSocket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the ZDS socket is still there after Close: %v", err)
+	}
+	if fdIs(hostFD, hostLink) {
+		t.Errorf("the host netns handle (fd %d, %s) is open after Close", hostFD, hostLink)
+	}
+	if n, err = NewNode(cfg); err != nil {
+		t.Fatalf("a node after Close: %v", err)
+	}
+	n.Close()
 }
