@@ -58,8 +58,8 @@ func TestNodeStopsInOrder(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		n.Start(ctx, func(err error) { t.Errorf("the node failed: %v", err) })
-		time.Sleep(50 * time.Millisecond) // a few rechecks
-		cancel()
+		cancel() // Stop waits for what Start ran, however far it got
+
 		start := time.Now()
 		n.Stop(leaving)
 		if d := time.Since(start); d > 4*time.Second {
